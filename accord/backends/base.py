@@ -1,0 +1,118 @@
+"""The Backend base class: every decision that belongs to a device vendor, in one place.
+
+The surface is wide on purpose (DESIGN.md): kernels per contract, but also the KV block
+shape and block sizes, the fp8 storage format, the distributed backend, memory queries,
+compute dtype and graph capture, so a vendor plugin never has to monkey-patch the core.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+import torch
+
+from ..op_contracts import Kernel, KernelSet
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here, and why not when it cannot."""
+
+    available: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ToleranceOverride:
+    """A declared, documented widening of an op's tolerance for one backend mode (the
+    Triton interpreter's bf16 rounding, say). Conformance prints it beside the result;
+    it is never applied silently."""
+
+    nmse: float
+    reason: str
+
+
+class Backend:
+    """Base class for a backend plugin. Subclasses set the class attributes and
+    implement `load_kernels`; everything else has a sensible default to override."""
+
+    name: str = ""
+    device_type: str = "cpu"
+    #: Higher wins for `--backend auto` among available backends.
+    priority: int = 0
+    #: torch.distributed backend for this device (gloo/nccl/rccl/hccl).
+    dist_backend: str = "gloo"
+    description: str = ""
+
+    def __init__(self) -> None:
+        self._kernels: KernelSet | None = None
+
+    # -- availability and kernels ------------------------------------------------
+    def availability(self) -> Availability:
+        """Whether this backend can run on this host; must not raise."""
+        return Availability(True)
+
+    def load_kernels(self) -> KernelSet:
+        """Import and return this backend's kernels (called once, on first use)."""
+        raise NotImplementedError
+
+    def kernels(self) -> KernelSet:
+        """The kernel table, loaded lazily so listing backends imports no vendor code."""
+        if self._kernels is None:
+            self._kernels = self.load_kernels()
+        return self._kernels
+
+    def kernel_for(self, op: str) -> Kernel | None:
+        """This backend's kernel for `op`, or None when it has none."""
+        return self.kernels().get(op)
+
+    # -- device decisions ----------------------------------------------------------
+    def device(self) -> torch.device:
+        """The torch device tensors for this backend live on."""
+        return torch.device(self.device_type)
+
+    def fp8_dtype(self) -> torch.dtype:
+        """The fp8 storage format of this device (OCP e4m3fn unless the device's
+        architecture says otherwise; decided at run time, never by vendor name)."""
+        return torch.float8_e4m3fn
+
+    def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
+        """The dtype to compute in when a model asks for `requested` (a CPU without
+        native bf16 GEMMs computes bf16 models in fp32, say)."""
+        return requested
+
+    def memory_info(self) -> tuple[int, int]:
+        """(free, total) bytes of the memory KV caches are carved from."""
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        available = os.sysconf("SC_AVPHYS_PAGES")
+        return available * page_size, pages * page_size
+
+    def kv_cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
+        """Shape of one layer's key (or value) cache. The contracts' layout by default."""
+        return (num_blocks, block_size, num_kv_heads, head_size)
+
+    def supported_block_sizes(self) -> tuple[int, ...] | None:
+        """KV block sizes the attention kernels take; None for any positive size."""
+        return None
+
+    def tolerance_override(self, op: str, dtype: torch.dtype) -> ToleranceOverride | None:
+        """A declared tolerance widening for (op, primary dtype), or None."""
+        return None
+
+    def graph_capture(self, fn: F) -> F:
+        """Wrap a step function in this device's graph capture (identity by default)."""
+        return fn
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (a no-op on the CPU)."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the runtime libraries this backend depends on, for reports."""
+        return {"torch": torch.__version__}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device_type}>"

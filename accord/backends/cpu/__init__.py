@@ -1,0 +1,38 @@
+"""The cpu backend: every contract, fast on CPUs; the embedded default."""
+
+from __future__ import annotations
+
+import torch
+
+from ...op_contracts import KernelSet
+from ..base import Backend
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX); without
+    them torch's bf16 GEMMs are emulated and orders of magnitude slower than fp32."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = cpuinfo.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+class CpuBackend(Backend):
+    """Fast kernels for x86/Arm CPUs; bf16 where the CPU computes it natively."""
+
+    name = "cpu"
+    device_type = "cpu"
+    priority = 10
+    description = "fast CPU kernels (the embedded default)"
+
+    def load_kernels(self) -> KernelSet:
+        from .kernels import KERNELS
+
+        return KERNELS
+
+    def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
+        if requested in (torch.bfloat16, torch.float16) and not cpu_has_native_bf16():
+            return torch.float32
+        return requested

@@ -1,0 +1,6 @@
+"""The reference kernels, one module per contract family; importing registers them."""
+
+from ._registry import KERNELS
+from . import elementwise  # noqa: F401  (registers kernels)
+
+__all__ = ["KERNELS"]

@@ -1,0 +1,84 @@
+"""Finds backends: the built-ins and every package in the `accord.backends` entry point
+group, all through one pluggy plugin manager."""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import pluggy
+
+from . import builtin
+from .base import Backend
+from .hookspecs import ENTRY_POINT_GROUP, PROJECT, BackendSpec
+
+logger = logging.getLogger("accord.backends")
+
+
+class UnknownBackendError(LookupError):
+    """A backend name nobody registered; the message lists the ones that exist."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """A registered backend that cannot run on this host; the message says why."""
+
+
+def plugin_manager(load_entry_points: bool = True) -> pluggy.PluginManager:
+    """A plugin manager with the built-ins and, unless told not to, installed plugins."""
+    manager = pluggy.PluginManager(PROJECT)
+    manager.add_hookspecs(BackendSpec)
+    manager.register(builtin, name="accord-builtin")
+    if load_entry_points:
+        manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    return manager
+
+
+class BackendRegistry:
+    """Every backend that registered, by name."""
+
+    def __init__(self, manager: pluggy.PluginManager | None = None) -> None:
+        manager = manager or plugin_manager()
+        self._backends: dict[str, Backend] = {}
+        for backends in manager.hook.accord_backends():
+            for backend in backends:
+                if backend.name in self._backends:
+                    raise ValueError(f"two plugins register a backend named {backend.name!r}")
+                self._backends[backend.name] = backend
+
+    def names(self) -> list[str]:
+        """Registered names, built-ins first in priority order, then plugins."""
+        return sorted(self._backends, key=lambda n: -self._backends[n].priority)
+
+    def all(self) -> list[Backend]:
+        return [self._backends[n] for n in self.names()]
+
+    def get(self, name: str, *, require_available: bool = True) -> Backend:
+        """The backend called `name`; `auto` picks the available one of highest priority."""
+        if name == "auto":
+            return self.auto()
+        backend = self._backends.get(name)
+        if backend is None:
+            raise UnknownBackendError(f"Unsupported backend: {name}. Supported items: {self.names()}")
+        if require_available:
+            availability = backend.availability()
+            if not availability.available:
+                raise BackendUnavailableError(f"backend '{name}' is unavailable: {availability.reason}")
+        return backend
+
+    def auto(self) -> Backend:
+        """The available backend with the highest priority."""
+        for backend in self.all():
+            if backend.availability().available:
+                return backend
+        raise BackendUnavailableError("no backend is available")
+
+
+@lru_cache(maxsize=1)
+def default_registry() -> BackendRegistry:
+    """The process-wide registry (built once: entry point discovery is not free)."""
+    return BackendRegistry()
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """Shorthand for `default_registry().get(name)`."""
+    return default_registry().get(name)

@@ -1,0 +1,43 @@
+"""Typed op contracts and the dispatcher that enforces them. Imports torch only."""
+
+from .contracts import CONTRACTS
+from .dispatcher import CallPlan, OpDispatcher, empty_allocator, strict_from_env
+from .errors import ContractError
+from .kernel import CallSignature, CastAdapter, Kernel, KernelSet
+from .spec import (
+    FLOAT_DTYPES,
+    FP8_DTYPES,
+    FP8_MAX,
+    INDEX_DTYPES,
+    OpContract,
+    OutputSpec,
+    ParamSpec,
+    Rule,
+    Switch,
+    TensorSpec,
+    dtype_name,
+)
+
+__all__ = [
+    "CONTRACTS",
+    "CallPlan",
+    "CallSignature",
+    "CastAdapter",
+    "ContractError",
+    "FLOAT_DTYPES",
+    "FP8_DTYPES",
+    "FP8_MAX",
+    "INDEX_DTYPES",
+    "Kernel",
+    "KernelSet",
+    "OpContract",
+    "OpDispatcher",
+    "OutputSpec",
+    "ParamSpec",
+    "Rule",
+    "Switch",
+    "TensorSpec",
+    "dtype_name",
+    "empty_allocator",
+    "strict_from_env",
+]

@@ -1,0 +1,15 @@
+"""Every op contract, by name. Adding an op means adding its contract here, a reference
+kernel (the registry-completeness test fails otherwise) and conformance cases."""
+
+from __future__ import annotations
+
+from ..spec import OpContract
+from . import attention, elementwise, fp8, moe, sampling
+
+CONTRACTS: dict[str, OpContract] = {
+    contract.name: contract
+    for family in (elementwise, attention, moe, fp8, sampling)
+    for contract in family.CONTRACTS
+}
+
+__all__ = ["CONTRACTS"]

@@ -1,0 +1,246 @@
+"""The one door between the core and any kernel: `ops.<name>(...)`.
+
+On first sight of a call signature the dispatcher validates the call against the op's
+contract and the backend's declared support, works out the boundary adapters to apply,
+and caches that plan; afterwards a call costs one dictionary lookup plus the output
+allocation. In strict mode (`ACCORD_STRICT_CONTRACTS=1`, tests, conformance) every call
+is validated. Nothing falls back to another backend: a backend missing an op raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol
+
+import torch
+
+from .contracts import CONTRACTS
+from .errors import ContractError
+from .kernel import CallSignature, CastAdapter, Kernel
+from .spec import REQUIRED, OpContract, OutputSpec, dtype_name, shape_dims
+from .validate import bind_sizes, describe_tensor, validate_call
+
+logger = logging.getLogger("accord.contracts")
+
+Allocator = Callable[[tuple[int, ...], torch.dtype, torch.device], torch.Tensor]
+
+
+class KernelProvider(Protocol):
+    """What the dispatcher needs of a backend: its name, device type and kernels."""
+
+    name: str
+    device_type: str
+
+    def kernel_for(self, op: str) -> Kernel | None: ...
+
+
+def empty_allocator(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The production allocator: uninitialised memory (kernels write every element)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def strict_from_env() -> bool:
+    """Whether ACCORD_STRICT_CONTRACTS asks for every call to be validated."""
+    return os.environ.get("ACCORD_STRICT_CONTRACTS", "0") not in ("", "0", "false", "False")
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What first sight of a signature decided: the kernel, and the casts to apply."""
+
+    signature: CallSignature
+    kernel: Kernel
+    adapters: tuple[CastAdapter, ...]
+
+
+class OpDispatcher:
+    """Calls ops on one backend through their contracts: `ops.rms_norm(x, w, eps=1e-6)`.
+
+    Arguments bind positionally in contract order (tensors, then parameters) or by
+    name. Outputs are allocated here at the contract's dtype and returned: one tensor,
+    a tuple in contract order, or None for ops that only write a cache.
+    """
+
+    def __init__(
+        self,
+        backend: KernelProvider,
+        *,
+        strict: bool | None = None,
+        allocator: Allocator = empty_allocator,
+        contracts: Mapping[str, OpContract] = CONTRACTS,
+    ) -> None:
+        self.backend = backend
+        self.strict = strict_from_env() if strict is None else strict
+        self.allocator = allocator
+        self.contracts = contracts
+        self.adapter_counts: Counter[str] = Counter()
+        self._plans: dict[tuple[Any, ...], CallPlan] = {}
+        self._callers: dict[str, Callable[..., Any]] = {}
+
+    def __getattr__(self, op: str) -> Callable[..., Any]:
+        if op.startswith("_"):
+            raise AttributeError(op)
+        try:
+            return self._callers[op]
+        except KeyError:
+            pass
+        contract = self.contracts.get(op)
+        if contract is None:
+            raise AttributeError(f"no op contract named {op!r}; known: {', '.join(sorted(self.contracts))}")
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.call(contract, args, kwargs)
+
+        call.__name__ = op
+        call.__doc__ = contract.doc
+        self._callers[op] = call
+        return call
+
+    def bind(self, contract: OpContract, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Map positional and keyword arguments to contract names, filling defaults."""
+        names = contract.arg_names
+        if len(args) > len(names):
+            raise ContractError(contract.name, "arguments", f"at most {len(names)}", str(len(args)))
+        call = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name not in names:
+                raise ContractError(contract.name, name, f"one of {', '.join(names)}", "an unknown argument")
+            if name in call:
+                raise ContractError(contract.name, name, "one value", "given positionally and by name")
+            call[name] = value
+        for spec in contract.tensors:
+            call.setdefault(spec.name, None)
+        for spec in contract.params:
+            if spec.name not in call:
+                if spec.default is REQUIRED:
+                    raise ContractError(contract.name, spec.name, "a value", "absent")
+                call[spec.name] = spec.default
+        return call
+
+    def call(self, contract: OpContract, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """Validate (first sight or strict), adapt, allocate outputs, run the kernel."""
+        call = self.bind(contract, args, kwargs)
+        key = self._signature_key(contract, call)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._first_sight(contract, call)
+            self._plans[key] = plan
+        elif self.strict:
+            self._validate(contract, call)
+        for adapter in plan.adapters:
+            call[adapter.arg] = call[adapter.arg].to(adapter.to)
+            self.adapter_counts[f"{contract.name}.{adapter.arg}"] += 1
+        outputs = self._allocate_outputs(contract, call)
+        call.update(outputs)
+        plan.kernel.fn(**call)
+        if not outputs:
+            return None
+        values = tuple(outputs.values())
+        return values[0] if len(values) == 1 else values
+
+    def plan_for(self, op: str, *args: Any, **kwargs: Any) -> CallPlan:
+        """Validate a call without running it and return its plan (conformance uses this
+        to check that illegal or unclaimed calls are refused)."""
+        contract = self.contracts[op]
+        return self._first_sight(contract, self.bind(contract, args, kwargs))
+
+    def _signature_key(self, contract: OpContract, call: Mapping[str, Any]) -> tuple[Any, ...]:
+        key: list[Any] = [contract.name]
+        for spec in contract.tensors:
+            value = call[spec.name]
+            if isinstance(value, torch.Tensor):
+                key.append((value.dtype, value.dim(), value.device.type, value.is_contiguous()))
+            else:
+                key.append(value if value is None else type(value))
+        for spec in contract.params:
+            if spec.in_signature:
+                key.append(call[spec.name])
+        return tuple(key)
+
+    def _validate(self, contract: OpContract, call: Mapping[str, Any]) -> None:
+        try:
+            validate_call(contract, call)
+        except ContractError as error:
+            raise ContractError(
+                error.op, error.arg, error.expected, error.got, self.backend.name, error.hint
+            ) from None
+        for spec in contract.tensors:
+            value = call[spec.name]
+            if value is not None and value.device.type != self.backend.device_type:
+                raise ContractError(
+                    contract.name,
+                    spec.name,
+                    f"a tensor on {self.backend.device_type}",
+                    describe_tensor(value),
+                    self.backend.name,
+                )
+
+    def _first_sight(self, contract: OpContract, call: Mapping[str, Any]) -> CallPlan:
+        self._validate(contract, call)
+        signature = CallSignature(
+            contract.name,
+            tuple(
+                (s.name, None if call[s.name] is None else
+                 (call[s.name].dtype, call[s.name].dim(), call[s.name].device.type, call[s.name].is_contiguous()))
+                for s in contract.tensors
+            ),
+            tuple((p.name, call[p.name]) for p in contract.params if p.in_signature),
+        )
+        kernel = self.backend.kernel_for(contract.name)
+        if kernel is None:
+            raise ContractError(
+                contract.name,
+                "op",
+                "a kernel for this op",
+                "none",
+                self.backend.name,
+                hint="this backend does not implement it; pick a backend that does (no silent fallback)",
+            )
+        refusal = kernel.refusal(signature)
+        if refusal is None:
+            return CallPlan(signature, kernel, ())
+        adapted, adapters = signature, []
+        for adapter in kernel.adapters:
+            got = adapted.dtype(adapter.arg)
+            if got is not None and got != adapter.to:
+                adapted = adapted.with_dtype(adapter.arg, adapter.to)
+                adapters.append(adapter)
+        if adapters and kernel.refusal(adapted) is None:
+            applied = ", ".join(a.describe(signature.dtype(a.arg)) for a in adapters)  # type: ignore[arg-type]
+            logger.warning("%s on backend '%s': applying declared adapter: %s", contract.name, self.backend.name, applied)
+            return CallPlan(signature, kernel, tuple(adapters))
+        arg = refusal.split(" ", 1)[0]
+        raise ContractError(
+            contract.name,
+            arg if arg in contract.arg_names else "signature",
+            "a signature the backend claims",
+            f"{signature.describe()} ({refusal})",
+            self.backend.name,
+        )
+
+    def _allocate_outputs(self, contract: OpContract, call: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        if not contract.outputs:
+            return {}
+        sizes = bind_sizes(contract, call)
+        device = call[contract.primary].device
+        return {
+            spec.name: self.allocator(
+                tuple(d.evaluate(sizes) for d in shape_dims(spec.shape, call)),
+                _output_dtype(spec, call),
+                device,
+            )
+            for spec in contract.outputs
+        }
+
+
+def _output_dtype(spec: OutputSpec, call: Mapping[str, Any]) -> torch.dtype:
+    if isinstance(spec.dtype, torch.dtype):
+        return spec.dtype
+    source, name = spec.dtype.split(":", 1)
+    return call[name].dtype if source == "like" else call[name]
+
+
+__all__ = ["OpDispatcher", "CallPlan", "empty_allocator", "strict_from_env", "dtype_name"]

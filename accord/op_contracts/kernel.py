@@ -1,0 +1,128 @@
+"""What a backend hands the dispatcher for one op: the kernel, its claims and adapters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from .spec import dtype_name
+
+#: One tensor's part of a call signature: (dtype, rank, device type, contiguous).
+TensorKey = tuple[torch.dtype, int, str, bool] | None
+
+
+@dataclass(frozen=True)
+class CallSignature:
+    """What the dispatcher caches a validated call on: per-tensor dtype, rank, device
+    and contiguity, plus the values of code-path parameters (those with choices)."""
+
+    op: str
+    tensors: tuple[tuple[str, TensorKey], ...]
+    params: tuple[tuple[str, Any], ...]
+
+    def dtype(self, arg: str) -> torch.dtype | None:
+        """The dtype of tensor `arg` in this call, or None when it was not passed."""
+        for name, key in self.tensors:
+            if name == arg:
+                return None if key is None else key[0]
+        raise KeyError(arg)
+
+    def param(self, name: str) -> Any:
+        """The value of code-path parameter `name` in this call."""
+        return dict(self.params)[name]
+
+    def with_dtype(self, arg: str, dtype: torch.dtype) -> "CallSignature":
+        """This signature with tensor `arg` at another dtype (what an adapter produces)."""
+        tensors = tuple(
+            (name, (dtype, *key[1:]) if name == arg and key is not None else key)
+            for name, key in self.tensors
+        )
+        return CallSignature(self.op, tensors, self.params)
+
+    def describe(self) -> str:
+        """A short human form, `x=bf16[2] weight=bf16[1] eps`."""
+        parts = [
+            f"{name}={dtype_name(key[0])}[{key[1]}]" for name, key in self.tensors if key is not None
+        ]
+        parts += [f"{name}={value}" for name, value in self.params]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class CastAdapter:
+    """A declared boundary cast: the kernel takes `arg` only at `to`, so the dispatcher
+    converts it before the call. Applied visibly: logged once and counted."""
+
+    arg: str
+    to: torch.dtype
+
+    def describe(self, got: torch.dtype) -> str:
+        return f"cast {self.arg} {dtype_name(got)}->{dtype_name(self.to)}"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A backend's implementation of one op.
+
+    `fn` is called with every tensor argument, parameter and pre-allocated output as
+    keyword arguments and writes its outputs in place. `claims` narrows the dtypes the
+    kernel takes per argument (absent: every dtype the contract allows); `supports`
+    may refuse further signatures with a reason, like llama.cpp's `supports_op`.
+    """
+
+    op: str
+    fn: Callable[..., None]
+    claims: Mapping[str, tuple[torch.dtype, ...]] = field(default_factory=dict)
+    supports: Callable[[CallSignature], str | None] | None = None
+    adapters: tuple[CastAdapter, ...] = ()
+
+    def refusal(self, signature: CallSignature) -> str | None:
+        """Why this kernel will not run `signature`, or None when it will."""
+        for arg, dtypes in self.claims.items():
+            got = signature.dtype(arg)
+            if got is not None and got not in dtypes:
+                claimed = "/".join(dtype_name(d) for d in dtypes)
+                return f"{arg} is {dtype_name(got)} but the kernel claims {claimed} only"
+        if self.supports is not None:
+            return self.supports(signature)
+        return None
+
+
+class KernelSet:
+    """A backend's table of kernels, filled with the `register` decorator."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[str, Kernel] = {}
+
+    def register(
+        self,
+        op: str,
+        *,
+        claims: Mapping[str, tuple[torch.dtype, ...]] | None = None,
+        supports: Callable[[CallSignature], str | None] | None = None,
+        adapters: tuple[CastAdapter, ...] = (),
+    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+        """Decorator: make the function the kernel for `op`."""
+
+        def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+            if op in self._kernels:
+                raise ValueError(f"kernel for {op} registered twice")
+            self._kernels[op] = Kernel(op, fn, dict(claims or {}), supports, adapters)
+            return fn
+
+        return decorate
+
+    def add(self, kernel: Kernel) -> None:
+        """Register an already built kernel (a backend reusing another's)."""
+        self._kernels[kernel.op] = kernel
+
+    def get(self, op: str) -> Kernel | None:
+        return self._kernels.get(op)
+
+    def ops(self) -> tuple[str, ...]:
+        return tuple(sorted(self._kernels))
+
+    def as_dict(self) -> dict[str, Kernel]:
+        return dict(self._kernels)

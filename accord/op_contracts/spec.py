@@ -1,0 +1,177 @@
+"""The vocabulary a contract is written in: tensors, scalar parameters, outputs, rules.
+
+A contract is data. The dispatcher reads it to validate calls and to allocate outputs,
+conformance reads it to generate cases and pick tolerances, and the docs are rendered
+from it; nothing here runs a kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from .shapes import DimExpr, parse_dim
+
+FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
+FP8_DTYPES: tuple[torch.dtype, ...] = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+#: Largest finite value of each fp8 flavour (e4m3fnuz has no negative zero and a
+#: different exponent bias, so its range is smaller).
+FP8_MAX: Mapping[torch.dtype, float] = {
+    torch.float8_e4m3fn: 448.0,
+    torch.float8_e4m3fnuz: 240.0,
+}
+
+REQUIRED: Any = object()
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """A dtype's short name (`bf16`, `int32`, `fp8e4m3fn`), as tables and errors print it."""
+    if dtype is None:
+        return "absent"
+    return _SHORT.get(dtype, str(dtype).replace("torch.", ""))
+
+
+_SHORT = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+    torch.float8_e4m3fn: "fp8e4m3fn",
+    torch.float8_e4m3fnuz: "fp8e4m3fnuz",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A shape that depends on a code-path parameter: `Switch("mode", {"per_token":
+    ("T", "1"), ...})` picks the shape by the call's value of `mode`."""
+
+    param: str
+    cases: Mapping[Any, tuple[str, ...]]
+
+    def pick(self, params: Mapping[str, Any]) -> tuple[str, ...]:
+        return self.cases[params[self.param]]
+
+
+Shape = tuple[str, ...] | Switch
+
+
+def shape_dims(shape: Shape, params: Mapping[str, Any]) -> tuple[DimExpr, ...]:
+    """The parsed dimensions of `shape` for a call with these parameter values."""
+    chosen = shape.pick(params) if isinstance(shape, Switch) else shape
+    return tuple(parse_dim(d) for d in chosen)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor argument: its legal dtypes, symbolic shape and layout needs.
+
+    `mutated` marks a tensor the op writes in place (a KV cache); such tensors are
+    allocated by the caller, unlike outputs, which the dispatcher allocates.
+    """
+
+    name: str
+    dtypes: tuple[torch.dtype, ...]
+    shape: Shape
+    doc: str = ""
+    optional: bool = False
+    contiguous: bool = True
+    mutated: bool = False
+    index: bool = False
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One scalar parameter. A parameter with `choices` selects a code path, so its
+    value is part of the call signature the dispatcher caches on."""
+
+    name: str
+    type: type
+    default: Any = REQUIRED
+    choices: tuple[Any, ...] | None = None
+    doc: str = ""
+
+    @property
+    def in_signature(self) -> bool:
+        return self.choices is not None
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One output the dispatcher allocates before the kernel runs.
+
+    `dtype` is a fixed dtype, `"like:ARG"` (the dtype of tensor ARG) or `"param:NAME"`
+    (a dtype-valued parameter), so the width of every output is chosen by the contract
+    and the caller, never inferred by a kernel from a neighbour.
+    """
+
+    name: str
+    shape: Shape
+    dtype: torch.dtype | str
+    doc: str = ""
+    index: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-argument rule: `check(call)` returns None when the call obeys it, else
+    `(argument, expected, got)` for the ContractError."""
+
+    doc: str
+    check: Callable[[Mapping[str, Any]], tuple[str, str, str] | None]
+
+
+@dataclass(frozen=True)
+class OpContract:
+    """Everything a call to one op must satisfy, and what it returns.
+
+    `dtype_groups` name tensors that must share one dtype (`("block_tables", "seq_lens",
+    "query_start_loc")`); `tolerance` is the normalised-MSE bound conformance allows
+    against the reference, keyed by the dtype of the `primary` tensor.
+    """
+
+    name: str
+    doc: str
+    tensors: tuple[TensorSpec, ...]
+    params: tuple[ParamSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    primary: str
+    tolerance: Mapping[torch.dtype, float]
+    dtype_groups: tuple[tuple[str, ...], ...] = ()
+    rules: tuple[Rule, ...] = ()
+    arg_names: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names = tuple(t.name for t in self.tensors) + tuple(p.name for p in self.params)
+        object.__setattr__(self, "arg_names", names)
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: duplicate argument names")
+        if self.primary not in names:
+            raise ValueError(f"{self.name}: primary {self.primary!r} is not an argument")
+
+    def tolerance_for(self, dtypes: Mapping[str, torch.dtype | None]) -> float:
+        """The NMSE bound for a call with these tensor dtypes: the fp8 entry when any
+        tensor is fp8 (quantisation dominates the error), else the primary's dtype."""
+        if any(d in FP8_DTYPES for d in dtypes.values()) and FP8_DTYPES[0] in self.tolerance:
+            return self.tolerance[FP8_DTYPES[0]]
+        return self.tolerance[dtypes[self.primary]]
+
+    def tensor(self, name: str) -> TensorSpec:
+        """The spec of tensor argument `name`."""
+        for spec in self.tensors:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def param(self, name: str) -> ParamSpec:
+        """The spec of scalar parameter `name`."""
+        for spec in self.params:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
