@@ -11,7 +11,7 @@ import sys
 from .. import __version__
 
 #: Subcommand modules; each defines `add_parser(subparsers)` that sets `func`.
-COMMAND_MODULES = ("serve", "backends", "conformance", "bench")
+COMMAND_MODULES = ("serve", "backends", "contracts", "conformance", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

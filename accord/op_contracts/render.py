@@ -1,0 +1,62 @@
+"""Renders the contracts as a Markdown reference (docs/contracts.md is this output)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from .spec import REQUIRED, OpContract, Switch, dtype_name
+
+
+def _dtypes(dtypes: Iterable[torch.dtype]) -> str:
+    return "/".join(dtype_name(d) for d in dtypes)
+
+
+def _shape(shape: tuple[str, ...] | Switch) -> str:
+    if isinstance(shape, Switch):
+        return "; ".join(f"{shape.param}={value}: [{', '.join(dims)}]" for value, dims in shape.cases.items())
+    return "[" + ", ".join(shape) + "]"
+
+
+def _value(value: object) -> str:
+    return dtype_name(value) if isinstance(value, torch.dtype) else repr(value)
+
+
+def render_contract(contract: OpContract) -> str:
+    """One op's section: semantics, arguments, outputs, groups, rules, tolerances."""
+    lines = [f"## `{contract.name}`", "", contract.doc, "", "| argument | kind | dtypes | shape | notes |", "|---|---|---|---|---|"]
+    for t in contract.tensors:
+        notes = ", ".join(
+            n for n in ("optional" if t.optional else "", "written in place" if t.mutated else "", t.doc) if n
+        )
+        lines.append(f"| `{t.name}` | tensor | {_dtypes(t.dtypes)} | {_shape(t.shape)} | {notes} |")
+    for p in contract.params:
+        default = "required" if p.default is REQUIRED else f"default {_value(p.default)}"
+        choices = "one of " + ", ".join(_value(c) for c in p.choices) if p.choices else ""
+        notes = ", ".join(n for n in (default, choices, p.doc) if n)
+        lines.append(f"| `{p.name}` | {p.type.__name__} | | | {notes} |")
+    lines += ["", "| output | dtype | shape |", "|---|---|---|"]
+    for o in contract.outputs:
+        dtype = dtype_name(o.dtype) if isinstance(o.dtype, torch.dtype) else o.dtype
+        lines.append(f"| `{o.name}` | {dtype} | {_shape(o.shape)} |")
+    if not contract.outputs:
+        lines.append("| (none: writes its mutated arguments) | | |")
+    if contract.dtype_groups:
+        lines += ["", "Dtype groups (one dtype per group): " + "; ".join(", ".join(g) for g in contract.dtype_groups)]
+    if contract.rules:
+        lines += ["", "Rules: " + "; ".join(r.doc for r in contract.rules)]
+    tolerance = ", ".join(f"{dtype_name(d)} {v:g}" for d, v in contract.tolerance.items())
+    lines += ["", f"Tolerance (NMSE vs reference, by `{contract.primary}` dtype; fp8 entry when any tensor is fp8): {tolerance}", ""]
+    return "\n".join(lines)
+
+
+def render_reference(contracts: Iterable[OpContract]) -> str:
+    """The whole reference page."""
+    header = (
+        "# Op contract reference\n\n"
+        "Generated from `accord/op_contracts/contracts/` by `accord contracts`; do not edit by hand.\n"
+        "Shapes are symbolic: a name is bound by the first tensor that shows it, and every\n"
+        "other use must agree. Outputs are allocated by the dispatcher at the dtype shown.\n"
+    )
+    return header + "\n" + "\n".join(render_contract(c) for c in contracts)
