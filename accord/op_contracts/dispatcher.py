@@ -21,7 +21,7 @@ from .contracts import CONTRACTS
 from .errors import ContractError
 from .kernel import CallSignature, CastAdapter, Kernel
 from .spec import REQUIRED, OpContract, OutputSpec, dtype_name, shape_dims
-from .validate import bind_sizes, describe_tensor, validate_call
+from .validate import SizeStep, describe_tensor, replay_sizes, size_steps, validate_call
 
 logger = logging.getLogger("accord.contracts")
 
@@ -54,6 +54,9 @@ class CallPlan:
     signature: CallSignature
     kernel: Kernel
     adapters: tuple[CastAdapter, ...]
+    size_steps: tuple[SizeStep, ...]
+    #: Per output: (name, parsed dims, dtype source) for the calls of this signature.
+    outputs: tuple[tuple[str, tuple[Any, ...], OutputSpec], ...]
 
 
 class OpDispatcher:
@@ -133,7 +136,7 @@ class OpDispatcher:
         for adapter in plan.adapters:
             call[adapter.arg] = call[adapter.arg].to(adapter.to)
             self.adapter_counts[f"{contract.name}.{adapter.arg}"] += 1
-        outputs = self._allocate_outputs(contract, call)
+        outputs = self._allocate_outputs(contract, plan, call)
         call.update(outputs)
         plan.kernel.fn(**call)
         if not outputs:
@@ -189,6 +192,8 @@ class OpDispatcher:
             ),
             tuple((p.name, call[p.name]) for p in contract.params if p.in_signature),
         )
+        steps = size_steps(contract, call)
+        outputs = tuple((o.name, shape_dims(o.shape, call), o) for o in contract.outputs)
         kernel = self.backend.kernel_for(contract.name)
         if kernel is None:
             raise ContractError(
@@ -201,7 +206,7 @@ class OpDispatcher:
             )
         refusal = kernel.refusal(signature)
         if refusal is None:
-            return CallPlan(signature, kernel, ())
+            return CallPlan(signature, kernel, (), steps, outputs)
         adapted, adapters = signature, []
         for adapter in kernel.adapters:
             got = adapted.dtype(adapter.arg)
@@ -211,7 +216,7 @@ class OpDispatcher:
         if adapters and kernel.refusal(adapted) is None:
             applied = ", ".join(a.describe(signature.dtype(a.arg)) for a in adapters)  # type: ignore[arg-type]
             logger.warning("%s on backend '%s': applying declared adapter: %s", contract.name, self.backend.name, applied)
-            return CallPlan(signature, kernel, tuple(adapters))
+            return CallPlan(signature, kernel, tuple(adapters), steps, outputs)
         arg = refusal.split(" ", 1)[0]
         raise ContractError(
             contract.name,
@@ -221,18 +226,16 @@ class OpDispatcher:
             self.backend.name,
         )
 
-    def _allocate_outputs(self, contract: OpContract, call: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        if not contract.outputs:
+    def _allocate_outputs(
+        self, contract: OpContract, plan: CallPlan, call: Mapping[str, Any]
+    ) -> dict[str, torch.Tensor]:
+        if not plan.outputs:
             return {}
-        sizes = bind_sizes(contract, call)
+        sizes = replay_sizes(contract, plan.size_steps, call)
         device = call[contract.primary].device
         return {
-            spec.name: self.allocator(
-                tuple(d.evaluate(sizes) for d in shape_dims(spec.shape, call)),
-                _output_dtype(spec, call),
-                device,
-            )
-            for spec in contract.outputs
+            name: self.allocator(tuple(d.evaluate(sizes) for d in dims), _output_dtype(spec, call), device)
+            for name, dims, spec in plan.outputs
         }
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Callable
 
 
 def cdiv(a: int, b: int) -> int:
@@ -24,15 +25,24 @@ class DimExpr:
     text: str
     tree: ast.expr
 
-    @property
+    @cached_property
     def symbols(self) -> frozenset[str]:
         return frozenset(
             node.id for node in ast.walk(self.tree) if isinstance(node, ast.Name) and node.id != "cdiv"
         )
 
-    def evaluate(self, env: dict[str, int]) -> int:
-        """The dimension's size once all its symbols are bound."""
-        return _eval(self.tree, env)
+    @cached_property
+    def evaluate(self) -> Callable[[dict[str, int]], int]:
+        """The dimension's size once all its symbols are bound: `dim.evaluate(env)`.
+        Compiled to a lambda once, because output allocation runs it on every call."""
+        body = _SymbolsToLookups().visit(ast.parse(self.text, mode="eval").body)
+        tree = ast.Expression(
+            ast.Lambda(
+                ast.arguments(posonlyargs=[], args=[ast.arg("env")], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                body,
+            )
+        )
+        return eval(compile(ast.fix_missing_locations(tree), f"<dim {self.text}>", "eval"), {"cdiv": cdiv})
 
     def solve(self, value: int, env: dict[str, int]) -> tuple[str, int] | None:
         """If exactly one symbol is unbound and the form is invertible, return its size."""
@@ -57,6 +67,15 @@ class DimExpr:
                 return name, value - rest
             return (name, value + rest) if isinstance(node.left, ast.Name) and node.left.id == name else None
         return None
+
+
+class _SymbolsToLookups(ast.NodeTransformer):
+    """Rewrites symbol `T` to `env["T"]` (leaving the `cdiv` helper alone)."""
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id == "cdiv":
+            return node
+        return ast.Subscript(ast.Name("env", ast.Load()), ast.Constant(node.id), ast.Load())
 
 
 def _eval(node: ast.expr, env: dict[str, int]) -> int:

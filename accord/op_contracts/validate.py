@@ -68,9 +68,33 @@ def validate_call(contract: OpContract, call: Mapping[str, Any]) -> dict[str, in
     return sizes
 
 
+#: How one size is learned on the fast path: (symbol, tensor, axis, dimension).
+SizeStep = tuple[str, str, int, DimExpr]
+
+
 def bind_sizes(contract: OpContract, call: Mapping[str, Any]) -> dict[str, int]:
     """Learn every symbolic size from the call's tensors and check the rest agree."""
+    return _bind(contract, call)[0]
+
+
+def size_steps(contract: OpContract, call: Mapping[str, Any]) -> tuple[SizeStep, ...]:
+    """The order in which a call of this signature learns its sizes, so later calls of
+    the same signature can replay it without checking (`replay_sizes`)."""
+    return _bind(contract, call)[1]
+
+
+def replay_sizes(contract: OpContract, steps: tuple[SizeStep, ...], call: Mapping[str, Any]) -> dict[str, int]:
+    """The sizes of a call whose signature already passed validation."""
     env: dict[str, int] = {p.name: call[p.name] for p in contract.params if p.type is int}
+    for symbol, name, axis, dim in steps:
+        size = call[name].shape[axis]
+        env[symbol] = size if dim.text == symbol else dim.solve(size, env)[1]  # type: ignore[index]
+    return env
+
+
+def _bind(contract: OpContract, call: Mapping[str, Any]) -> tuple[dict[str, int], tuple[SizeStep, ...]]:
+    env: dict[str, int] = {p.name: call[p.name] for p in contract.params if p.type is int}
+    steps: list[SizeStep] = []
     pending: list[tuple[str, int, DimExpr, int]] = []
     for spec in contract.tensors:
         value = call[spec.name]
@@ -98,11 +122,12 @@ def bind_sizes(contract: OpContract, call: Mapping[str, Any]) -> dict[str, int]:
                 solved = dim.solve(size, env)
                 if solved is not None and solved[1] >= 0:
                     env[solved[0]] = solved[1]
+                    steps.append((solved[0], name, axis, dim))
                     progress = True
     if pending:
         name, axis, dim, size = pending[0]
         raise ContractError(contract.name, name, f"dim {axis} = {dim.text}", f"{size} (size not determinable)")
-    return env
+    return env, tuple(steps)
 
 
 def _check_param(op: str, spec: ParamSpec, value: Any) -> None:
