@@ -6,7 +6,8 @@ decode token) and `seq_lens[b]` cached tokens counting those new ones, which the
 cache writers have already stored. Query row i of b sits at absolute position
 `seq_lens[b] - q_len_b + i` and attends causally to every cached position <= its own.
 Cache position p of sequence b lives in block `block_tables[b, p // BS]`, slot
-`p % BS`. The three metadata tensors form one dtype group: a kernel reads them all at
+`p % BS`. Query rows past `query_start_loc[B]` are padding: their output is unspecified.
+The three metadata tensors form one dtype group: a kernel reads them all at
 one index width, so a call that mixes widths is refused at the boundary.
 """
 

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, ParamSpec, TensorSpec
+from typing import Any, Mapping
+
+from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec
 from .common import ELEMENTWISE
+
+
+def _logprobs_fit_vocab(call: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    vocab, wanted = call["logits"].shape[1], call["num_logprobs"]
+    if 0 <= wanted <= vocab:
+        return None
+    return "num_logprobs", f"0..{vocab} (the vocabulary)", str(wanted)
+
 
 SAMPLE = OpContract(
     name="sample",
@@ -19,7 +29,8 @@ SAMPLE = OpContract(
         "generator=torch.Generator('cpu').manual_seed(seeds[b])), token = argmax(p / "
         "-log(u)) (an exponential race, which samples from p). logprobs are those of the "
         "raw logits (log_softmax before any filter): the chosen token's, and the top "
-        "num_logprobs of the row."
+        "num_logprobs of the row. top_p must be in (0, 1] and min_p in [0, 1] (the "
+        "engine's SamplingParams enforce it; kernels need not check values)."
     ),
     tensors=(
         TensorSpec("logits", FLOAT_DTYPES, ("B", "V")),
@@ -38,6 +49,7 @@ SAMPLE = OpContract(
     ),
     primary="logits",
     tolerance=ELEMENTWISE,
+    rules=(Rule("num_logprobs is at most the vocabulary", _logprobs_fit_vocab),),
 )
 
 CONTRACTS = (SAMPLE,)

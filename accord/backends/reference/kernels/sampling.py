@@ -1,0 +1,70 @@
+"""Reference sampler: greedy or temperature sampling with top-k, top-p and min-p
+filters and the contract's seeded exponential-race draw, one row at a time."""
+
+from __future__ import annotations
+
+import torch
+
+from ._registry import KERNELS
+
+#: Rows with a temperature below this are greedy.
+GREEDY_TEMPERATURE = 1e-5
+
+
+def _renormalised(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum()
+
+
+def _filtered(probs: torch.Tensor, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
+    """`probs` after the contract's top-k, top-p and min-p filters, in that order."""
+    if top_k > 0:
+        kth_largest = probs.topk(min(top_k, probs.numel())).values[-1]
+        probs = _renormalised(probs, probs >= kth_largest)
+    if top_p < 1.0:
+        ordered, order = probs.sort(descending=True, stable=True)
+        preceding = ordered.cumsum(0) - ordered
+        keep = torch.zeros_like(probs, dtype=torch.bool)
+        keep[order] = preceding < top_p
+        probs = _renormalised(probs, keep)
+    if min_p > 0.0:
+        probs = _renormalised(probs, probs >= min_p * probs.max())
+    return probs
+
+
+def _draw(probs: torch.Tensor, seed: int) -> int:
+    """The contract's exponential race: argmax(p / -log(u)), u seeded per row."""
+    generator = torch.Generator("cpu").manual_seed(seed)
+    uniform = torch.rand(probs.numel(), generator=generator)
+    return int(torch.argmax(probs / -torch.log(uniform)))
+
+
+@KERNELS.register("sample")
+def sample(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+    seeds: torch.Tensor,
+    num_logprobs: int,
+    token_ids: torch.Tensor,
+    logprobs: torch.Tensor,
+    top_logprobs: torch.Tensor,
+    top_token_ids: torch.Tensor,
+) -> None:
+    """One token per row, with logprobs of the raw (unfiltered, untempered) logits."""
+    for b, row in enumerate(logits.float()):
+        temp = float(temperature[b])
+        if temp < GREEDY_TEMPERATURE:
+            token = int(torch.argmax(row))  # torch.argmax returns the first maximum
+        else:
+            probs = _filtered(torch.softmax(row / temp, dim=0), int(top_k[b]), float(top_p[b]), float(min_p[b]))
+            token = _draw(probs, int(seeds[b]))
+        raw_logprobs = torch.log_softmax(row.double(), dim=0)
+        token_ids[b] = token
+        logprobs[b] = raw_logprobs[token]
+        if num_logprobs > 0:
+            best = raw_logprobs.topk(num_logprobs)
+            top_logprobs[b] = best.values
+            top_token_ids[b] = best.indices
