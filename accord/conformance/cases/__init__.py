@@ -1,0 +1,36 @@
+"""Seeded conformance cases for every op contract, one module per contract family,
+plus the illegal calls derived from them."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from ..case import Case
+from . import attention, cache, elementwise, fp8, moe, sampling
+from .illegal import illegal_cases
+
+CaseGenerator = Callable[[int], Iterable[Case]]
+
+#: Each op's legal-case generator, called with the run's seed.
+GENERATORS: dict[str, CaseGenerator] = {
+    **elementwise.CASES,
+    **cache.CASES,
+    **attention.CASES,
+    **moe.CASES,
+    **fp8.CASES,
+    **sampling.CASES,
+}
+
+
+def cases_for(op: str, seed: int = 0) -> list[Case]:
+    """Every case of `op`: its legal cases, then the illegal calls derived from the
+    legal case that passes the most tensors (so optional index tensors get broken
+    too). Raises KeyError for an op with no generator."""
+    legal = list(GENERATORS[op](seed))
+    if not legal:
+        return legal
+    fullest = max(legal, key=lambda case: sum(v is not None for v in case.args.values()))
+    return legal + illegal_cases(fullest)
+
+
+__all__ = ["GENERATORS", "Case", "CaseGenerator", "cases_for"]

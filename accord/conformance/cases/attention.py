@@ -1,0 +1,82 @@
+"""Cases for paged_attention (GQA) and mla_attention: a lone first token, and a mixed
+batch of decodes on and just past a block edge, a prefill and a chunk with context."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from ...op_contracts import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES
+from ..case import Case, randn, seeded
+from .paged import BLOCK_SIZE, paged_batch
+
+#: Named batches of (new query tokens, cached length incl. those tokens) per sequence.
+BATCHES = {
+    "first-token": ((1, 1),),
+    "mixed": ((1, BLOCK_SIZE), (1, BLOCK_SIZE + 1), (5, 5), (3, 2 * BLOCK_SIZE + 4)),
+}
+Q_HEADS, KV_HEADS, HEAD_DIM = 4, 2, 32
+MLA_HEADS, LATENT_DIM, ROPE_DIM = 2, 32, 16
+FP8_SCALE = 0.5
+SLIDING_WINDOW = 6
+
+
+def _cache_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    return (dtype, *FP8_DTYPES)
+
+
+def _variants() -> Iterator[tuple[str, tuple[tuple[int, int], ...], int]]:
+    """(name, batch, sliding window): every batch at full causal, the mixed one windowed."""
+    for name, batch in BATCHES.items():
+        yield name, batch, 0
+    yield f"mixed window={SLIDING_WINDOW}", BATCHES["mixed"], SLIDING_WINDOW
+
+
+def paged_attention_cases(seed: int) -> Iterator[Case]:
+    """query dtype x cache dtype (same or either fp8) x metadata index width."""
+    for dtype in FLOAT_DTYPES:
+        for cache_dtype in _cache_dtypes(dtype):
+            for index_dtype in INDEX_DTYPES:
+                for name, sequences, window in _variants():
+                    g = seeded(seed, "paged_attention", dtype, cache_dtype, index_dtype, name)
+                    batch = paged_batch(g, sequences)
+                    cache_shape = (batch.num_blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
+                    scale = FP8_SCALE if cache_dtype in FP8_DTYPES else 1.0
+                    args = {
+                        "query": randn(g, (batch.num_tokens, Q_HEADS, HEAD_DIM), dtype),
+                        "key_cache": randn(g, cache_shape, cache_dtype),
+                        "value_cache": randn(g, cache_shape, cache_dtype),
+                        **batch.metadata(index_dtype),
+                        "scale": HEAD_DIM**-0.5,
+                        "sliding_window": window,
+                        "k_scale": scale,
+                        "v_scale": scale,
+                    }
+                    yield Case("paged_attention", name, args)
+
+
+def mla_attention_cases(seed: int) -> Iterator[Case]:
+    """query dtype x latent cache dtype (same or either fp8) x metadata index width."""
+    for dtype in FLOAT_DTYPES:
+        for cache_dtype in _cache_dtypes(dtype):
+            for index_dtype in INDEX_DTYPES:
+                for name, sequences in BATCHES.items():
+                    g = seeded(seed, "mla_attention", dtype, cache_dtype, index_dtype, name)
+                    batch = paged_batch(g, sequences)
+                    tokens = batch.num_tokens
+                    args = {
+                        "q_latent": randn(g, (tokens, MLA_HEADS, LATENT_DIM), dtype),
+                        "q_pe": randn(g, (tokens, MLA_HEADS, ROPE_DIM), dtype),
+                        "kv_cache": randn(g, (batch.num_blocks, BLOCK_SIZE, LATENT_DIM + ROPE_DIM), cache_dtype),
+                        **batch.metadata(index_dtype),
+                        "scale": (LATENT_DIM + ROPE_DIM) ** -0.5,
+                        "kv_scale": FP8_SCALE if cache_dtype in FP8_DTYPES else 1.0,
+                    }
+                    yield Case("mla_attention", name, args)
+
+
+CASES = {
+    "paged_attention": paged_attention_cases,
+    "mla_attention": mla_attention_cases,
+}

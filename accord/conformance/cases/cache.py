@@ -1,0 +1,68 @@
+"""Cases for the KV cache writers, reshape_and_cache and concat_and_cache_mla: token
+counts below, on and just past a block, padding slots, and float and fp8 caches."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from ...op_contracts import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES
+from ..case import Case, randn, seeded
+from .paged import BLOCK_SIZE, slot_mapping
+
+NUM_BLOCKS = 4
+TOKEN_COUNTS = (1, BLOCK_SIZE, BLOCK_SIZE + 1)
+KV_HEADS, HEAD_DIM = 2, 16
+LATENT_DIM, ROPE_DIM = 32, 16
+#: fp8 caches store value / scale; a scale != 1 checks that it is applied.
+FP8_SCALE = 0.25
+
+
+def _cache_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    return (dtype, *FP8_DTYPES)
+
+
+def reshape_and_cache_cases(seed: int) -> Iterator[Case]:
+    """key/value dtype x cache dtype (same or either fp8) x slot index width."""
+    for dtype in FLOAT_DTYPES:
+        for cache_dtype in _cache_dtypes(dtype):
+            for index_dtype in INDEX_DTYPES:
+                for tokens in TOKEN_COUNTS:
+                    g = seeded(seed, "reshape_and_cache", dtype, cache_dtype, index_dtype, tokens)
+                    cache_shape = (NUM_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
+                    scale = FP8_SCALE if cache_dtype in FP8_DTYPES else 1.0
+                    args = {
+                        "key": randn(g, (tokens, KV_HEADS, HEAD_DIM), dtype),
+                        "value": randn(g, (tokens, KV_HEADS, HEAD_DIM), dtype),
+                        # Prior contents: slots the op must not touch keep them.
+                        "key_cache": randn(g, cache_shape, cache_dtype),
+                        "value_cache": randn(g, cache_shape, cache_dtype),
+                        "slot_mapping": slot_mapping(g, tokens, NUM_BLOCKS * BLOCK_SIZE, index_dtype),
+                        "k_scale": scale,
+                        "v_scale": scale / 2,
+                    }
+                    yield Case("reshape_and_cache", f"T={tokens} BS={BLOCK_SIZE}", args)
+
+
+def concat_and_cache_mla_cases(seed: int) -> Iterator[Case]:
+    """latent dtype x cache dtype (same or either fp8) x slot index width."""
+    for dtype in FLOAT_DTYPES:
+        for cache_dtype in _cache_dtypes(dtype):
+            for index_dtype in INDEX_DTYPES:
+                for tokens in TOKEN_COUNTS:
+                    g = seeded(seed, "concat_and_cache_mla", dtype, cache_dtype, index_dtype, tokens)
+                    args = {
+                        "kv_c": randn(g, (tokens, LATENT_DIM), dtype),
+                        "k_pe": randn(g, (tokens, ROPE_DIM), dtype),
+                        "kv_cache": randn(g, (NUM_BLOCKS, BLOCK_SIZE, LATENT_DIM + ROPE_DIM), cache_dtype),
+                        "slot_mapping": slot_mapping(g, tokens, NUM_BLOCKS * BLOCK_SIZE, index_dtype),
+                        "scale": FP8_SCALE if cache_dtype in FP8_DTYPES else 1.0,
+                    }
+                    yield Case("concat_and_cache_mla", f"T={tokens} BS={BLOCK_SIZE}", args)
+
+
+CASES = {
+    "reshape_and_cache": reshape_and_cache_cases,
+    "concat_and_cache_mla": concat_and_cache_mla_cases,
+}

@@ -1,0 +1,152 @@
+"""Compares a backend's outputs with the reference's as the contracts define equality:
+normalised MSE within tolerance for values, exact for indices, top-k ids as sets,
+quantised outputs by their dequantised value; NaN always fails, Inf must match."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from ..op_contracts import OpContract
+
+#: Ops whose id order within a row is not part of the contract: (id output, outputs
+#: that travel with each id). Both sides are sorted by id before comparing.
+UNORDERED_ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "moe_route": ("topk_ids", ("topk_weights",)),
+    "sample": ("top_token_ids", ("top_logprobs",)),
+}
+#: Ops compared by dequantised value: (quantised output, its scales output).
+DEQUANTISED: dict[str, tuple[str, str]] = {"quantize_fp8": ("q", "scales")}
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output (or mutated tensor) compared: the error figure (NMSE, or the
+    fraction of mismatched elements for exact outputs), its bound, and why it failed."""
+
+    name: str
+    error: float
+    tolerance: float
+    failure: str | None = None
+    exact: bool = False
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every output's check for one run."""
+
+    checks: tuple[OutputCheck, ...]
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"{c.name}: {c.failure}" for c in self.checks if c.failure]
+
+    @property
+    def worst_error(self) -> float | None:
+        """The largest NMSE among value outputs (exact outputs report by message)."""
+        errors = [c.error for c in self.checks if not c.exact and c.error == c.error]  # NaN: no figure
+        return max(errors) if errors else None
+
+
+def nmse(got: torch.Tensor, want: torch.Tensor) -> float:
+    """sum((got - want)^2) / sum(want^2) over finite reference elements, in fp64 (the
+    plain squared error when the reference is all zeros)."""
+    got64, want64 = got.double(), want.double()
+    finite = torch.isfinite(want64)
+    got64, want64 = got64[finite], want64[finite]
+    error = float(((got64 - want64) ** 2).sum())
+    scale = float((want64**2).sum())
+    return error / scale if scale > 0 else error
+
+
+def nonfinite_problem(got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """Why `got`'s NaN/Inf pattern is wrong (any NaN; Inf where the reference has none
+    or of the other sign), or None."""
+    got64, want64 = got.double(), want.double()
+    if (nans := int(got64.isnan().sum())):
+        return f"{nans} NaN (unwritten or broken)"
+    if (ref_nans := int(want64.isnan().sum())):
+        return f"the reference produced {ref_nans} NaN"
+    got_inf, want_inf = got64.isinf(), want64.isinf()
+    if not torch.equal(got_inf, want_inf) or not torch.equal(got64[got_inf], want64[want_inf]):
+        return "Inf where the reference has none (or the reference's Inf missing)"
+    return None
+
+
+def dequantise(q: torch.Tensor, scales: torch.Tensor, group_size: int) -> torch.Tensor:
+    """q * scale in fp64, each scale covering a whole row (one column of scales), or
+    `group_size` consecutive columns."""
+    group = q.shape[1] if scales.shape[1] == 1 else group_size
+    per_element = scales.double().repeat_interleave(group, dim=1)[:, : q.shape[1]]
+    return q.double() * per_element.expand(q.shape[0], -1)
+
+
+def _sorted_rows(outputs: dict[str, torch.Tensor], ids_name: str, companions: tuple[str, ...]) -> None:
+    """Sort each row of `ids_name` ascending, permuting its companions alike."""
+    order = outputs[ids_name].sort(dim=-1, stable=True).indices
+    for name in (ids_name, *companions):
+        outputs[name] = outputs[name].gather(-1, order)
+
+
+def _canonical(op: str, outputs: Mapping[str, torch.Tensor], args: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Outputs in the form the contract compares: rows sorted by id, fp8 dequantised."""
+    canonical = dict(outputs)
+    if op in UNORDERED_ROWS:
+        _sorted_rows(canonical, *UNORDERED_ROWS[op])
+    if op in DEQUANTISED:
+        q, scales = DEQUANTISED[op]
+        canonical[q] = dequantise(canonical[q], canonical[scales], args["group_size"])
+    return canonical
+
+
+def _is_exact(contract: OpContract, name: str, tensor: torch.Tensor) -> bool:
+    declared = [o.index for o in contract.outputs if o.name == name]
+    return (declared[0] if declared else False) or not tensor.dtype.is_floating_point
+
+
+def _check(name: str, got: torch.Tensor, want: torch.Tensor, exact: bool, tolerance: float) -> OutputCheck:
+    if exact:
+        mismatched = int((got != want).sum())
+        fraction = mismatched / max(want.numel(), 1)
+        failure = f"{mismatched} of {want.numel()} elements differ (exact)" if mismatched else None
+        return OutputCheck(name, fraction, 0.0, failure, exact=True)
+    problem = nonfinite_problem(got, want)
+    if problem:
+        return OutputCheck(name, float("nan"), tolerance, problem)
+    error = nmse(got, want)
+    failure = f"NMSE {error:.3g} > {tolerance:.3g}" if error > tolerance else None
+    return OutputCheck(name, error, tolerance, failure)
+
+
+def compare_outputs(
+    contract: OpContract,
+    args: Mapping[str, Any],
+    got: Mapping[str, torch.Tensor],
+    want: Mapping[str, torch.Tensor],
+    tolerance: float,
+) -> Comparison:
+    """Check every reference output (mutated tensors included) against the backend's."""
+    layout = [
+        OutputCheck(name, float("nan"), tolerance, f"is {got[name].dtype}{list(got[name].shape)}, "
+                    f"expected {want[name].dtype}{list(want[name].shape)}")
+        for name in want
+        if got[name].dtype != want[name].dtype or got[name].shape != want[name].shape
+    ]
+    if layout:
+        return Comparison(tuple(layout))
+    exact = {name: _is_exact(contract, name, tensor) for name, tensor in want.items()}
+    got_c, want_c = _canonical(contract.name, got, args), _canonical(contract.name, want, args)
+    return Comparison(tuple(_check(n, got_c[n], want_c[n], exact[n], tolerance) for n in want))
+
+
+def same_bits(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """Whether two tensors hold identical bytes (NaN payloads included)."""
+    if first.dtype != second.dtype or first.shape != second.shape:
+        return False
+    return torch.equal(_raw_bytes(first), _raw_bytes(second))
+
+
+def _raw_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous().reshape(-1).view(torch.uint8)

@@ -1,0 +1,63 @@
+"""What conformance found, as plain data: one CaseResult per case and the report of a
+run. Printing (table.py) and the machine-readable reports are built from these."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Status(str, Enum):
+    """A case's outcome. `refused` is an illegal call refused as its contract declares;
+    `unsupported` a legal call the backend declines (never counted as passed)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    REFUSED = "refused"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case on one backend. `error` is the worst NMSE among its value outputs
+    against `tolerance` (exact outputs, such as ids, report mismatches in `message`);
+    `deterministic` and `batch_invariant` are None where they were not checked;
+    `tolerance_note` says when the backend declared a wider tolerance, and `adapters`
+    which declared boundary casts the dispatcher applied."""
+
+    op: str
+    case: str
+    combo: str
+    status: Status
+    message: str = ""
+    error: float | None = None
+    tolerance: float | None = None
+    deterministic: bool | None = None
+    batch_invariant: bool | None = None
+    tolerance_note: str = ""
+    adapters: str = ""
+
+
+@dataclass(frozen=True)
+class ConformanceReport:
+    """A run of one backend against the reference: every result, in op order."""
+
+    backend: str
+    reference: str
+    seed: int
+    results: tuple[CaseResult, ...]
+    seconds: float
+
+    @property
+    def failed(self) -> bool:
+        """Whether any case failed (the run's exit status)."""
+        return any(r.status is Status.FAIL for r in self.results)
+
+    def counts(self) -> Counter[Status]:
+        """How many cases ended in each status."""
+        return Counter(r.status for r in self.results)
+
+    def ops(self) -> list[str]:
+        """The ops this run covered, in run order."""
+        return list(dict.fromkeys(r.op for r in self.results))
