@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 from ...op_contracts import KernelSet
 from ..base import Backend
 
 
+@cache
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX); without
     them torch's bf16 GEMMs are emulated and orders of magnitude slower than fp32."""

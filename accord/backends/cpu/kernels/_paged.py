@@ -1,0 +1,99 @@
+"""The parts of paged attention that are not the softmax: splitting a varlen step into
+decodes and prefill chunks, and gathering a sequence's cached keys and values out of
+the block-table cache into contiguous scratch tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ....op_contracts import FP8_DTYPES
+from ._workspace import WORKSPACE
+
+#: Decodes whose context lengths are within this ratio of their bucket's longest share
+#: one padded batch, so padding is never more than a quarter of the gathered work.
+DECODE_PADDING_RATIO = 0.75
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """One step's sequences by kind. `decodes` lists (sequence, query row, cached
+    length) of single-row sequences; `prefills` lists (sequence, first query row,
+    query rows, cached length) of the rest; `owned_rows` is the span of query rows any
+    sequence owns (rows outside it are padding)."""
+
+    decodes: list[tuple[int, int, int]]
+    prefills: list[tuple[int, int, int, int]]
+    owned_rows: tuple[int, int]
+
+
+def step_layout(query_start_loc: torch.Tensor, seq_lens: torch.Tensor) -> StepLayout:
+    """Read the varlen metadata once, at whatever index width it comes in."""
+    starts = query_start_loc.tolist()
+    decodes, prefills = [], []
+    for b, seq_len in enumerate(seq_lens.tolist()):
+        start, q_len = starts[b], starts[b + 1] - starts[b]
+        if q_len == 1:
+            decodes.append((b, start, seq_len))
+        elif q_len > 1:
+            prefills.append((b, start, q_len, seq_len))
+    return StepLayout(decodes, prefills, (starts[0], starts[-1]))
+
+
+def decode_buckets(decodes: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """Decodes grouped by similar context length (longest first), so one padded batch
+    per group wastes little work on padding."""
+    ordered = sorted(decodes, key=lambda d: -d[2])
+    buckets: list[list[tuple[int, int, int]]] = []
+    for decode in ordered:
+        if buckets and decode[2] >= DECODE_PADDING_RATIO * buckets[-1][0][2]:
+            buckets[-1].append(decode)
+        else:
+            buckets.append([decode])
+    return buckets
+
+
+@dataclass(frozen=True)
+class PagedKV:
+    """Where one layer's keys and values live: separate key and value caches (GQA), or
+    one latent cache whose first `value_dim` channels are also the values (MLA, when
+    `value_cache` is None). Caches are [NB, BS, Hk, D]; fp8 ones are read times their
+    scale."""
+
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor | None
+    value_dim: int
+    k_scale: float
+    v_scale: float
+
+    @property
+    def block_size(self) -> int:
+        """Cache positions per block (BS)."""
+        return self.key_cache.shape[1]
+
+    def gather(self, block_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of the blocks `block_ids` [n, nblk] as [n, nblk * BS, Hk, D]
+        tensors of `dtype` (workspace views, valid until the next gather)."""
+        keys = _gather(self.key_cache, block_ids, self.k_scale, dtype, "keys")
+        if self.value_cache is None:
+            return keys, keys[..., : self.value_dim]
+        return keys, _gather(self.value_cache, block_ids, self.v_scale, dtype, "values")
+
+
+def _gather(cache: torch.Tensor, block_ids: torch.Tensor, scale: float, dtype: torch.dtype, name: str) -> torch.Tensor:
+    n, blocks = block_ids.shape
+    _, block_size, *rest = cache.shape
+    shape = (n * blocks, block_size, *rest)
+    flat_ids = block_ids.reshape(-1)
+    if cache.dtype == dtype:
+        gathered = torch.index_select(cache, 0, flat_ids, out=WORKSPACE.take(name, shape, dtype))
+    else:
+        stored = cache
+        if cache.dtype in FP8_DTYPES:  # index_select has no fp8 kernel; the bytes are uint8
+            stored = cache.view(torch.uint8)
+        raw = torch.index_select(stored, 0, flat_ids, out=WORKSPACE.take(f"{name}_raw", shape, stored.dtype))
+        gathered = WORKSPACE.take(name, shape, dtype).copy_(raw.view(cache.dtype))
+        if cache.dtype in FP8_DTYPES:
+            gathered.mul_(scale)
+    return gathered.view(n, blocks * block_size, *rest)

@@ -1,0 +1,5 @@
+"""The cpu backend's kernel table."""
+
+from ....op_contracts import KernelSet
+
+KERNELS = KernelSet()

@@ -1,0 +1,159 @@
+"""Paged attention (GQA) and MLA attention over block-table caches.
+
+Decodes are batched: the blocks of every decoding sequence of similar length are
+gathered into one padded tensor and a single scaled_dot_product_attention call attends
+them all under a length mask, each kv head's query group folded into the query axis.
+Prefill chunks take one SDPA call per sequence with their causal (and window) mask.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._paged import PagedKV, StepLayout, decode_buckets, step_layout
+from ._precision import work_dtype
+from ._registry import KERNELS
+
+
+def _visible(
+    query_pos: torch.Tensor, key_pos: torch.Tensor, seq_len: torch.Tensor, sliding_window: int
+) -> torch.Tensor:
+    """Which cached positions each query row may attend to: causal, inside the cached
+    length, and within the sliding window when one is set."""
+    visible = (key_pos <= query_pos) & (key_pos < seq_len)
+    if sliding_window > 0:
+        visible &= query_pos - key_pos < sliding_window
+    return visible
+
+
+def _attend_decodes(
+    query: torch.Tensor,
+    kv: PagedKV,
+    block_tables: torch.Tensor,
+    decodes: list[tuple[int, int, int]],
+    scale: float,
+    sliding_window: int,
+    out: torch.Tensor,
+) -> None:
+    """One padded SDPA call for single-row sequences; query is [T, Hk, G, Dk] in the
+    work dtype, out is [T, Hq, Dv]."""
+    seqs, rows, lens = (torch.tensor(column) for column in zip(*decodes))
+    block_size = kv.block_size
+    blocks = -(-int(lens.max()) // block_size)
+    key_pos = torch.arange(blocks * block_size)
+    in_sequence = key_pos < lens[:, None]  # [n, L]
+    # Table entries past a sequence's length are unspecified: point them at block 0.
+    block_ids = block_tables.index_select(0, seqs)[:, :blocks].long()
+    block_ids.masked_fill_(~in_sequence[:, ::block_size], 0)
+    keys, values = kv.gather(block_ids, query.dtype)
+    # Padded slots hold whatever the cache held (NaN poison, say), and 0 * NaN is NaN
+    # even under a -inf score: zero them so masked positions contribute exactly 0.
+    padding = (~in_sequence).flatten().nonzero().squeeze(1)
+    n, padded_len = in_sequence.shape
+    keys.view(n * padded_len, *keys.shape[2:]).index_fill_(0, padding, 0)
+    if kv.value_cache is not None:
+        values.view(n * padded_len, *values.shape[2:]).index_fill_(0, padding, 0)
+    visible = _visible(lens[:, None] - 1, key_pos, lens[:, None], sliding_window)
+    attended = F.scaled_dot_product_attention(
+        query.index_select(0, rows),  # [n, Hk, G, Dk]: the group is the query axis
+        keys.transpose(1, 2),
+        values.transpose(1, 2),
+        attn_mask=visible[:, None, None, :],
+        scale=scale,
+    )
+    out.index_copy_(0, rows, attended.reshape(n, out.shape[1], out.shape[2]).to(out.dtype))
+
+
+def _attend_prefill(
+    query: torch.Tensor,
+    kv: PagedKV,
+    block_table: torch.Tensor,
+    rows: slice,
+    seq_len: int,
+    scale: float,
+    sliding_window: int,
+    out: torch.Tensor,
+) -> None:
+    """One sequence's chunk of query rows against its cached positions (SDPA, GQA)."""
+    q_len = rows.stop - rows.start
+    blocks = -(-seq_len // kv.block_size)
+    keys, values = kv.gather(block_table[None, :blocks].long(), query.dtype)
+    q = query[rows].flatten(1, 2).transpose(0, 1)  # [Hq, q_len, Dk]
+    # torch's fused CPU attention takes 4-D inputs with equal head counts only (4-D
+    # with enable_gqa falls back to the unfused math path, several times slower), so
+    # each kv head is repeated for its query group.
+    group = query.shape[2]
+    keys, values = (t[0, :seq_len].repeat_interleave(group, dim=1).transpose(0, 1) for t in (keys, values))
+    # SDPA's is_causal aligns the top-left corner; only a whole-sequence chunk matches.
+    full_causal = q_len == seq_len and sliding_window == 0
+    mask = None
+    if not full_causal:
+        query_pos = torch.arange(seq_len - q_len, seq_len)[:, None]
+        mask = _visible(query_pos, torch.arange(seq_len), torch.tensor(seq_len), sliding_window)
+    attended = F.scaled_dot_product_attention(
+        q[None], keys[None], values[None], attn_mask=mask, is_causal=full_causal, scale=scale
+    )[0]
+    out[rows] = attended.transpose(0, 1)
+
+
+def _attend_step(
+    query: torch.Tensor,
+    kv: PagedKV,
+    block_tables: torch.Tensor,
+    layout: StepLayout,
+    scale: float,
+    sliding_window: int,
+    out: torch.Tensor,
+) -> None:
+    """Attention of every sequence of the step; query is [T, Hk, G, Dk] in the work
+    dtype. Rows no sequence owns are zeroed."""
+    first, last = layout.owned_rows
+    out[:first].zero_()
+    out[last:].zero_()
+    for bucket in decode_buckets(layout.decodes):
+        _attend_decodes(query, kv, block_tables, bucket, scale, sliding_window, out)
+    for b, start, q_len, seq_len in layout.prefills:
+        _attend_prefill(query, kv, block_tables[b], slice(start, start + q_len), seq_len, scale, sliding_window, out)
+
+
+@KERNELS.register("paged_attention")
+def paged_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    sliding_window: int,
+    k_scale: float,
+    v_scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Causal (optionally sliding-window) GQA attention of each sequence's new rows."""
+    tokens, q_heads, head_dim = query.shape
+    kv_heads = key_cache.shape[2]
+    grouped = query.to(work_dtype(query.dtype)).view(tokens, kv_heads, q_heads // kv_heads, head_dim)
+    kv = PagedKV(key_cache, value_cache, head_dim, k_scale, v_scale)
+    _attend_step(grouped, kv, block_tables, step_layout(query_start_loc, seq_lens), scale, sliding_window, out)
+
+
+@KERNELS.register("mla_attention")
+def mla_attention(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    kv_scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Latent attention: one kv head whose key is concat(latent, rope) and whose value
+    is the latent, so every query head is in one group."""
+    dtype = work_dtype(q_latent.dtype)
+    query = torch.cat([q_latent.to(dtype), q_pe.to(dtype)], dim=-1).unsqueeze(1)  # [T, 1, H, L+R]
+    kv = PagedKV(kv_cache.unsqueeze(2), None, q_latent.shape[2], kv_scale, kv_scale)
+    _attend_step(query, kv, block_tables, step_layout(query_start_loc, seq_lens), scale, 0, out)

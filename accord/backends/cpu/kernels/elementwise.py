@@ -1,0 +1,97 @@
+"""Per-token kernels: RMS norm (plain and with the fused residual add), rotary
+embedding and SiLU-and-mul. fp32 runs straight into the output buffers; bf16/fp16
+compute in an fp32 temporary and round once on the final copy, as the contracts say."""
+
+from __future__ import annotations
+
+import torch
+
+from ._registry import KERNELS
+
+
+def _rms_norm_into(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
+    """out = x * rsqrt(mean(x^2) + eps) * weight, in fp32, rounded once to out's dtype."""
+    x32 = x.float()
+    # vector_norm reduces without materialising x^2: mean(x^2) = |x|^2 / H.
+    inv_rms = torch.linalg.vector_norm(x32, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+    if out.dtype == torch.float32:
+        torch.mul(x32, inv_rms, out=out)
+        out.mul_(weight)
+    else:
+        out.copy_(torch.mul(x32, inv_rms).mul_(weight.float()))
+
+
+@KERNELS.register("rms_norm")
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
+    """Llama's RMSNorm, one fused pass per row."""
+    _rms_norm_into(x, weight, eps, out)
+
+
+@KERNELS.register("fused_add_rms_norm")
+def fused_add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    out: torch.Tensor,
+    residual_out: torch.Tensor,
+) -> None:
+    """residual_out = x + residual (torch adds bf16 in fp32 and rounds once), then the
+    norm of that stored sum."""
+    torch.add(x, residual, out=residual_out)
+    _rms_norm_into(residual_out, weight, eps, out)
+
+
+def _pairs(x: torch.Tensor, is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two halves of each rotated pair as views: neox splits the rotary dims in
+    halves, gpt-j interleaves them."""
+    if is_neox:
+        half = x.shape[-1] // 2
+        return x[..., :half], x[..., half:]
+    return x[..., 0::2], x[..., 1::2]
+
+
+def _rotate(source: torch.Tensor, target: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> None:
+    """Rotate the first R dims of every head of `source` into `target`; copy the rest."""
+    rotary_dim = cos.shape[-1] * 2
+    if rotary_dim < source.shape[-1]:
+        target[..., rotary_dim:] = source[..., rotary_dim:]
+    rotated = target[..., :rotary_dim]
+    result = rotated if target.dtype == torch.float32 else torch.empty(rotated.shape, dtype=torch.float32)
+    first, second = _pairs(source[..., :rotary_dim].float(), is_neox)
+    new_first, new_second = _pairs(result, is_neox)
+    torch.mul(first, cos, out=new_first).addcmul_(second, sin, value=-1.0)
+    torch.mul(second, cos, out=new_second).addcmul_(first, sin)
+    if result is not rotated:
+        rotated.copy_(result)
+
+
+@KERNELS.register("rotary_embedding")
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    query_out: torch.Tensor,
+    key_out: torch.Tensor,
+) -> None:
+    """Rotary position embedding of query and key (neox or gpt-j pairs, partial R)."""
+    table = cos_sin_cache.index_select(0, positions.long())
+    half = cos_sin_cache.shape[1] // 2
+    cos, sin = table[:, None, :half], table[:, None, half:]
+    _rotate(query, query_out, cos, sin, is_neox)
+    _rotate(key, key_out, cos, sin, is_neox)
+
+
+@KERNELS.register("silu_and_mul")
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor) -> None:
+    """SwiGLU: silu(gate) * up, written into out without a temporary for fp32."""
+    intermediate = x.shape[1] // 2
+    gate, up = x[:, :intermediate], x[:, intermediate:]
+    if out.dtype == torch.float32:
+        torch.ops.aten.silu.out(gate, out=out)
+        out.mul_(up)
+    else:
+        activated = torch.nn.functional.silu(gate.float(), inplace=True).mul_(up)
+        out.copy_(activated)

@@ -1,0 +1,66 @@
+"""MoE kernels: routing (the reference's, already vectorised torch) and the fused
+experts, tokens grouped by expert so each active expert runs two GEMMs."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ...reference.kernels import KERNELS as REFERENCE_KERNELS
+from ._fp8 import dequantise_blocks
+from ._precision import work_dtype
+from ._registry import KERNELS
+
+#: DeepSeek's weight_scale_inv tiles: one fp32 scale per 128x128 block of a weight.
+WEIGHT_BLOCK = 128
+
+KERNELS.add(REFERENCE_KERNELS.get("moe_route"))
+
+
+def _expert_weight(weights: torch.Tensor, scales: torch.Tensor | None, expert: int, dtype: torch.dtype) -> torch.Tensor:
+    """One expert's weight in `dtype`, dequantised by its block scales when fp8 (per
+    call: nothing is cached, so the memory cost stays that of the fp8 weights)."""
+    if scales is None:
+        return weights[expert].to(dtype)
+    return dequantise_blocks(weights[expert], scales[expert], WEIGHT_BLOCK, WEIGHT_BLOCK).to(dtype)
+
+
+@KERNELS.register("fused_moe")
+def fused_moe(
+    hidden: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    expert_map: torch.Tensor | None,
+    w13_scale: torch.Tensor | None,
+    w2_scale: torch.Tensor | None,
+    activation: str,
+    out: torch.Tensor,
+) -> None:
+    """Weighted sum of each token's chosen experts' SwiGLU MLPs, accumulated in fp32."""
+    top_k = topk_ids.shape[1]
+    experts = topk_ids.reshape(-1).long()
+    if expert_map is not None:
+        experts = expert_map.long().index_select(0, experts)
+    # Sorting the (token, slot) picks by expert makes each expert's picks one slice;
+    # ids shift by one so the -1s (experts on other ranks) sort into a bucket skipped.
+    order = torch.argsort(experts, stable=True)
+    ends = torch.bincount(experts + 1, minlength=w13.shape[0] + 1).cumsum(0).tolist()
+    dtype = work_dtype(hidden.dtype)
+    x = hidden.to(dtype)
+    total = out if out.dtype == torch.float32 else torch.empty(out.shape, dtype=torch.float32)
+    total.zero_()
+    pick_weights = topk_weights.reshape(-1)
+    intermediate = w13.shape[1] // 2
+    for expert in range(w13.shape[0]):
+        if ends[expert] == ends[expert + 1]:
+            continue
+        picks = order[ends[expert] : ends[expert + 1]]
+        tokens = picks // top_k
+        gate_up = F.linear(x.index_select(0, tokens), _expert_weight(w13, w13_scale, expert, dtype))
+        activated = F.silu(gate_up[:, :intermediate]).mul_(gate_up[:, intermediate:])
+        expert_out = F.linear(activated, _expert_weight(w2, w2_scale, expert, dtype)).float()
+        total.index_add_(0, tokens, expert_out.mul_(pick_weights.index_select(0, picks)[:, None]))
+    if total is not out:
+        out.copy_(total)

@@ -1,0 +1,55 @@
+"""cpu cache writers against the reference: the caches they leave must be identical,
+bit for bit (fp8 stores included), with padding slots (-1) skipped."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+NUM_BLOCKS, BLOCK_SIZE = 6, 4
+
+
+def _slots(tokens: int, index_dtype: torch.dtype) -> torch.Tensor:
+    """Distinct shuffled slots, every third one padding (-1)."""
+    slots = torch.randperm(NUM_BLOCKS * BLOCK_SIZE)[:tokens]
+    slots[::3] = -1
+    return slots.to(index_dtype)
+
+
+def _run_on_both(cpu_ops, reference_ops, op: str, *args, caches: tuple[int, ...], **kwargs) -> None:
+    """Call `op` on each backend with its own copy of the caches (the arguments at
+    positions `caches`) and assert the caches come out identical."""
+    results = []
+    for ops in (cpu_ops, reference_ops):
+        call = [a.clone() if i in caches else a for i, a in enumerate(args)]
+        getattr(ops, op)(*call, **kwargs)
+        results.append([call[i] for i in caches])
+    for got, want in zip(*results):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize(
+    "dtype,cache_dtype",
+    [
+        (torch.float32, torch.float32),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.bfloat16, torch.float8_e4m3fn),
+        (torch.float16, torch.float8_e4m3fnuz),
+    ],
+)
+def test_reshape_and_cache_writes_what_the_reference_writes(
+    cpu_ops, reference_ops, index_dtype, dtype, cache_dtype
+) -> None:
+    key, value = (torch.randn(9, 2, 8).mul(300).to(dtype) for _ in range(2))  # past the fp8 range too
+    key_cache, value_cache = (torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 2, 8, dtype=cache_dtype) for _ in range(2))
+    args = (key, value, key_cache, value_cache, _slots(9, index_dtype))
+    _run_on_both(cpu_ops, reference_ops, "reshape_and_cache", *args, caches=(2, 3), k_scale=0.5, v_scale=3.0)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float8_e4m3fn])
+def test_concat_and_cache_mla_writes_what_the_reference_writes(cpu_ops, reference_ops, cache_dtype) -> None:
+    kv_c, k_pe = torch.randn(7, 16), torch.randn(7, 4)
+    kv_cache = torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 20, dtype=cache_dtype)
+    args = (kv_c, k_pe, kv_cache, _slots(7, torch.int64))
+    _run_on_both(cpu_ops, reference_ops, "concat_and_cache_mla", *args, caches=(2,), scale=0.25)
