@@ -1,0 +1,69 @@
+"""Runs `accord serve`: loads the engine, builds the app and serves it with uvicorn
+until SIGTERM (graceful, exit 0) or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+from ..backends.registry import BackendUnavailableError
+from ..core.async_engine import AsyncLLM
+from ..core.engine import LLMEngine
+from .app import create_app
+from .commands.serve import engine_config
+from .demo_model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
+from .serving import ServedModel
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server, except that a SIGTERM ends with exit status 0.
+
+    On SIGTERM uvicorn stops accepting connections, waits up to
+    `timeout_graceful_shutdown` for in-flight requests, cancels the rest (their
+    streams abort their engine requests) and runs the lifespan shutdown. Then it
+    re-raises the signal so the process dies by it; an orchestrator reads that as a
+    crash, so SIGTERM is dropped from the signals it re-raises.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            # uvicorn re-raises what this (private) list holds once the block exits.
+            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serve the model the parsed `accord serve` flags describe; returns the exit code."""
+    model_dir = args.model or str(demo_model_dir())
+    settings = engine_config(args, model_dir)
+    if args.model is None and settings.kv_cache_memory is None:
+        # The engine's CPU default (4 GiB) would dwarf the demo model and slow its start.
+        settings.kv_cache_memory = DEMO_KV_CACHE_BYTES
+    try:
+        engine = AsyncLLM(LLMEngine(settings))
+    except (ValueError, LookupError, OSError, BackendUnavailableError) as error:
+        # A wrong directory, flag or backend: say what, without a traceback.
+        print(f"accord serve: error: {error}", file=sys.stderr)
+        return 1
+    model = ServedModel(
+        name=args.served_model_name or args.model or DEMO_MODEL_NAME,
+        root=model_dir,
+        max_model_len=engine.max_model_len,
+        vocab_size=engine.model_config.vocab_size,
+        description=None if args.model else DEMO_MODEL_DESCRIPTION,
+    )
+    app = create_app(engine, model, api_key=args.api_key, max_waiting_requests=args.max_waiting_requests)
+    server_config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
+        timeout_graceful_shutdown=args.shutdown_timeout,
+    )
+    url = f"http://{args.host}:{args.port}/v1"
+    print(f"accord: serving {model.name} on backend {engine.engine.backend.name} at {url}", file=sys.stderr, flush=True)
+    GracefulServer(server_config).run()
+    return 0

@@ -1,0 +1,119 @@
+"""Admission and failure isolation, on the app over a stub engine (so the timing is
+exact): past --max-waiting-requests a request gets 429, and an engine failure on one
+request fails that request only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+
+from accord.core.outputs import CompletionOutput, RequestOutput
+from accord.core.sampling_params import SamplingParams
+from accord.core.stats import EngineStats
+from accord.server.app import create_app
+from accord.server.serving import ServedModel
+
+FAILING_TOKEN, FAILING_LATE_TOKEN = 13, 14
+MODEL = ServedModel(name="stub", root="/nowhere", max_model_len=64, vocab_size=100)
+
+
+class StubTokenizer:
+    """Characters are tokens."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(char) % 100 for char in text]
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(token) for token in token_ids)
+
+
+class StubEngine:
+    """Just enough of AsyncLLM: it holds every request until `release` is set, then
+    answers one token. A prompt starting with FAILING_TOKEN fails at once, one
+    starting with FAILING_LATE_TOKEN after its first token."""
+
+    max_model_len = MODEL.max_model_len
+    num_allocated_blocks = 0
+
+    def __init__(self) -> None:
+        self.tokenizer = StubTokenizer()
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def generate(
+        self, prompt: dict, params: SamplingParams, request_id: str, priority: int = 0
+    ) -> AsyncIterator[RequestOutput]:
+        token_ids = prompt["prompt_token_ids"]
+        if token_ids[0] == FAILING_TOKEN:
+            raise RuntimeError("the kernel failed")
+        self.started.set()
+        await self.release.wait()
+        fails_late = token_ids[0] == FAILING_LATE_TOKEN
+        sample = CompletionOutput(
+            index=0, text="A", token_ids=[65], cumulative_logprob=None, logprobs=None,
+            finish_reason=None if fails_late else "length",
+        )
+        yield RequestOutput(request_id, None, token_ids, None, [sample], finished=not fails_late)
+        raise RuntimeError("the kernel failed late")
+
+    async def abort(self, request_id: str) -> None:
+        pass
+
+    def get_stats(self) -> EngineStats:
+        return EngineStats()
+
+    async def shutdown(self) -> None:
+        pass
+
+
+def client_for(engine: StubEngine, **options) -> httpx.AsyncClient:
+    app = create_app(engine, MODEL, **options)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://stub")
+
+
+def test_a_request_past_max_waiting_requests_gets_429_while_the_waiting_one_completes() -> None:
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        engine = StubEngine()
+        async with client_for(engine, max_waiting_requests=1) as client:
+            waiting = asyncio.create_task(client.post("/v1/completions", json={"prompt": "a"}))
+            await asyncio.wait_for(engine.started.wait(), timeout=10)
+            refused = await client.post("/v1/completions", json={"prompt": "b"})
+            engine.release.set()
+            return refused, await waiting
+
+    refused, waited = asyncio.run(scenario())
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "too_many_waiting_requests"
+    assert waited.status_code == 200 and waited.json()["choices"][0]["text"] == "A"
+
+
+def test_an_engine_failure_fails_that_request_and_the_next_one_succeeds() -> None:
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        engine = StubEngine()
+        engine.release.set()
+        async with client_for(engine) as client:
+            failed = await client.post("/v1/completions", json={"prompt": [FAILING_TOKEN]})
+            return failed, await client.post("/v1/completions", json={"prompt": "a"})
+
+    failed, served = asyncio.run(scenario())
+    assert failed.status_code == 500
+    assert "the kernel failed" in failed.json()["error"]["message"]
+    assert served.status_code == 200
+
+
+def test_an_engine_failure_mid_stream_ends_the_stream_with_an_error_event() -> None:
+    async def scenario() -> list[str]:
+        engine = StubEngine()
+        engine.release.set()
+        async with client_for(engine) as client:
+            response = await client.post("/v1/completions", json={"prompt": [FAILING_LATE_TOKEN], "stream": True})
+            assert response.status_code == 200
+            return [line for line in response.text.splitlines() if line]
+
+    first, error, done = asyncio.run(scenario())
+    assert json.loads(first.removeprefix("data: "))["choices"][0]["text"] == "A"
+    assert "the kernel failed late" in json.loads(error.removeprefix("data: "))["error"]["message"]
+    assert done == "data: [DONE]"

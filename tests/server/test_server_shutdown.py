@@ -1,0 +1,30 @@
+"""SIGTERM shuts `accord serve` down gracefully: requests in flight finish, then the
+process exits with status 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from server_harness import ENGINE_FLAGS, ServerProcess
+
+MAX_TOKENS = 24
+
+
+def test_sigterm_lets_the_request_in_flight_finish_then_exits_zero(demo_model: Path, cache_dir: Path) -> None:
+    server = ServerProcess(*ENGINE_FLAGS, "--shutdown-timeout", "60", cache_dir=cache_dir)
+    try:
+        body = {"prompt": "Once upon a time", "max_tokens": MAX_TOKENS, "stream": True, "ignore_eos": True, "logprobs": 0}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as response:
+            events = response.iter_lines()
+            first = next(events)
+            server.terminate()
+            rest = [line for line in events if line]
+        chunks = [json.loads(line.removeprefix("data: ")) for line in [first, *rest[:-1]]]
+        assert rest[-1] == "data: [DONE]"
+        assert sum(len(chunk["choices"][0]["logprobs"]["tokens"]) for chunk in chunks) == MAX_TOKENS
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert server.process.wait(timeout=60) == 0
+    finally:
+        server.stop()
