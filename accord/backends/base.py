@@ -80,6 +80,11 @@ class Backend:
         architecture says otherwise; decided at run time, never by vendor name)."""
         return torch.float8_e4m3fn
 
+    def prepare_fp8_weight(self, weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Convert an fp8 weight stored as OCP e4m3fn (the core's format) and its scale
+        to this device's fp8 format at load time; unchanged by default."""
+        return weight, scale
+
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
         """The dtype to compute in when a model asks for `requested` (a CPU without
         native bf16 GEMMs computes bf16 models in fp32, say)."""

@@ -1,30 +1,25 @@
-"""The rocm backend: AMD GPUs, the shared Triton kernels on HIP."""
+"""The rocm backend: AMD GPUs, the shared Triton kernels on HIP plus torch's vendor fast
+paths (torch._scaled_mm on hipBLASLt), with rccl for torch.distributed. The fp8 format
+follows the architecture: e4m3fnuz on gfx94x (MI300-class), e4m3fn on gfx95x."""
 
 from __future__ import annotations
 
 import torch
 
-from ...op_contracts import KernelSet
-from ..base import Availability, Backend
+from ..triton.gpu_backend import GpuBackend
 
 
-class RocmBackend(Backend):
-    """AMD GPUs through torch's HIP build."""
+class RocmBackend(GpuBackend):
+    """AMD GPUs through torch's HIP build (exposed as "cuda" devices)."""
 
     name = "rocm"
-    device_type = "cuda"  # torch exposes HIP devices as "cuda"
     priority = 40
+    # RCCL; torch.distributed reaches it through its "nccl" backend name on ROCm builds.
     dist_backend = "rccl"
-    description = "AMD GPUs (Triton kernels on HIP)"
+    vendor = "AMD"
+    description = "AMD GPUs (Triton kernels on HIP, torch._scaled_mm)"
 
-    def availability(self) -> Availability:
+    def runtime_missing(self) -> str | None:
         if getattr(torch.version, "hip", None) is None:
-            return Availability(False, f"this torch build ({torch.__version__}) has no ROCm/HIP support")
-        if not torch.cuda.is_available():
-            return Availability(False, "no AMD GPU is visible (torch.cuda.is_available() is False)")
-        return Availability(True)
-
-    def load_kernels(self) -> KernelSet:
-        from ..triton.kernels import KERNELS
-
-        return KERNELS
+            return f"this torch build ({torch.__version__}) has no ROCm/HIP support"
+        return None

@@ -10,6 +10,7 @@ import torch
 
 from ...op_contracts import KernelSet
 from ..base import Availability, Backend
+from .gpu_backend import GpuBackend
 
 
 def triton_interpreter_enabled() -> bool:
@@ -17,12 +18,18 @@ def triton_interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-class TritonBackend(Backend):
-    """The Triton kernels on whatever device Triton targets (a GPU, or the CPU
-    interpreter when TRITON_INTERPRET=1)."""
+class TritonBackend(GpuBackend):
+    """The Triton kernels alone (no vendor fast paths) on whatever device Triton
+    targets: a GPU, or the CPU interpreter when TRITON_INTERPRET=1.
+
+    The interpreter needs no declared tolerance widening: the kernels round every
+    bf16 and fp8 store through an exact fp32 grid and run bf16 dots in fp32 there (see
+    kernels/_numerics.py), so its results meet the contracts' own tolerances, and it
+    takes both fp8 formats, which a GPU does not."""
 
     name = "triton"
     priority = 5
+    use_torch_fast_paths = False
     description = "Triton kernels (GPU, or CPU under TRITON_INTERPRET=1)"
 
     @property
@@ -36,7 +43,23 @@ class TritonBackend(Backend):
             return Availability(True)
         return Availability(False, "no CUDA/ROCm device; set TRITON_INTERPRET=1 to run the kernels on the CPU")
 
-    def load_kernels(self) -> KernelSet:
-        from .kernels import KERNELS
+    def fp8_dtype(self) -> torch.dtype:
+        return torch.float8_e4m3fn if triton_interpreter_enabled() else super().fp8_dtype()
 
-        return KERNELS
+    def memory_info(self) -> tuple[int, int]:
+        return Backend.memory_info(self) if triton_interpreter_enabled() else super().memory_info()
+
+    def synchronize(self) -> None:
+        if not triton_interpreter_enabled():
+            super().synchronize()
+
+    def versions(self) -> dict[str, str]:
+        mode = "interpreter (TRITON_INTERPRET=1)" if triton_interpreter_enabled() else "compiled"
+        return super().versions() | {"triton_mode": mode}
+
+    def load_kernels(self) -> KernelSet:
+        if triton_interpreter_enabled():
+            from .kernels import KERNELS
+
+            return KERNELS
+        return super().load_kernels()

@@ -1,0 +1,89 @@
+"""The base of the backends that run the Triton kernels on a GPU (cuda, rocm, and
+triton itself off the interpreter): device checks, memory and synchronisation through
+torch.cuda, the fp8 format read from the device's architecture at run time, and the
+load-time conversion of e4m3fn checkpoints for e4m3fnuz devices."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from functools import cached_property
+
+import torch
+
+from ...op_contracts import KernelSet
+from ..base import Availability, Backend
+from .device import e4m3fn_to_e4m3fnuz, fp8_dtype_for_architecture, gpu_architecture, restrict_fp8
+from .torch_fast_paths import scaled_mm_with_torch
+
+
+class GpuBackend(Backend):
+    """Triton kernels on a torch.cuda device (torch exposes HIP devices as "cuda" too).
+
+    Subclasses say which torch build they need (`runtime_missing`) and whether torch's
+    vendor fast paths join the Triton kernels (`use_torch_fast_paths`)."""
+
+    device_type = "cuda"
+    #: Whether vendor fast paths (torch._scaled_mm) replace Triton kernels where they fit.
+    use_torch_fast_paths: bool = True
+    #: How the availability message names this backend's GPUs ("NVIDIA", "AMD").
+    vendor: str = "CUDA/ROCm"
+
+    def runtime_missing(self) -> str | None:
+        """Why this torch build cannot drive this backend's GPUs, or None when it can."""
+        return None
+
+    def availability(self) -> Availability:
+        missing = self.runtime_missing()
+        if missing is not None:
+            return Availability(False, missing)
+        if importlib.util.find_spec("triton") is None:
+            return Availability(False, "triton is not installed (pip install 'accord[triton]')")
+        if not torch.cuda.is_available():
+            return Availability(False, f"no {self.vendor} GPU is visible (torch.cuda.is_available() is False)")
+        return Availability(True)
+
+    @cached_property
+    def architecture(self) -> str:
+        """The current GPU's architecture (`sm_90`, `gfx942`), read once."""
+        return gpu_architecture(torch.cuda.current_device())
+
+    def fp8_dtype(self) -> torch.dtype:
+        return fp8_dtype_for_architecture(self.architecture)
+
+    def prepare_fp8_weight(self, weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A checkpoint's e4m3fn weight and its scale as this device stores them:
+        converted at load time where the device computes in e4m3fnuz, else unchanged."""
+        if weight.dtype == torch.float8_e4m3fn and self.fp8_dtype() == torch.float8_e4m3fnuz:
+            return e4m3fn_to_e4m3fnuz(weight, scale)
+        return weight, scale
+
+    def memory_info(self) -> tuple[int, int]:
+        free, total = torch.cuda.mem_get_info()
+        return free, total
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def versions(self) -> dict[str, str]:
+        runtime = getattr(torch.version, "hip", None) or torch.version.cuda or "none"
+        versions = {"torch": torch.__version__, "triton": _installed_version("triton"), "gpu_runtime": runtime}
+        if torch.cuda.is_available():
+            versions |= {"device": torch.cuda.get_device_name(), "architecture": self.architecture}
+        return versions
+
+    def load_kernels(self) -> KernelSet:
+        from .kernels import KERNELS
+
+        kernels = restrict_fp8(KERNELS, self.fp8_dtype())
+        if self.use_torch_fast_paths:
+            kernels.add(scaled_mm_with_torch(kernels.get("scaled_mm"), self.architecture))
+        return kernels
+
+
+def _installed_version(package: str) -> str:
+    """The installed version of `package`, or "not installed"."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,73 @@
+"""The Triton fused MoE matches the reference: bf16/fp16/fp32 weights, fp8 weights with
+128x128 block scales in both flavours, an expert map with experts on other ranks, and
+index tensors of mixed widths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accord.op_contracts import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES
+
+TOKENS, HIDDEN, INTERMEDIATE, EXPERTS, TOP_K = 5, 32, 24, 4, 2
+
+
+def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _routing(ids_dtype: torch.dtype, experts: int = EXPERTS) -> tuple[torch.Tensor, torch.Tensor]:
+    weights = _randn(TOKENS, TOP_K, seed=5).softmax(dim=-1)
+    ids = torch.stack(
+        [torch.randperm(experts, generator=torch.Generator().manual_seed(t))[:TOP_K] for t in range(TOKENS)]
+    )
+    return weights, ids.to(ids_dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("ids_dtype", INDEX_DTYPES)
+def test_fused_moe_matches_reference(assert_matches_reference, dtype, ids_dtype):
+    hidden = _randn(TOKENS, HIDDEN).to(dtype)
+    w13 = (_randn(EXPERTS, 2 * INTERMEDIATE, HIDDEN, seed=1) * 0.2).to(dtype)
+    w2 = (_randn(EXPERTS, HIDDEN, INTERMEDIATE, seed=2) * 0.2).to(dtype)
+    assert_matches_reference("fused_moe", hidden, w13, w2, *_routing(ids_dtype))
+
+
+@pytest.mark.parametrize("ids_dtype, map_dtype", [(torch.int64, torch.int32), (torch.int32, torch.int64)])
+def test_fused_moe_skips_experts_mapped_to_other_ranks(assert_matches_reference, ids_dtype, map_dtype):
+    # Six global experts, this rank holds global 1, 4 and 5 as local 0, 1 and 2.
+    expert_map = torch.tensor([-1, 0, -1, -1, 1, 2], dtype=map_dtype)
+    hidden = _randn(TOKENS, HIDDEN).to(torch.bfloat16)
+    w13 = (_randn(3, 2 * INTERMEDIATE, HIDDEN, seed=1) * 0.2).to(torch.bfloat16)
+    w2 = (_randn(3, HIDDEN, INTERMEDIATE, seed=2) * 0.2).to(torch.bfloat16)
+    assert_matches_reference("fused_moe", hidden, w13, w2, *_routing(ids_dtype, experts=6), expert_map)
+
+
+def test_fused_moe_gives_zero_for_a_token_whose_experts_are_all_elsewhere(triton_ops):
+    weights, ids = _routing(torch.int32)
+    expert_map = torch.full((EXPERTS,), -1, dtype=torch.int32)
+    expert_map[ids[1:].unique().long()] = torch.arange(ids[1:].unique().numel(), dtype=torch.int32)
+    expert_map[ids[0].long()] = -1
+    w13 = _randn(EXPERTS, 2 * INTERMEDIATE, HIDDEN, seed=1)
+    out = triton_ops.fused_moe(_randn(TOKENS, HIDDEN), w13, _randn(EXPERTS, HIDDEN, INTERMEDIATE), weights, ids, expert_map)
+    assert torch.equal(out[0], torch.zeros(HIDDEN))
+
+
+def _block_quantised(weight: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """An fp8 weight [E, rows, cols] and its 128x128 block scales."""
+    experts, rows, cols = weight.shape
+    scales = _randn(experts, -(-rows // 128), -(-cols // 128), seed=9).abs() * 0.01 + 0.005
+    return weight.to(fp8_dtype), scales
+
+
+@pytest.mark.parametrize("fp8_dtype", FP8_DTYPES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_fused_moe_dequantises_fp8_weights_by_their_block_scales(assert_matches_reference, dtype, fp8_dtype):
+    # 2I = 288 and H = 160 span partial 128x128 blocks in both directions.
+    intermediate, hidden_size = 144, 160
+    w13, w13_scale = _block_quantised(_randn(EXPERTS, 2 * intermediate, hidden_size, seed=1) * 8, fp8_dtype)
+    w2, w2_scale = _block_quantised(_randn(EXPERTS, hidden_size, intermediate, seed=2) * 8, fp8_dtype)
+    hidden = _randn(TOKENS, hidden_size).to(dtype)
+    assert_matches_reference(
+        "fused_moe", hidden, w13, w2, *_routing(torch.int64), None, w13_scale, w2_scale
+    )
