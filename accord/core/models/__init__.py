@@ -1,0 +1,86 @@
+"""Model graphs for Hugging Face checkpoints, and `load_model`, the one entry point the
+engine calls: read config.json, pick the graph, load safetensors into it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ...op_contracts import OpDispatcher
+from ..loader import CheckpointError, SafetensorsCheckpoint, read_json
+from ..model_config import DTYPES_BY_NAME, ModelConfig, ModelConfigError
+from .causal_lm import CausalLM
+from .registry import UnsupportedArchitectureError, check_supported, family, supported_architectures
+from .weights import WeightLoader
+
+QUANTIZATIONS = (None, "fp8")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to run, with its parsed config (`config.dtype` is the dtype it runs in)."""
+
+    model: CausalLM
+    config: ModelConfig
+
+
+def load_model(
+    model_dir: str | Path,
+    ops: OpDispatcher,
+    dtype: torch.dtype | str = "auto",
+    quantization: str | None = None,
+    compute_dtype: Callable[[torch.dtype], torch.dtype] | None = None,
+) -> LoadedModel:
+    """Load a Hugging Face model directory onto `ops`'s backend.
+
+    `dtype` "auto" takes config.json's dtype; the result goes through `compute_dtype`
+    (the backend's, e.g. bf16 -> fp32 on CPUs without bf16 GEMMs). `quantization`
+    "fp8" quantises dense weights at load; block-fp8 checkpoints stay fp8 regardless.
+    """
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir}: not a directory")
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization {quantization!r} is not supported; choose from {list(QUANTIZATIONS)}")
+    raw = read_json(model_dir, "config.json")
+    architecture = check_supported(raw)
+    generation = read_json(model_dir, "generation_config.json", required=False)
+    config = ModelConfig.from_hf(raw, generation)
+    run_dtype = _resolve_dtype(dtype, config.dtype)
+    if compute_dtype is not None:
+        run_dtype = compute_dtype(run_dtype)
+    config = dataclasses.replace(config, dtype=run_dtype)
+    builder = family(architecture)
+    weights = WeightLoader(
+        SafetensorsCheckpoint(model_dir), ops, run_dtype, torch.device(ops.backend.device_type),
+        quantize_fp8=quantization == "fp8",
+    )
+    model = CausalLM.load(weights, config, builder.build_layer)
+    weights.finish(lambda name: builder.ignores(name, config))
+    return LoadedModel(model, config)
+
+
+def _resolve_dtype(dtype: torch.dtype | str, checkpoint: torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return checkpoint
+    if dtype not in DTYPES_BY_NAME:
+        raise ValueError(f"dtype {dtype!r} is not supported; choose auto or one of {sorted(DTYPES_BY_NAME)}")
+    return DTYPES_BY_NAME[dtype]
+
+
+__all__ = [
+    "CausalLM",
+    "CheckpointError",
+    "LoadedModel",
+    "ModelConfig",
+    "ModelConfigError",
+    "UnsupportedArchitectureError",
+    "load_model",
+    "supported_architectures",
+]

@@ -1,0 +1,114 @@
+"""The decoder-only skeleton every family shares: embedding, pre-norm decoder layers,
+final norm and the LM head. Families differ only in the attention and feed-forward
+blocks they put in each layer."""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...op_contracts import OpDispatcher
+from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ..model_config import ModelConfig
+from .layers import RMSNorm, RotaryEmbedding
+from .weights import WeightLoader
+
+
+class Attention(Protocol):
+    """An attention block: knows its cache layout, writes and reads its cache."""
+
+    def kv_cache_spec(self) -> KVCacheSpec: ...
+
+    def __call__(
+        self, positions: torch.Tensor, hidden: torch.Tensor, attn: AttentionMetadata, kv_cache: LayerKVCache
+    ) -> torch.Tensor: ...
+
+
+class DecoderLayer:
+    """x + attention(norm(x)), then + feed_forward(norm(.)); the residual adds are fused
+    into the next norm (ops.fused_add_rms_norm)."""
+
+    def __init__(
+        self, input_norm: RMSNorm, attention: Attention, post_attention_norm: RMSNorm,
+        feed_forward: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        self.input_norm = input_norm
+        self.attention = attention
+        self.post_attention_norm = post_attention_norm
+        self.feed_forward = feed_forward
+
+    def __call__(
+        self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None,
+        attn: AttentionMetadata, kv_cache: LayerKVCache,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's output, the residual stream before it) for the next layer's norm."""
+        if residual is None:
+            residual, hidden = hidden, self.input_norm(hidden)
+        else:
+            hidden, residual = self.input_norm(hidden, residual)
+        hidden = self.attention(positions, hidden, attn, kv_cache)
+        hidden, residual = self.post_attention_norm(hidden, residual)
+        return self.feed_forward(hidden), residual
+
+
+#: Builds decoder layer `layer` from the checkpoint: (weights, config, layer, rotary).
+LayerBuilder = Callable[[WeightLoader, ModelConfig, int, RotaryEmbedding], DecoderLayer]
+
+
+class CausalLM:
+    """A decoder-only language model on the paged KV cache: the engine's view of a model."""
+
+    def __init__(
+        self, config: ModelConfig, ops: OpDispatcher, embed: torch.Tensor, layers: Sequence[DecoderLayer],
+        norm: RMSNorm, lm_head: torch.Tensor,
+    ) -> None:
+        self.config = config
+        self.ops = ops
+        self.embed = embed
+        self.layers = list(layers)
+        self.norm = norm
+        self.lm_head = lm_head
+
+    @classmethod
+    def load(cls, weights: WeightLoader, config: ModelConfig, build_layer: LayerBuilder) -> CausalLM:
+        """Every tensor from the checkpoint; `build_layer` makes each decoder layer."""
+        hidden, vocab = config.hidden_size, config.vocab_size
+        rotary = RotaryEmbedding(weights.ops, config.rope, config.max_position_embeddings, weights.device)
+        embed = weights.tensor("model.embed_tokens.weight", (vocab, hidden))
+        layers = [build_layer(weights, config, i, rotary) for i in range(config.num_layers)]
+        norm = RMSNorm(weights.ops, weights.tensor("model.norm.weight", (hidden,)), config.rms_norm_eps)
+        if config.tie_word_embeddings:
+            lm_head = embed
+        else:
+            lm_head = weights.tensor("lm_head.weight", (vocab, hidden))
+        return cls(config, weights.ops, embed, layers, norm, lm_head)
+
+    def kv_cache_specs(self) -> list[KVCacheSpec]:
+        """One cache spec per decoder layer, in layer order."""
+        return [layer.attention.kv_cache_spec() for layer in self.layers]
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+        kv_caches: Sequence[LayerKVCache],
+    ) -> torch.Tensor:
+        """Final hidden states [T, H] of one flattened step (writes its K/V to the caches)."""
+        hidden, residual = F.embedding(input_ids, self.embed), None
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            hidden, residual = layer(positions, hidden, residual, attn, kv_cache)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [N, V] in fp32 for the rows of `hidden` [N, H] that need sampling."""
+        return F.linear(hidden, self.lm_head).float()
+
+
+def layer_norms(weights: WeightLoader, config: ModelConfig, prefix: str) -> tuple[RMSNorm, RMSNorm]:
+    """A decoder layer's (input_layernorm, post_attention_layernorm)."""
+    eps, shape = config.rms_norm_eps, (config.hidden_size,)
+    return (
+        RMSNorm(weights.ops, weights.tensor(f"{prefix}.input_layernorm.weight", shape), eps),
+        RMSNorm(weights.ops, weights.tensor(f"{prefix}.post_attention_layernorm.weight", shape), eps),
+    )

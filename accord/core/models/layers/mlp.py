@@ -1,0 +1,67 @@
+"""Feed-forward blocks: the gated (SwiGLU) MLP and the routed mixture of experts."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ....op_contracts import OpDispatcher
+from ...model_config import MoeConfig
+from ..weights import ExpertWeights, WeightLoader
+from .linear import Linear
+
+
+class GatedMLP:
+    """down(silu(gate(x)) * up(x)), with gate and up fused into one GEMM."""
+
+    def __init__(self, ops: OpDispatcher, gate_up: Linear, down: Linear) -> None:
+        self.ops = ops
+        self.gate_up = gate_up
+        self.down = down
+
+    @classmethod
+    def load(
+        cls, weights: WeightLoader, prefix: str, hidden: int, intermediate: int,
+        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
+    ) -> GatedMLP:
+        """From `prefix.{gate,up,down}` (names in that order)."""
+        gate, up, down = names
+        gate_up = weights.linear([f"{prefix}.{gate}", f"{prefix}.{up}"], hidden, [intermediate, intermediate])
+        return cls(weights.ops, gate_up, weights.linear([f"{prefix}.{down}"], intermediate, [hidden]))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.ops.silu_and_mul(self.gate_up(x)))
+
+
+class SparseMoE:
+    """Routed experts through ops.moe_route and ops.fused_moe, plus shared experts
+    (DeepSeek) added on top. The router GEMM runs in the router weight's dtype (fp32 for
+    DeepSeek, whose router Hugging Face keeps in fp32)."""
+
+    def __init__(
+        self,
+        ops: OpDispatcher,
+        config: MoeConfig,
+        router: torch.Tensor,
+        experts: ExpertWeights,
+        correction_bias: torch.Tensor | None = None,
+        shared: GatedMLP | None = None,
+    ) -> None:
+        self.ops = ops
+        self.config = config
+        self.router = router
+        self.experts = experts
+        self.correction_bias = correction_bias
+        self.shared = shared
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        cfg, experts = self.config, self.experts
+        router_logits = F.linear(x.to(self.router.dtype), self.router)
+        topk_weights, topk_ids = self.ops.moe_route(
+            router_logits, self.correction_bias, top_k=cfg.top_k, scoring=cfg.scoring, renormalize=cfg.renormalize,
+            n_group=cfg.n_group, topk_group=cfg.topk_group, routed_scaling_factor=cfg.routed_scaling_factor,
+        )
+        out = self.ops.fused_moe(
+            x, experts.w13, experts.w2, topk_weights, topk_ids, None, experts.w13_scale, experts.w2_scale
+        )
+        return out if self.shared is None else out + self.shared(x)

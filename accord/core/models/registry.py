@@ -1,0 +1,69 @@
+"""Which graph builds which `architectures[0]` of config.json. Family modules are
+imported only when their architecture is asked for; anything else is refused with the
+list of supported architectures."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..model_config import ModelConfig
+from .causal_lm import LayerBuilder
+
+#: architecture -> module (under accord.core.models) holding its `build_layer`, and
+#: optionally `is_unused_tensor(name, config)` for tensors it knowingly leaves unread.
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "llama",
+    "Qwen3ForCausalLM": "llama",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen3MoeForCausalLM": "mixtral",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+}
+
+
+class UnsupportedArchitectureError(ValueError):
+    """config.json names an architecture no graph here implements."""
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """How to build one architecture: its decoder layer, and which checkpoint tensors it
+    knowingly leaves unread."""
+
+    build_layer: LayerBuilder
+    ignores: Callable[[str, ModelConfig], bool]
+
+
+def supported_architectures() -> list[str]:
+    """Every architecture name load_model accepts, sorted."""
+    return sorted(ARCHITECTURES)
+
+
+def check_supported(raw_config: Mapping[str, Any]) -> str:
+    """The architecture of a config.json dict, or UnsupportedArchitectureError saying why
+    not (remote-code models are refused: their code is never run)."""
+    architecture = (raw_config.get("architectures") or ["<none>"])[0]
+    if architecture in ARCHITECTURES:
+        return architecture
+    remote = " It ships its own modeling code (auto_map), which is never run." if raw_config.get("auto_map") else ""
+    raise UnsupportedArchitectureError(
+        f"Unsupported architecture: {architecture}.{remote} Supported items: {supported_architectures()}"
+    )
+
+
+def family(architecture: str) -> ModelFamily:
+    """The family that builds `architecture` (checked with check_supported first)."""
+    module = importlib.import_module(f".{ARCHITECTURES[architecture]}", __package__)
+    family_ignores = getattr(module, "is_unused_tensor", None)
+
+    def ignores(name: str, config: ModelConfig) -> bool:
+        # Tied checkpoints may still carry a copy of the head; old ones carry rope buffers.
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            return True
+        if name.endswith("rotary_emb.inv_freq"):
+            return True
+        return family_ignores is not None and family_ignores(name, config)
+
+    return ModelFamily(module.build_layer, ignores)

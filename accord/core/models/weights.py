@@ -1,0 +1,142 @@
+"""Hands each layer its checkpoint tensors: cast to the model dtype, shape-checked, fused
+(q/k/v, gate/up) and stacked (experts for fused_moe), fp8 kept or made as configured.
+
+Layers pull tensors by their Hugging Face names; whatever nobody pulled is an
+unexpected tensor, and a name that is absent is a missing one. Both are errors that
+name the tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from ...op_contracts import FP8_DTYPES, OpDispatcher
+from .. import quantization
+from ..loader import CheckpointError, SafetensorsCheckpoint
+from .layers.linear import DenseLinear, Linear
+
+
+@dataclass(frozen=True)
+class ExpertWeights:
+    """Routed experts stacked as fused_moe takes them: w13 [E, 2I, H] (gate rows, then
+    up rows), w2 [E, H, I], and their 128x128 block scales when fp8."""
+
+    w13: torch.Tensor
+    w2: torch.Tensor
+    w13_scale: torch.Tensor | None = None
+    w2_scale: torch.Tensor | None = None
+
+
+class WeightLoader:
+    """Reads one checkpoint into layer weights of `dtype` on `device`. `quantize_fp8`
+    turns dense linear weights into fp8 at load (per output channel; experts per
+    128x128 block, the one fp8 layout fused_moe takes)."""
+
+    def __init__(
+        self, checkpoint: SafetensorsCheckpoint, ops: OpDispatcher, dtype: torch.dtype, device: torch.device,
+        quantize_fp8: bool = False,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.ops = ops
+        self.dtype = dtype
+        self.device = device
+        self.quantize_fp8 = quantize_fp8
+
+    def tensor(self, name: str, shape: Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
+        """One tensor as `dtype` (the model dtype by default), checked against `shape`."""
+        return self._read(name, shape).to(device=self.device, dtype=dtype or self.dtype).contiguous()
+
+    def dense_weight(self, prefix: str, shape: Sequence[int]) -> torch.Tensor:
+        """`prefix.weight` in the model dtype, dequantised if the checkpoint stores fp8."""
+        weight = self._read(f"{prefix}.weight", shape)
+        if weight.dtype in FP8_DTYPES:
+            weight = quantization.dequantize_blocks(weight, self._block_scale(prefix, shape), self.dtype)
+        return weight.to(device=self.device, dtype=self.dtype).contiguous()
+
+    def linear(
+        self, prefixes: Sequence[str], in_features: int, out_features: Sequence[int], bias: bool = False
+    ) -> Linear:
+        """One linear layer from the `prefix.weight` of each part, stacked along the output
+        dim (q/k/v or gate/up fused into one GEMM)."""
+        parts = [self._read(f"{p}.weight", (n, in_features)) for p, n in zip(prefixes, out_features)]
+        biases = None
+        if bias:
+            biases = torch.cat([self.tensor(f"{p}.bias", (n,)) for p, n in zip(prefixes, out_features)])
+        if parts[0].dtype in FP8_DTYPES:
+            weight, scale = self._stacked_blocks(prefixes, parts)
+            return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
+        weight = torch.cat(parts).to(device=self.device, dtype=self.dtype).contiguous()
+        if self.quantize_fp8:
+            fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight)
+            return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", biases)
+        return DenseLinear(weight, biases)
+
+    def experts(
+        self, prefix: str, num_experts: int, names: tuple[str, str, str], hidden: int, intermediate: int
+    ) -> ExpertWeights:
+        """Experts `prefix.{e}.{gate,up,down}.weight` (names in that order) stacked for
+        fused_moe: kept fp8 with their block scales, quantised, or in the model dtype."""
+        gate, up, down = names
+        w13 = [[f"{prefix}.{e}.{gate}", f"{prefix}.{e}.{up}"] for e in range(num_experts)]
+        w13_parts = [[self._read(f"{p}.weight", (intermediate, hidden)) for p in pair] for pair in w13]
+        w2_parts = [self._read(f"{prefix}.{e}.{down}.weight", (hidden, intermediate)) for e in range(num_experts)]
+        if w2_parts[0].dtype in FP8_DTYPES:
+            w13_stacked = [self._stacked_blocks(pair, parts) for pair, parts in zip(w13, w13_parts)]
+            w2_scales = [self._block_scale(f"{prefix}.{e}.{down}", (hidden, intermediate)) for e in range(num_experts)]
+            return ExpertWeights(
+                torch.stack([w for w, _ in w13_stacked]).to(self.device),
+                torch.stack(w2_parts).to(self.device),
+                torch.stack([s for _, s in w13_stacked]).to(self.device),
+                torch.stack(w2_scales).to(self.device),
+            )
+        w13_dense = torch.stack([torch.cat(parts) for parts in w13_parts]).to(device=self.device, dtype=self.dtype)
+        w2_dense = torch.stack(w2_parts).to(device=self.device, dtype=self.dtype)
+        if self.quantize_fp8:
+            (w13_q, w13_s), (w2_q, w2_s) = quantization.quantize_blocks(w13_dense), quantization.quantize_blocks(w2_dense)
+            return ExpertWeights(w13_q, w2_q, w13_s, w2_s)
+        return ExpertWeights(w13_dense.contiguous(), w2_dense.contiguous())
+
+    def finish(self, ignore: Callable[[str], bool] = lambda name: False) -> None:
+        """Raise if the checkpoint holds tensors no layer asked for (bar `ignore`d ones)."""
+        unexpected = [name for name in self.checkpoint.unread() if not ignore(name)]
+        if unexpected:
+            shown = ", ".join(unexpected[:8]) + (f" and {len(unexpected) - 8} more" if len(unexpected) > 8 else "")
+            raise CheckpointError(
+                f"{self.checkpoint.model_dir}: unexpected tensors the model graph does not use: {shown}; "
+                "is config.json for this checkpoint?"
+            )
+
+    def _read(self, name: str, shape: Sequence[int]) -> torch.Tensor:
+        if name not in self.checkpoint:
+            raise CheckpointError(
+                f"{self.checkpoint.model_dir}: tensor {name!r} (shape {tuple(shape)}) is missing from the checkpoint"
+            )
+        stored = self.checkpoint.shape(name)
+        if stored != tuple(shape):
+            raise CheckpointError(
+                f"{self.checkpoint.model_dir}: tensor {name!r} has shape {stored}, but config.json implies "
+                f"{tuple(shape)}"
+            )
+        return self.checkpoint.read(name)
+
+    def _block_scale(self, prefix: str, shape: Sequence[int]) -> torch.Tensor:
+        rows, cols = shape
+        block = quantization.BLOCK
+        return self.tensor(f"{prefix}.weight_scale_inv", (-(-rows // block), -(-cols // block)), torch.float32)
+
+    def _stacked_blocks(
+        self, prefixes: Sequence[str], parts: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # Stacking block-scaled parts keeps every 128-row tile inside one part only when
+        # each part but the last is a whole number of tiles (true of real checkpoints).
+        for prefix, part in zip(prefixes[:-1], parts[:-1]):
+            if part.shape[0] % quantization.BLOCK:
+                raise CheckpointError(
+                    f"{self.checkpoint.model_dir}: fp8 tensor {prefix}.weight has {part.shape[0]} rows; fusing "
+                    f"block-quantised weights needs a multiple of {quantization.BLOCK}"
+                )
+        scales = [self._block_scale(p, tuple(w.shape)) for p, w in zip(prefixes, parts)]
+        return torch.cat(parts).to(self.device).contiguous(), torch.cat(scales).contiguous()

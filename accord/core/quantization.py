@@ -1,0 +1,69 @@
+"""FP8 weights: the fp8 linear layer (activations quantised per call through
+`ops.quantize_fp8`, product through `ops.scaled_mm`) and the load-time conversions
+(quantise a bf16 weight per output channel or per 128x128 block, dequantise blocks).
+
+Storage is OCP e4m3fn, as the core keeps fp8; block scales are DeepSeek's
+`weight_scale_inv` (dequantised value = stored * scale).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..op_contracts import FP8_MAX, OpDispatcher
+
+FP8_DTYPE = torch.float8_e4m3fn
+#: DeepSeek's block shape: 1x128 activation groups, 128x128 weight tiles.
+BLOCK = 128
+#: Activation granule for each weight scale layout (scaled_mm's scale_mode).
+ACTIVATION_MODE = {"block": "per_group", "row": "per_token"}
+
+
+class Fp8Linear:
+    """y = x @ W^T (+ bias) with W stored in fp8: x is quantised dynamically (per
+    128-wide group for block-scaled weights, per token for per-channel ones)."""
+
+    def __init__(
+        self, ops: OpDispatcher, weight: torch.Tensor, weight_scale: torch.Tensor, scale_mode: str,
+        bias: torch.Tensor | None = None,
+    ) -> None:
+        self.ops = ops
+        self.weight = weight
+        self.weight_scale = weight_scale
+        self.scale_mode = scale_mode
+        self.bias = bias
+        self.out_features = weight.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, K] in the compute dtype -> [T, N] in the same dtype."""
+        q, scales = self.ops.quantize_fp8(x, mode=ACTIVATION_MODE[self.scale_mode], fp8_dtype=self.weight.dtype)
+        return self.ops.scaled_mm(
+            q, self.weight, scales, self.weight_scale, self.bias, scale_mode=self.scale_mode, out_dtype=x.dtype
+        )
+
+
+def quantize_per_channel(ops: OpDispatcher, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 weight [N, K], fp32 scales [N, 1]): one scale per output channel, computed by
+    the backend's quantize_fp8 (a weight row is a 'token' of the per-token mode)."""
+    return ops.quantize_fp8(weight.contiguous(), mode="per_token", fp8_dtype=FP8_DTYPE)
+
+
+def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 weight, fp32 scales [cdiv(rows,128), cdiv(cols,128)]) for a weight [..., rows,
+    cols], one scale per 128x128 tile: the layout fused_moe's fp8 path reads."""
+    *lead, rows, cols = weight.shape
+    block_rows, block_cols = -(-rows // BLOCK), -(-cols // BLOCK)
+    padded = torch.nn.functional.pad(weight.float(), (0, block_cols * BLOCK - cols, 0, block_rows * BLOCK - rows))
+    tiles = padded.view(*lead, block_rows, BLOCK, block_cols, BLOCK)
+    limit = FP8_MAX[FP8_DTYPE]
+    scales = tiles.abs().amax(dim=(-3, -1)).clamp_min(1e-10) / limit
+    quantised = (tiles / scales[..., :, None, :, None]).clamp(-limit, limit).to(FP8_DTYPE)
+    return quantised.view(*lead, block_rows * BLOCK, block_cols * BLOCK)[..., :rows, :cols].contiguous(), scales
+
+
+def dequantize_blocks(weight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A block-quantised [rows, cols] weight as `dtype` (for weights a graph uses densely,
+    like MLA's absorbed up-projections)."""
+    rows, cols = weight.shape
+    per_element = scales.repeat_interleave(BLOCK, 0)[:rows].repeat_interleave(BLOCK, 1)[:, :cols]
+    return (weight.float() * per_element).to(dtype)
