@@ -1,3 +1,28 @@
 """accord: one OpenAI-compatible LLM serving engine for NVIDIA, AMD, Ascend and CPUs."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: Public names imported on first use, so `import accord` (and the CLI) stays light.
+_LAZY = {
+    "LLM": "accord.core.llm",
+    "SamplingParams": "accord.core.sampling_params",
+    "RequestOutput": "accord.core.outputs",
+    "CompletionOutput": "accord.core.outputs",
+    "LLMEngine": "accord.core.engine",
+    "AsyncLLM": "accord.core.async_engine",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accord' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

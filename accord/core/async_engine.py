@@ -1,0 +1,158 @@
+"""AsyncLLM: the engine behind the server, streaming each request's outputs.
+
+One background task runs `LLMEngine.step` in a worker thread (torch releases the GIL,
+so the event loop stays responsive) and routes every step's outputs to per-request
+queues. Adding a request waits for the step in flight; aborting never waits: it is
+applied before the next step, so a client that disconnects frees its blocks within
+one step.
+
+    llm = AsyncLLM.from_engine_args("/models/tiny", backend="cpu")
+    async for output in llm.generate("Hello", SamplingParams(max_tokens=8), "req-1"):
+        print(output.outputs[0].text)          # cumulative text; output.finished at the end
+    await llm.shutdown()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .engine import LLMEngine, PromptType
+from .model_config import ModelConfig
+from .outputs import RequestOutput
+from .sampling_params import SamplingParams
+from .stats import EngineStats
+from .tokenizer import Tokenizer
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop failed; every request in flight gets this error."""
+
+
+class AsyncLLM:
+    """An asyncio front to one LLMEngine: `generate` streams cumulative RequestOutputs
+    per request (the last one has `finished=True`), `abort` stops a request and frees
+    its blocks, `shutdown` stops the loop."""
+
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self._queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
+        self._pending_aborts: set[str] = set()
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accord-engine")
+        self._loop_task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    @classmethod
+    def from_engine_args(cls, model: str, **kwargs: Any) -> AsyncLLM:
+        """Build the engine from keyword engine arguments (as `LLM(...)` takes them)."""
+        return cls(LLMEngine.from_engine_args(model, **kwargs))
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer (encode, decode, apply_chat_template)."""
+        return self.engine.tokenizer
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The model's parsed config (vocab_size, eos_token_ids, ...)."""
+        return self.engine.model_config
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest prompt plus output the engine accepts."""
+        return self.engine.max_model_len
+
+    @property
+    def num_allocated_blocks(self) -> int:
+        """KV blocks currently referenced by some request."""
+        return self.engine.block_manager.num_used_blocks
+
+    def get_stats(self) -> EngineStats:
+        """A snapshot of the engine's gauges and counters, for metrics."""
+        return dataclasses.replace(self.engine.stats)
+
+    async def generate(
+        self,
+        prompt: PromptType,
+        sampling_params: SamplingParams,
+        request_id: str,
+        priority: int = 0,
+    ) -> AsyncIterator[RequestOutput]:
+        """Add a request and yield its cumulative outputs until it finishes. Raises
+        ValueError for an invalid request (before any output); closing or cancelling
+        the iterator aborts the request."""
+        if self._error is not None:
+            raise EngineDeadError("the engine loop has failed") from self._error
+        if request_id in self._queues:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self._queues[request_id] = queue
+        finished = False
+        try:
+            async with self._lock:
+                self.engine.add_request(request_id, prompt, sampling_params, priority=priority)
+            self._start_loop()
+            self._wake.set()
+            while not finished:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise EngineDeadError("the engine loop has failed") from item
+                finished = item.finished
+                yield item
+        finally:
+            self._queues.pop(request_id, None)
+            if not finished:
+                self._abort_soon(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request; its blocks are freed before the next step."""
+        self._queues.pop(request_id, None)
+        self._abort_soon(request_id)
+
+    async def shutdown(self) -> None:
+        """Stop the engine loop and its worker thread."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+            self._loop_task = None
+        self._executor.shutdown(wait=True)
+
+    def _abort_soon(self, request_id: str) -> None:
+        self._pending_aborts.add(request_id)
+        self._wake.set()
+
+    def _start_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                await self._wake.wait()
+                async with self._lock:
+                    if self._pending_aborts:
+                        self.engine.abort_request(list(self._pending_aborts))
+                        self._pending_aborts.clear()
+                    if not self.engine.has_unfinished_requests():
+                        self._wake.clear()
+                        continue
+                    outputs = await loop.run_in_executor(self._executor, self.engine.step)
+                for output in outputs:
+                    queue = self._queues.get(output.request_id)
+                    if queue is not None:
+                        queue.put_nowait(output)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # noqa: BLE001 - every waiter must hear of it
+            self._error = error
+            for queue in self._queues.values():
+                queue.put_nowait(error)

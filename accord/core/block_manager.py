@@ -1,0 +1,141 @@
+"""Fixed-size KV blocks: per-sequence block tables, ref-counted sharing, and prefix
+caching by a hash chain over full blocks (nano-vllm's seam, nothing else here).
+
+A full block's key is (hash of the previous block's key, its token ids), so equal
+prefixes map to the same physical blocks and a hit is a table pointer, never a copy.
+A block whose last reference goes away keeps its key and joins the free queue; it is
+reused in LRU order, and its key is forgotten only when it is taken for new tokens.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BlockKey = tuple[int, tuple[int, ...]]
+
+
+@dataclass
+class PrefixCacheCounters:
+    """Prefix-cache traffic in tokens, as vLLM exports it (queries and hits)."""
+
+    queries: int = 0
+    hits: int = 0
+    evictions: int = 0
+
+
+class BlockManager:
+    """Owns the physical KV blocks and every sequence's block table."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"need at least one block of at least one token, got {num_blocks} x {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_counts = [0] * num_blocks
+        # Unreferenced blocks, least recently freed first: new tokens take from the front.
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._key_of_block: dict[int, BlockKey] = {}
+        self._block_of_key: dict[BlockKey, int] = {}
+        self._tables: dict[str, list[int]] = {}
+        # Chain hashes of each sequence's full blocks registered so far.
+        self._chain: dict[str, list[int]] = {}
+        self.counters = PrefixCacheCounters()
+
+    # -- queries -------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks no sequence references (cached ones included: they are evictable)."""
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks referenced by at least one sequence."""
+        return self.num_blocks - len(self._free)
+
+    def block_table(self, seq_id: str) -> list[int]:
+        """The physical blocks of `seq_id`'s logical blocks, in order (empty if none)."""
+        return self._tables.get(seq_id, [])
+
+    def find_cached_prefix(self, token_ids: Sequence[int], max_tokens: int) -> list[int]:
+        """Cached blocks holding the longest run of full blocks that prefixes
+        `token_ids`, covering at most `max_tokens` tokens; counts one query."""
+        if not self.enable_prefix_caching:
+            return []
+        size = self.block_size
+        blocks: list[int] = []
+        parent = 0
+        for start in range(0, (max_tokens // size) * size, size):
+            key = (parent, tuple(token_ids[start : start + size]))
+            block = self._block_of_key.get(key)
+            if block is None:
+                break
+            blocks.append(block)
+            parent = hash(key)
+        self.counters.queries += max_tokens
+        self.counters.hits += len(blocks) * size
+        return blocks
+
+    # -- changes -------------------------------------------------------------------
+    def allocate(self, seq_id: str, num_tokens: int, cached_blocks: Sequence[int] = ()) -> bool:
+        """Grow `seq_id`'s table to hold `num_tokens` tokens, starting a new table with
+        `cached_blocks` (from find_cached_prefix) when given. Returns False, changing
+        nothing, when too few free blocks remain."""
+        table = self._tables.get(seq_id)
+        if cached_blocks and table:
+            raise ValueError(f"{seq_id}: cached blocks can only start a new block table")
+        have = len(table) if table else len(cached_blocks)
+        needed = max(0, -(-num_tokens // self.block_size) - have)
+        revived = sum(1 for block in cached_blocks if self.ref_counts[block] == 0)
+        if needed + revived > len(self._free):
+            return False
+        if table is None:
+            table = self._tables[seq_id] = []
+            self._chain[seq_id] = []
+        for block in cached_blocks:
+            if self.ref_counts[block] == 0:
+                del self._free[block]
+            self.ref_counts[block] += 1
+            table.append(block)
+            self._chain[seq_id].append(hash(self._key_of_block[block]))
+        for _ in range(needed):
+            table.append(self._take_free_block())
+        return True
+
+    def cache_full_blocks(self, seq_id: str, token_ids: Sequence[int], num_computed_tokens: int) -> None:
+        """Register the blocks of `seq_id` that `num_computed_tokens` fills, so later
+        sequences with the same prefix can reuse them. Call only for tokens whose KV
+        the step being run writes."""
+        if not self.enable_prefix_caching:
+            return
+        table, chain, size = self._tables[seq_id], self._chain[seq_id], self.block_size
+        for index in range(len(chain), num_computed_tokens // size):
+            parent = chain[-1] if chain else 0
+            key = (parent, tuple(token_ids[index * size : (index + 1) * size]))
+            block = table[index]
+            # An equal block computed concurrently keeps the cache slot; this copy stays
+            # private to its sequence and is simply freed later.
+            if key not in self._block_of_key and block not in self._key_of_block:
+                self._block_of_key[key] = block
+                self._key_of_block[block] = key
+            chain.append(hash(key))
+
+    def free(self, seq_id: str) -> None:
+        """Drop `seq_id`'s references; blocks nobody else holds become free, tail
+        blocks first so a shared prefix outlives the suffixes after it."""
+        for block in reversed(self._tables.pop(seq_id, [])):
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self._free[block] = None
+        self._chain.pop(seq_id, None)
+
+    def _take_free_block(self) -> int:
+        block, _ = self._free.popitem(last=False)
+        key = self._key_of_block.pop(block, None)
+        if key is not None:
+            del self._block_of_key[key]
+            self.counters.evictions += 1
+        self.ref_counts[block] = 1
+        return block

@@ -1,0 +1,92 @@
+"""LLM: vLLM's offline API (`LLM(model=...)`, `generate`, `chat`) over LLMEngine."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .engine import LLMEngine, PromptType
+from .outputs import RequestOutput
+from .sampling_params import SamplingParams
+from .tokenizer import Tokenizer
+
+#: A chat conversation: OpenAI-style messages ({"role": ..., "content": ...}).
+Conversation = list[dict[str, Any]]
+
+
+class LLM:
+    """Offline batched generation: engine arguments as keyword arguments, with
+    vLLM's names (`backend`, `dtype`, `max_model_len`, `block_size`, `max_num_seqs`,
+    `max_num_batched_tokens`, `enable_prefix_caching`, `kv_cache_memory`, ...)."""
+
+    def __init__(self, model: str, **engine_args: Any) -> None:
+        self.llm_engine = LLMEngine.from_engine_args(model, **engine_args)
+        self._request_counter = itertools.count()
+
+    def get_tokenizer(self) -> Tokenizer:
+        """The model's tokenizer."""
+        return self.llm_engine.tokenizer
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        priority: Sequence[int] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (a string or `{"prompt_token_ids": [...]}`), with
+        one SamplingParams for all or one per prompt; results in prompt order."""
+        prompt_list = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params_list = (
+            [sampling_params] * len(prompt_list)
+            if isinstance(sampling_params, SamplingParams)
+            else list(sampling_params)
+        )
+        if len(params_list) != len(prompt_list):
+            raise ValueError(
+                f"got {len(params_list)} sampling params for {len(prompt_list)} prompts; pass one or one per prompt"
+            )
+        if priority is not None and len(priority) != len(prompt_list):
+            raise ValueError(f"got {len(priority)} priorities for {len(prompt_list)} prompts")
+        request_ids = []
+        for index, (prompt, params) in enumerate(zip(prompt_list, params_list)):
+            request_id = str(next(self._request_counter))
+            self.llm_engine.add_request(request_id, prompt, params, priority=priority[index] if priority else 0)
+            request_ids.append(request_id)
+        return self._run_engine(request_ids, use_tqdm)
+
+    def chat(
+        self,
+        messages: Conversation | Sequence[Conversation],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Apply the model's chat template to each conversation, then generate."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        tokenizer = self.llm_engine.tokenizer
+        prompts: list[PromptType] = [
+            {
+                "prompt_token_ids": tokenizer.apply_chat_template(
+                    conversation, add_generation_prompt=add_generation_prompt, tokenize=True
+                )
+            }
+            for conversation in conversations
+        ]
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def _run_engine(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        engine = self.llm_engine
+        finished: dict[str, RequestOutput] = {}
+        with tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True) as bar:
+            while engine.has_unfinished_requests():
+                for output in engine.step():
+                    if output.finished:
+                        finished[output.request_id] = output
+                        bar.update(1)
+        return [finished[request_id] for request_id in request_ids]

@@ -1,0 +1,141 @@
+"""Turns logits into tokens: penalties and min_tokens with torch ops, then the sample
+contract (temperature, top-k, top-p, min-p, seeded draw, logprobs).
+
+A seeded row's draw depends only on the request's seed and how many tokens it has
+generated, never on its batch mates, so seeded requests reproduce alone or batched.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from ..op_contracts import OpDispatcher
+from .outputs import Logprob
+from .sequence import Sequence
+
+_SEED_MASK = (1 << 63) - 1
+_SEED_MULTIPLIER = 6364136223846793005
+
+
+def step_seed(seed: int, num_output_tokens: int) -> int:
+    """The draw seed of a seeded request's next token (a fixed mix of the two)."""
+    return (seed * _SEED_MULTIPLIER + num_output_tokens + 1) & _SEED_MASK
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    """One row's result: the token, its logprob, and its logprob entry when asked."""
+
+    token_id: int
+    logprob: float
+    top: dict[int, Logprob] | None
+
+
+class Sampler:
+    """Samples one token per row of logits for the given sequences."""
+
+    def __init__(self, ops: OpDispatcher, seed: int = 0) -> None:
+        self.ops = ops
+        # Unseeded requests draw their per-step seeds from here.
+        self._rng = random.Random(seed)
+
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[SampledToken]:
+        """Tokens for `seqs`, row b of `logits` ([B, V] fp32) being sequence b's."""
+        params = [seq.params for seq in seqs]
+        logits = apply_penalties(logits, seqs)
+        logits = mask_stop_tokens_before_min_tokens(logits, seqs)
+        device = logits.device
+        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
+        top_k = torch.tensor([p.top_k for p in params], dtype=torch.int32, device=device)
+        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+        min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device)
+        seeds = torch.tensor([self._seed_for(seq) for seq in seqs], dtype=torch.int64, device=device)
+        num_logprobs = max((p.logprobs or 0 for p in params), default=0)
+        token_ids, logprobs, top_logprobs, top_token_ids = self.ops.sample(
+            logits, temperature, top_k, top_p, min_p, seeds, num_logprobs=num_logprobs
+        )
+        tokens, chosen = token_ids.tolist(), logprobs.tolist()
+        if not any(p.logprobs is not None for p in params):
+            return [SampledToken(t, lp, None) for t, lp in zip(tokens, chosen)]
+        ranks = (logits > logits.gather(1, token_ids[:, None])).sum(1).add_(1).tolist()
+        top_values, top_ids = top_logprobs.tolist(), top_token_ids.tolist()
+        results = []
+        for b, p in enumerate(params):
+            top = None
+            if p.logprobs is not None:
+                top = {tokens[b]: Logprob(chosen[b], ranks[b])}
+                for rank, (token, value) in enumerate(zip(top_ids[b][: p.logprobs], top_values[b][: p.logprobs]), 1):
+                    top.setdefault(token, Logprob(value, rank))
+            results.append(SampledToken(tokens[b], chosen[b], top))
+        return results
+
+    def _seed_for(self, seq: Sequence) -> int:
+        if seq.params.seed is None:
+            return self._rng.getrandbits(63)
+        return step_seed(seq.params.seed, seq.num_output_tokens)
+
+
+def apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    """vLLM's penalties on the rows that ask for them: repetition divides positive
+    (multiplies negative) logits of tokens seen in prompt or output; frequency and
+    presence subtract per output occurrence and per distinct output token."""
+    rows = [b for b, seq in enumerate(seqs) if seq.params.has_penalties]
+    if not rows:
+        return logits
+    logits = logits.clone()
+    vocab = logits.shape[1]
+    device = logits.device
+    counts = torch.zeros(len(rows), vocab, dtype=torch.float32, device=device)
+    seen_in_prompt = torch.zeros(len(rows), vocab, dtype=torch.bool, device=device)
+    for i, b in enumerate(rows):
+        output = torch.tensor(seqs[b].output_token_ids, dtype=torch.int64, device=device)
+        counts[i].index_add_(0, output, torch.ones(len(output), device=device))
+        seen_in_prompt[i, torch.tensor(seqs[b].prompt_token_ids, dtype=torch.int64, device=device)] = True
+    index = torch.tensor(rows, device=device)
+    picked = logits[index]
+    per_row = [
+        (seqs[b].params.repetition_penalty, seqs[b].params.frequency_penalty, seqs[b].params.presence_penalty)
+        for b in rows
+    ]
+    repetition, frequency, presence = torch.tensor(per_row, dtype=torch.float32, device=device).unbind(1)
+    seen = seen_in_prompt | (counts > 0)
+    penalised = torch.where(picked > 0, picked / repetition[:, None], picked * repetition[:, None])
+    picked = torch.where(seen, penalised, picked)
+    picked = picked - frequency[:, None] * counts - presence[:, None] * (counts > 0)
+    logits[index] = picked
+    return logits
+
+
+def mask_stop_tokens_before_min_tokens(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    """Rows that have not reached min_tokens cannot pick a stop token."""
+    rows = [
+        b
+        for b, seq in enumerate(seqs)
+        if seq.num_output_tokens < seq.params.min_tokens and seq.params.all_stop_token_ids
+    ]
+    if not rows:
+        return logits
+    logits = logits.clone()
+    for b in rows:
+        logits[b, list(seqs[b].params.all_stop_token_ids)] = float("-inf")
+    return logits
+
+
+def prompt_logprobs(logits: torch.Tensor, next_token_ids: list[int], num: int) -> list[dict[int, Logprob]]:
+    """For prompt rows: the logprob of each actual next prompt token and the top `num`."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    targets = torch.tensor(next_token_ids, dtype=torch.int64, device=logits.device)[:, None]
+    chosen = logprobs.gather(1, targets)
+    ranks = (logprobs > chosen).sum(1).add_(1).tolist()
+    top = logprobs.topk(num, dim=-1) if num > 0 else None
+    entries = []
+    for row, token in enumerate(next_token_ids):
+        entry = {token: Logprob(float(chosen[row]), ranks[row])}
+        if top is not None:
+            for rank, (value, candidate) in enumerate(zip(top.values[row].tolist(), top.indices[row].tolist()), 1):
+                entry.setdefault(candidate, Logprob(value, rank))
+        entries.append(entry)
+    return entries

@@ -1,0 +1,64 @@
+"""Engine statistics the server exports: per-request latencies and per-step gauges and
+counters (vLLM's metric set)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class RequestTimes:
+    """Wall-clock marks of one request (time.monotonic seconds) and the latencies
+    derived from them; a mark is None until reached."""
+
+    arrival_time: float = 0.0
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_generation_tokens: int = 0
+
+    @property
+    def queue_time(self) -> float | None:
+        """Seconds from arrival to first being scheduled."""
+        return None if self.first_scheduled_time is None else self.first_scheduled_time - self.arrival_time
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        """Seconds from arrival to the first generated token."""
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def e2e_latency(self) -> float | None:
+        """Seconds from arrival to the end of the request."""
+        return None if self.finished_time is None else self.finished_time - self.arrival_time
+
+    @property
+    def time_per_output_token(self) -> float | None:
+        """Mean seconds between generated tokens after the first."""
+        if self.finished_time is None or self.first_token_time is None or self.num_generation_tokens < 2:
+            return None
+        return (self.finished_time - self.first_token_time) / (self.num_generation_tokens - 1)
+
+
+@dataclass
+class EngineStats:
+    """Gauges (running, waiting, KV blocks) as of the last step, and counters since start."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    num_preemptions: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    #: Prompt tokens run through the model (prefix-cache hits excluded, recomputation
+    #: after preemption included).
+    computed_prompt_tokens: int = 0
+    num_steps: int = 0
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Fraction of KV blocks in use."""
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0

@@ -1,0 +1,125 @@
+"""The block manager: ref-counted tables and hash-chained prefix caching."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from accord.core.block_manager import BlockManager
+
+BLOCK_SIZE = 4
+
+
+def test_equal_prefixes_share_physical_blocks() -> None:
+    manager = BlockManager(num_blocks=8, block_size=BLOCK_SIZE)
+    tokens = list(range(10))
+    assert manager.allocate("a", len(tokens))
+    manager.cache_full_blocks("a", tokens, len(tokens))
+    cached = manager.find_cached_prefix(tokens, max_tokens=len(tokens) - 1)
+    assert manager.allocate("b", len(tokens), cached)
+    assert manager.block_table("b")[:2] == manager.block_table("a")[:2]
+    assert manager.block_table("b")[2] != manager.block_table("a")[2]
+
+
+def test_partial_blocks_are_never_cached() -> None:
+    manager = BlockManager(num_blocks=8, block_size=BLOCK_SIZE)
+    tokens = list(range(6))
+    manager.allocate("a", len(tokens))
+    manager.cache_full_blocks("a", tokens, len(tokens))
+    assert len(manager.find_cached_prefix(tokens, max_tokens=len(tokens))) == 1
+
+
+def test_freed_cached_blocks_are_reused_until_evicted() -> None:
+    manager = BlockManager(num_blocks=2, block_size=BLOCK_SIZE)
+    tokens = list(range(8))
+    manager.allocate("a", 8)
+    manager.cache_full_blocks("a", tokens, 8)
+    manager.free("a")
+    assert manager.num_free_blocks == 2
+    assert len(manager.find_cached_prefix(tokens, max_tokens=8)) == 2
+    manager.allocate("b", 4)  # takes the least recently freed block: a's tail
+    assert manager.find_cached_prefix(tokens, max_tokens=8) == manager.find_cached_prefix(tokens, max_tokens=4)
+    assert manager.counters.evictions == 1
+
+
+def test_allocation_beyond_capacity_fails_without_change() -> None:
+    manager = BlockManager(num_blocks=2, block_size=BLOCK_SIZE)
+    assert not manager.allocate("a", 9)
+    assert manager.block_table("a") == [] and manager.num_free_blocks == 2
+
+
+def test_prefix_caching_off_finds_nothing() -> None:
+    manager = BlockManager(num_blocks=4, block_size=BLOCK_SIZE, enable_prefix_caching=False)
+    manager.allocate("a", 8)
+    manager.cache_full_blocks("a", list(range(8)), 8)
+    assert manager.find_cached_prefix(list(range(8)), max_tokens=8) == []
+
+
+# Token streams drawn from two templates so that random sequences share prefixes.
+TEMPLATES = ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 4, [1, 2, 3, 4, 9, 9, 9, 9] * 6)
+
+
+class BlockManagerMachine(RuleBasedStateMachine):
+    """Random add (with prefix hits) / append / free / evict sequences."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.manager = BlockManager(num_blocks=12, block_size=BLOCK_SIZE)
+        self.tokens: dict[str, list[int]] = {}
+        self.next_id = 0
+
+    @rule(template=st.sampled_from(TEMPLATES), length=st.integers(1, 30), diverge=st.booleans())
+    def add_sequence(self, template: list[int], length: int, diverge: bool) -> None:
+        tokens = template[:length] + ([99] if diverge else [])
+        seq_id = f"s{self.next_id}"
+        self.next_id += 1
+        cached = self.manager.find_cached_prefix(tokens, max_tokens=len(tokens) - 1)
+        if self.manager.allocate(seq_id, len(tokens), cached):
+            self.manager.cache_full_blocks(seq_id, tokens, len(tokens))
+            self.tokens[seq_id] = tokens
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), count=st.integers(1, 6))
+    def append_tokens(self, data: st.DataObject, count: int) -> None:
+        seq_id = data.draw(st.sampled_from(sorted(self.tokens)))
+        tokens = self.tokens[seq_id] + [data.draw(st.integers(1, 12)) for _ in range(count)]
+        if self.manager.allocate(seq_id, len(tokens)):
+            self.manager.cache_full_blocks(seq_id, tokens, len(tokens))
+            self.tokens[seq_id] = tokens
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def free_sequence(self, data: st.DataObject) -> None:
+        seq_id = data.draw(st.sampled_from(sorted(self.tokens)))
+        self.manager.free(seq_id)
+        del self.tokens[seq_id]
+
+    @invariant()
+    def ref_counts_match_table_entries(self) -> None:
+        owners = Counter(block for seq_id in self.tokens for block in self.manager.block_table(seq_id))
+        assert all(self.manager.ref_counts[b] == owners[b] for b in range(self.manager.num_blocks))
+        assert self.manager.num_free_blocks == self.manager.num_blocks - len(owners)
+
+    @invariant()
+    def only_full_cached_blocks_are_shared(self) -> None:
+        for seq_id, tokens in self.tokens.items():
+            table = self.manager.block_table(seq_id)
+            assert len(table) == len(set(table)) == -(-len(tokens) // BLOCK_SIZE)
+            for index, block in enumerate(table):
+                if self.manager.ref_counts[block] > 1:
+                    assert (index + 1) * BLOCK_SIZE <= len(tokens)
+                    assert self.manager._key_of_block[block][1] == tuple(
+                        tokens[index * BLOCK_SIZE : (index + 1) * BLOCK_SIZE]
+                    )
+
+    def teardown(self) -> None:
+        for seq_id in list(self.tokens):
+            self.manager.free(seq_id)
+        assert self.manager.num_free_blocks == self.manager.num_blocks
+
+
+TestBlockManagerProperties = BlockManagerMachine.TestCase
+TestBlockManagerProperties.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

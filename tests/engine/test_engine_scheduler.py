@@ -1,0 +1,134 @@
+"""The scheduler: token budgets, decode-first chunked prefill, preemption, policies."""
+
+from __future__ import annotations
+
+import itertools
+
+from accord.core.block_manager import BlockManager
+from accord.core.sampling_params import SamplingParams
+from accord.core.scheduler import Scheduler, SchedulerOutput
+from accord.core.sequence import Sequence, SequenceStatus
+from accord.core.stats import RequestTimes
+
+BLOCK_SIZE = 4
+_arrivals = itertools.count()
+
+
+def make_seq(num_prompt_tokens: int, priority: int = 0, first_token: int = 1) -> Sequence:
+    order = next(_arrivals)
+    return Sequence(
+        seq_id=f"s{order}",
+        request_id=f"r{order}",
+        index=0,
+        prompt_token_ids=list(range(first_token, first_token + num_prompt_tokens)),
+        params=SamplingParams(),
+        priority=priority,
+        arrival_order=order,
+        times=RequestTimes(arrival_time=float(order)),
+    )
+
+
+def make_scheduler(num_blocks: int = 64, budget: int = 16, max_num_seqs: int = 8, policy: str = "fcfs") -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, BLOCK_SIZE), budget, max_num_seqs, policy)  # type: ignore[arg-type]
+
+
+def run_step(scheduler: Scheduler) -> SchedulerOutput:
+    """Schedule, then play the model: mark tokens computed and sample token 0 at the end."""
+    out = scheduler.schedule()
+    for seq in out.sequences:
+        seq.num_computed_tokens += out.num_scheduled_tokens[seq.seq_id]
+        if seq.num_computed_tokens == seq.num_tokens:
+            seq.append_token(0, 0.0, None)
+    return out
+
+
+def test_a_step_never_exceeds_the_token_budget() -> None:
+    scheduler = make_scheduler(budget=16)
+    for length in (10, 10, 10):
+        scheduler.add(make_seq(length))
+    assert run_step(scheduler).total_num_scheduled_tokens == 16
+
+
+def test_a_long_prompt_is_chunked_across_steps() -> None:
+    scheduler = make_scheduler(budget=16)
+    seq = make_seq(40)
+    scheduler.add(seq)
+    counts = [run_step(scheduler).num_scheduled_tokens[seq.seq_id] for _ in range(3)]
+    assert counts == [16, 16, 8]
+    assert seq.num_output_tokens == 1
+
+
+def test_a_long_prompt_never_stalls_running_decodes() -> None:
+    scheduler = make_scheduler(budget=16)
+    short = make_seq(3)
+    scheduler.add(short)
+    run_step(scheduler)
+    long_prompt = make_seq(100, first_token=200)
+    scheduler.add(long_prompt)
+    for _ in range(3):
+        out = run_step(scheduler)
+        assert out.num_scheduled_tokens == {short.seq_id: 1, long_prompt.seq_id: 15}
+
+
+def test_max_num_seqs_caps_the_running_set() -> None:
+    scheduler = make_scheduler(budget=64, max_num_seqs=2)
+    for _ in range(3):
+        scheduler.add(make_seq(2))
+    assert len(run_step(scheduler).sequences) == 2
+    assert len(scheduler.waiting) == 1
+
+
+def test_running_out_of_blocks_preempts_the_youngest() -> None:
+    scheduler = make_scheduler(num_blocks=2, budget=16)
+    old, young = make_seq(4), make_seq(4, first_token=50)
+    scheduler.add(old)
+    scheduler.add(young)
+    run_step(scheduler)  # both prefilled: one block each, all blocks in use
+    out = run_step(scheduler)  # old needs a second block for its decode
+    assert out.preempted == [young]
+    assert young.status is SequenceStatus.WAITING and young.num_computed_tokens == 0
+    assert out.sequences == [old]
+
+
+def test_priority_policy_preempts_the_lowest_priority_first() -> None:
+    scheduler = make_scheduler(num_blocks=2, budget=16, policy="priority")
+    important, unimportant = make_seq(4, priority=0), make_seq(4, priority=5, first_token=50)
+    scheduler.add(unimportant)
+    scheduler.add(important)
+    run_step(scheduler)
+    assert run_step(scheduler).preempted == [unimportant]
+
+
+def test_priority_policy_admits_higher_priority_first() -> None:
+    scheduler = make_scheduler(budget=4, policy="priority")
+    late_but_urgent = make_seq(4, priority=-1)
+    early = make_seq(4, priority=3)
+    scheduler.add(early)
+    scheduler.add(late_but_urgent)
+    assert run_step(scheduler).sequences == [late_but_urgent]
+
+
+def test_a_preempted_sequence_resumes_from_its_surviving_cached_blocks() -> None:
+    scheduler = make_scheduler(num_blocks=4, budget=32)
+    old, young = make_seq(8), make_seq(7, first_token=50)
+    scheduler.add(old)
+    scheduler.add(young)
+    run_step(scheduler)  # old: 2 blocks, young: 2 blocks, all in use
+    run_step(scheduler)  # old's decode needs a third block: young is preempted
+    scheduler.finish(old)
+    out = scheduler.schedule()
+    # young's first full block (tokens 50..53) was cached and survived: 4 of its 8 tokens remain.
+    assert young.num_computed_tokens == BLOCK_SIZE
+    assert out.num_scheduled_tokens[young.seq_id] == young.num_tokens - BLOCK_SIZE == 4
+
+
+def test_finishing_frees_every_block() -> None:
+    scheduler = make_scheduler()
+    seqs = [make_seq(9), make_seq(5)]
+    for seq in seqs:
+        scheduler.add(seq)
+    run_step(scheduler)
+    for seq in seqs:
+        scheduler.finish(seq)
+    assert scheduler.block_manager.num_free_blocks == scheduler.block_manager.num_blocks
+    assert scheduler.num_unfinished == 0
