@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import hf_greedy
+from engine_models import hf_greedy
 
 from accord import SamplingParams
 

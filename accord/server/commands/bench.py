@@ -98,7 +98,7 @@ def run_accord(model_dir: Path, trace: list[TraceRequest], args: argparse.Namesp
         max_num_batched_tokens=args.max_num_batched_tokens,
     )
     prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in trace]
-    params = [SamplingParams(temperature=1.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
+    params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - start
@@ -139,7 +139,7 @@ spec = json.load(open(sys.argv[1]))
 llm = LLM(model=spec["model"], max_model_len=1024, max_num_seqs=spec["max_num_seqs"],
           max_num_batched_tokens=spec["max_num_batched_tokens"])
 prompts = [{"prompt_token_ids": p} for p in spec["prompts"]]
-params = [SamplingParams(temperature=1.0, max_tokens=n, ignore_eos=True) for n in spec["output_lens"]]
+params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in spec["output_lens"]]
 start = time.perf_counter()
 outputs = llm.generate(prompts, params, use_tqdm=False)
 seconds = time.perf_counter() - start

@@ -26,7 +26,10 @@ class Workspace:
         numel = math.prod(shape)
         buffer = self._buffers.get((name, dtype))
         if buffer is None or buffer.numel() < numel:
-            buffer = torch.empty(numel, dtype=dtype)
+            # A normal (not inference) tensor: writable both inside and outside
+            # torch.inference_mode, whichever the first caller happened to run under.
+            with torch.inference_mode(False):
+                buffer = torch.empty(numel, dtype=dtype)
             self._buffers[(name, dtype)] = buffer
         return buffer[:numel].view(shape)
 
