@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,8 +29,15 @@ from .stats import EngineStats
 from .tokenizer import Tokenizer
 
 
+logger = logging.getLogger("accord.engine")
+
+
 class EngineDeadError(RuntimeError):
-    """The engine loop failed; every request in flight gets this error."""
+    """The engine loop stopped for good; every request in flight gets this error."""
+
+
+class RequestFailedError(RuntimeError):
+    """A step running this request raised; the request was aborted, the engine lives on."""
 
 
 class AsyncLLM:
@@ -100,6 +108,8 @@ class AsyncLLM:
             self._wake.set()
             while not finished:
                 item = await queue.get()
+                if isinstance(item, Exception):
+                    raise RequestFailedError(f"the engine step running request {request_id!r} failed") from item
                 if isinstance(item, BaseException):
                     raise EngineDeadError("the engine loop has failed") from item
                 finished = item.finished
@@ -110,8 +120,8 @@ class AsyncLLM:
                 self._abort_soon(request_id)
 
     async def abort(self, request_id: str) -> None:
-        """Stop a request; its blocks are freed before the next step."""
-        self._queues.pop(request_id, None)
+        """Stop a request; its blocks are freed before the next step, and its stream
+        ends with a final output whose finish_reason is "abort"."""
         self._abort_soon(request_id)
 
     async def shutdown(self) -> None:
@@ -129,6 +139,17 @@ class AsyncLLM:
         self._pending_aborts.add(request_id)
         self._wake.set()
 
+    def _fail_unfinished(self, error: Exception) -> None:
+        """A step raised: abort every unfinished request (the step may have touched any
+        of them) and hand each stream the error; later requests run normally."""
+        logger.error("an engine step failed; failing its requests", exc_info=error)
+        failed = list(self.engine.requests)
+        self.engine.abort_request(failed)
+        for request_id in failed:
+            queue = self._queues.get(request_id)
+            if queue is not None:
+                queue.put_nowait(error)
+
     def _start_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
@@ -139,13 +160,17 @@ class AsyncLLM:
             while True:
                 await self._wake.wait()
                 async with self._lock:
+                    outputs = []
                     if self._pending_aborts:
-                        self.engine.abort_request(list(self._pending_aborts))
+                        outputs = self.engine.abort_request(list(self._pending_aborts))
                         self._pending_aborts.clear()
-                    if not self.engine.has_unfinished_requests():
+                    if self.engine.has_unfinished_requests():
+                        try:
+                            outputs += await loop.run_in_executor(self._executor, self.engine.step)
+                        except Exception as error:  # noqa: BLE001 - fail the step's requests, not the server
+                            self._fail_unfinished(error)
+                    else:
                         self._wake.clear()
-                        continue
-                    outputs = await loop.run_in_executor(self._executor, self.engine.step)
                 for output in outputs:
                     queue = self._queues.get(output.request_id)
                     if queue is not None:

@@ -187,8 +187,10 @@ class LLMEngine:
             if asked is not None and asked > vocab:
                 raise ValueError(f"{name}={asked} exceeds the vocabulary size {vocab}")
 
-    def abort_request(self, request_ids: str | Iterable[str]) -> None:
-        """Stop requests now and free all their blocks; unknown ids are ignored."""
+    def abort_request(self, request_ids: str | Iterable[str]) -> list[RequestOutput]:
+        """Stop requests now and free all their blocks; return each one's final output
+        (finish_reason "abort"). Unknown or already finished ids are ignored."""
+        now, outputs = time.monotonic(), []
         for request_id in [request_ids] if isinstance(request_ids, str) else request_ids:
             request = self.requests.pop(request_id, None)
             if request is None:
@@ -197,7 +199,10 @@ class LLMEngine:
                 if not seq.is_finished:
                     seq.finish("abort")
                     self.scheduler.finish(seq)
-            request.times.finished_time = time.monotonic()
+            request.times.finished_time = now
+            outputs.append(make_request_output(request, finished=True))
+        self._update_gauges()
+        return outputs
 
     def has_unfinished_requests(self) -> bool:
         """Whether any request is waiting or running."""

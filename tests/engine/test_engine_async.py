@@ -70,3 +70,56 @@ def test_stats_count_tokens_and_latencies(async_llm: AsyncLLM) -> None:
     times = outputs[-1].metrics
     assert 0 <= times.queue_time <= times.time_to_first_token <= times.e2e_latency
     assert times.time_per_output_token is not None
+
+
+def test_abort_ends_the_stream_with_an_abort_output_and_frees_its_blocks(async_llm: AsyncLLM) -> None:
+    async def main() -> list:
+        stream = async_llm.generate(
+            {"prompt_token_ids": list(range(40))}, SamplingParams(max_tokens=200, ignore_eos=True), "stopped"
+        )
+        outputs = [await anext(stream)]
+        await async_llm.abort("stopped")
+        outputs += [output async for output in stream]
+        await async_llm.shutdown()
+        return outputs
+
+    outputs = asyncio.run(main())
+    assert outputs[-1].finished and outputs[-1].outputs[0].finish_reason == "abort"
+    assert len(outputs[-1].outputs[0].token_ids) < 200
+    assert async_llm.num_allocated_blocks == 0
+    assert async_llm.get_stats().num_running == 0, "gauges are refreshed by the abort"
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_serves_the_next(
+    async_llm: AsyncLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accord.core.async_engine import RequestFailedError
+
+    runner = async_llm.engine.runner
+    real_execute = runner.execute
+    calls = {"n": 0}
+
+    def execute_failing_once(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected kernel failure")
+        return real_execute(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "execute", execute_failing_once)
+    params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+
+    async def main() -> tuple[BaseException | None, list]:
+        failure = None
+        try:
+            async for _ in async_llm.generate({"prompt_token_ids": [5, 6, 7]}, params, "unlucky"):
+                pass
+        except RequestFailedError as error:
+            failure = error
+        served = [o async for o in async_llm.generate({"prompt_token_ids": [5, 6, 7]}, params, "next")]
+        await async_llm.shutdown()
+        return failure, served
+
+    failure, served = asyncio.run(main())
+    assert failure is not None and "injected kernel failure" in repr(failure.__cause__)
+    assert served[-1].finished and len(served[-1].outputs[0].token_ids) == 3
+    assert async_llm.num_allocated_blocks == 0
