@@ -90,6 +90,7 @@ def run_accord(model_dir: Path, trace: list[TraceRequest], args: argparse.Namesp
     """Throughput of accord's LLM.generate over the whole trace."""
     from accord import LLM, SamplingParams
 
+    started = time.perf_counter()
     llm = LLM(
         model=str(model_dir),
         backend=args.backend,
@@ -97,12 +98,14 @@ def run_accord(model_dir: Path, trace: list[TraceRequest], args: argparse.Namesp
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
     )
+    startup = time.perf_counter() - started
     prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in trace]
     params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - start
-    return Result(f"accord ({args.backend})", len(trace), sum(len(o.outputs[0].token_ids) for o in outputs), seconds)
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return Result(f"accord ({args.backend}, start {startup:.0f}s)", len(trace), tokens, seconds)
 
 
 def run_transformers(model_dir: Path, trace: list[TraceRequest], batch_size: int) -> Result:
@@ -135,15 +138,22 @@ def run_transformers(model_dir: Path, trace: list[TraceRequest], batch_size: int
 VLLM_SCRIPT = """
 import json, sys, time
 from vllm import LLM, SamplingParams
-spec = json.load(open(sys.argv[1]))
-llm = LLM(model=spec["model"], max_model_len=1024, max_num_seqs=spec["max_num_seqs"],
-          max_num_batched_tokens=spec["max_num_batched_tokens"])
-prompts = [{"prompt_token_ids": p} for p in spec["prompts"]]
-params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in spec["output_lens"]]
-start = time.perf_counter()
-outputs = llm.generate(prompts, params, use_tqdm=False)
-seconds = time.perf_counter() - start
-print("RESULT " + json.dumps({"seconds": seconds, "tokens": sum(len(o.outputs[0].token_ids) for o in outputs)}))
+
+if __name__ == "__main__":  # vLLM spawns its engine process, which re-imports this file
+    spec = json.load(open(sys.argv[1]))
+    started = time.perf_counter()
+    # On CPU, gpu_memory_utilization is the fraction of host memory vLLM reserves; its
+    # default (0.92) is refused when anything else runs on the machine.
+    llm = LLM(model=spec["model"], max_model_len=1024, max_num_seqs=spec["max_num_seqs"],
+              max_num_batched_tokens=spec["max_num_batched_tokens"], gpu_memory_utilization=0.5)
+    startup = time.perf_counter() - started
+    prompts = [{"prompt_token_ids": p} for p in spec["prompts"]]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in spec["output_lens"]]
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    print("RESULT " + json.dumps({"seconds": seconds, "tokens": tokens, "startup": startup}))
 """
 
 
@@ -172,7 +182,7 @@ def run_vllm(model_dir: Path, trace: list[TraceRequest], args: argparse.Namespac
     if done.returncode != 0 or not lines:
         return f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:] or 'no output'}"
     measured = json.loads(lines[-1][len("RESULT ") :])
-    return Result("vLLM-CPU", len(trace), measured["tokens"], measured["seconds"])
+    return Result(f"vLLM-CPU (start {measured['startup']:.0f}s)", len(trace), measured["tokens"], measured["seconds"])
 
 
 def copy_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> float:
@@ -284,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
         accord = results[0] if results[0].engine.startswith("accord") else None
         ratio = f"  accord/this {accord.output_tokens_per_s / result.output_tokens_per_s:.2f}x" if accord else ""
         print(
-            f"  {result.engine:<24} {result.requests:>4} req {result.output_tokens:>6} tok {result.seconds:8.1f} s "
+            f"  {result.engine:<28} {result.requests:>4} req {result.output_tokens:>6} tok {result.seconds:8.1f} s "
             f"{result.output_tokens_per_s:8.1f} out tok/s{ratio}",
             flush=True,
         )
