@@ -1,0 +1,88 @@
+"""Test backend plugins for the gate's tests: the reference kernels with one injected
+bug, or with KV cache writers that refuse fp8 caches. They register through the real
+plugin hook (`accord_backends`), so the gate finds them as it finds a vendor package."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from accord.backends import Backend, hookimpl
+from accord.backends.reference import ReferenceBackend
+from accord.op_contracts import CallSignature, Kernel, KernelSet
+
+BUGGY_BACKEND = "gate-buggy"
+NO_FP8_CACHE_BACKEND = "gate-no-fp8-cache"
+CRASHING_BACKEND = "gate-crashing"
+#: The op whose kernel carries the injected bug (and, on the crashing backend, the crash).
+BUGGY_OP = "silu_and_mul"
+#: The crashing kernel takes at most this many rows: fewer than profile_run's batch.
+CRASH_ABOVE_ROWS = 16
+CACHE_WRITERS = ("reshape_and_cache", "concat_and_cache_mla")
+
+
+class ReferenceVariant(Backend):
+    """The reference backend's kernels under another name, changed by `patch`. The
+    kernels load lazily: a plugin must not build backends while the registry forms."""
+
+    device_type = "cpu"
+
+    def __init__(self, name: str, patch: Callable[[KernelSet], None]) -> None:
+        super().__init__()
+        self.name = name
+        self._patch = patch
+
+    def load_kernels(self) -> KernelSet:
+        kernels = KernelSet()
+        for kernel in ReferenceBackend().kernels().as_dict().values():
+            kernels.add(kernel)
+        self._patch(kernels)
+        return kernels
+
+
+def silu_and_mul_off_by_a_tenth(kernels: KernelSet) -> None:
+    """silu(gate) * up, ten percent too large: a wrong constant in a fused kernel."""
+    correct = kernels.get(BUGGY_OP).fn
+
+    def buggy(**call: Any) -> None:
+        correct(**call)
+        call["out"].mul_(1.1)
+
+    kernels.add(Kernel(BUGGY_OP, buggy))
+
+
+def silu_and_mul_crashing_on_big_batches(kernels: KernelSet) -> None:
+    """Fine on small batches, a crash on profile_run's: an overflowing index width in
+    a vendor kernel, the way the motivating incident failed before any token."""
+    correct = kernels.get(BUGGY_OP).fn
+
+    def crashing(**call: Any) -> None:
+        if call["x"].shape[0] > CRASH_ABOVE_ROWS:
+            raise RuntimeError("illegal memory access")
+        correct(**call)
+
+    kernels.add(Kernel(BUGGY_OP, crashing))
+
+
+def refuse_fp8_cache(signature: CallSignature) -> str | None:
+    """The support rule of a cache writer that stores model-dtype caches only."""
+    cache = signature.dtype("key_cache" if signature.op == "reshape_and_cache" else "kv_cache")
+    if cache is not None and cache.itemsize == 1:
+        return "fp8 caches are not implemented by this backend"
+    return None
+
+
+def cache_writers_without_fp8(kernels: KernelSet) -> None:
+    """Make both cache writers refuse fp8 caches."""
+    for op in CACHE_WRITERS:
+        kernels.add(dataclasses.replace(kernels.get(op), supports=refuse_fp8_cache))
+
+
+@hookimpl
+def accord_backends() -> list[Backend]:
+    """The plugin hook: every test backend."""
+    return [
+        ReferenceVariant(BUGGY_BACKEND, silu_and_mul_off_by_a_tenth),
+        ReferenceVariant(NO_FP8_CACHE_BACKEND, cache_writers_without_fp8),
+        ReferenceVariant(CRASHING_BACKEND, silu_and_mul_crashing_on_big_batches),
+    ]

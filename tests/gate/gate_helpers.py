@@ -1,0 +1,57 @@
+"""Shared pieces of the gate's tests: a tiny random model, deploy.yaml files, a small
+op conformance report, and installing the test backend plugin for a subprocess."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from accord.server.demo_model import DemoModelShape, write_demo_model
+
+#: Small enough to load and generate in well under a second on one core.
+TINY_SHAPE = DemoModelShape(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=256,
+)
+#: Production-like settings scaled down: a step budget smaller than the long prompt
+#: (so it prefills in chunks), a few sequences, prefix caching on.
+TINY_DEPLOY: dict[str, Any] = {
+    "backend": "cpu",
+    "max_model_len": 128,
+    "max_num_seqs": 4,
+    "max_num_batched_tokens": 32,
+    "block_size": 16,
+    "num_gpu_blocks_override": 64,
+    "enable_prefix_caching": True,
+    "gate": {"max_tokens": 4},
+}
+#: Ops a fast report-only test runs (small case lists).
+SMALL_OPS = ("rms_norm", "silu_and_mul")
+
+
+def write_tiny_model(directory: Path) -> Path:
+    """A random Llama-architecture model directory (safetensors + tokenizer)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    write_demo_model(directory, TINY_SHAPE)
+    return directory
+
+
+def write_deploy_yaml(path: Path, model_dir: Path, **overrides: Any) -> Path:
+    """A deploy.yaml for `model_dir` with TINY_DEPLOY's settings and `overrides`
+    (a `gate` override is merged into the gate section)."""
+    gate = {**TINY_DEPLOY["gate"], **overrides.pop("gate", {})}
+    settings = {**TINY_DEPLOY, "model": str(model_dir), **overrides, "gate": gate}
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def install_test_plugin(site: Path) -> Path:
+    """Make the test backends an installed plugin for processes whose PYTHONPATH holds
+    `site` and this folder: a dist-info with an `accord.backends` entry point."""
+    dist_info = site / "accord_gate_test_backends-0.1.dist-info"
+    dist_info.mkdir(parents=True, exist_ok=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: accord-gate-test-backends\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[accord.backends]\ngate = gate_backends\n")
+    return site

@@ -1,0 +1,60 @@
+"""deploy.yaml: EngineConfig's fields under their own names plus a `gate:` section;
+unknown keys are refused by name, relative paths are the YAML file's, and every
+threshold has a default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accord.conformance.deploy_config import DeployConfigError, GateSettings, load_deploy_config, parse_deploy_config
+
+
+def test_a_misspelt_engine_setting_is_refused_by_name() -> None:
+    with pytest.raises(DeployConfigError, match="unknown key.*blocksize"):
+        parse_deploy_config({"model": "m", "blocksize": 16}, Path("."))
+
+
+def test_a_misspelt_gate_setting_is_refused_by_name() -> None:
+    with pytest.raises(DeployConfigError, match="gate: unknown key.*min_agreement"):
+        parse_deploy_config({"model": "m", "gate": {"min_agreement": 1.0}}, Path("."))
+
+
+def test_the_model_directory_is_required() -> None:
+    with pytest.raises(DeployConfigError, match="'model'"):
+        parse_deploy_config({"backend": "cpu"}, Path("."))
+
+
+def test_an_invalid_engine_value_is_refused_with_the_engines_reason() -> None:
+    with pytest.raises(DeployConfigError, match="kv_cache_dtype must be"):
+        parse_deploy_config({"model": "m", "kv_cache_dtype": "int4"}, Path("."))
+
+
+def test_an_out_of_range_threshold_is_refused() -> None:
+    with pytest.raises(DeployConfigError, match="min_token_agreement"):
+        parse_deploy_config({"model": "m", "gate": {"min_token_agreement": 1.5}}, Path("."))
+
+
+def test_a_relative_model_path_is_taken_from_the_yaml_files_folder(tmp_path: Path) -> None:
+    (tmp_path / "deploy.yaml").write_text("model: models/llama\nbackend: cpu\n")
+    config = load_deploy_config(tmp_path / "deploy.yaml")
+    assert config.engine.model == str(tmp_path / "models" / "llama")
+
+
+def test_thresholds_default_when_the_gate_section_is_absent() -> None:
+    config = parse_deploy_config({"model": "m"}, Path("."))
+    assert config.gate == GateSettings()
+    assert not config.gate.require_determinism and not config.gate.require_batch_invariance
+
+
+def test_the_recorded_config_includes_every_default() -> None:
+    recorded = parse_deploy_config({"model": "m"}, Path("/")).as_dict()
+    assert recorded["max_num_batched_tokens"] == 2048
+    assert recorded["gate"]["max_tokens"] == GateSettings().max_tokens
+
+
+def test_a_yaml_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "deploy.yaml").write_text("- model\n- backend\n")
+    with pytest.raises(DeployConfigError, match="expected a mapping"):
+        load_deploy_config(tmp_path / "deploy.yaml")
