@@ -19,9 +19,9 @@ import torch
 
 from .contracts import CONTRACTS
 from .errors import ContractError
-from .kernel import CallSignature, CastAdapter, Kernel
+from .kernel import CallSignature, CastAdapter, Kernel, TensorKey
 from .spec import REQUIRED, OpContract, OutputSpec, dtype_name, shape_dims
-from .validate import SizeStep, describe_tensor, replay_sizes, size_steps, validate_call
+from .validate import SizeStep, describe_tensor, replay_sizes, validate_call
 
 logger = logging.getLogger("accord.contracts")
 
@@ -155,7 +155,7 @@ class OpDispatcher:
         for spec in contract.tensors:
             value = call[spec.name]
             if isinstance(value, torch.Tensor):
-                key.append((value.dtype, value.dim(), value.device.type, value.is_contiguous()))
+                key.append(tensor_key(value))
             else:
                 key.append(value if value is None else type(value))
         for spec in contract.params:
@@ -163,9 +163,9 @@ class OpDispatcher:
                 key.append(call[spec.name])
         return tuple(key)
 
-    def _validate(self, contract: OpContract, call: Mapping[str, Any]) -> None:
+    def _validate(self, contract: OpContract, call: Mapping[str, Any]) -> tuple[SizeStep, ...]:
         try:
-            validate_call(contract, call)
+            steps = validate_call(contract, call)
         except ContractError as error:
             raise ContractError(
                 error.op, error.arg, error.expected, error.got, self.backend.name, error.hint
@@ -180,19 +180,15 @@ class OpDispatcher:
                     describe_tensor(value),
                     self.backend.name,
                 )
+        return steps
 
     def _first_sight(self, contract: OpContract, call: Mapping[str, Any]) -> CallPlan:
-        self._validate(contract, call)
+        steps = self._validate(contract, call)
         signature = CallSignature(
             contract.name,
-            tuple(
-                (s.name, None if call[s.name] is None else
-                 (call[s.name].dtype, call[s.name].dim(), call[s.name].device.type, call[s.name].is_contiguous()))
-                for s in contract.tensors
-            ),
+            tuple((s.name, None if call[s.name] is None else tensor_key(call[s.name])) for s in contract.tensors),
             tuple((p.name, call[p.name]) for p in contract.params if p.in_signature),
         )
-        steps = size_steps(contract, call)
         outputs = tuple((o.name, shape_dims(o.shape, call), o) for o in contract.outputs)
         kernel = self.backend.kernel_for(contract.name)
         if kernel is None:
@@ -237,6 +233,11 @@ class OpDispatcher:
             name: self.allocator(tuple(d.evaluate(sizes) for d in dims), _output_dtype(spec, call), device)
             for name, dims, spec in plan.outputs
         }
+
+
+def tensor_key(value: torch.Tensor) -> TensorKey:
+    """One tensor's part of a call signature: (dtype, rank, device type, contiguous)."""
+    return (value.dtype, value.dim(), value.device.type, value.is_contiguous())
 
 
 def _output_dtype(spec: OutputSpec, call: Mapping[str, Any]) -> torch.dtype:

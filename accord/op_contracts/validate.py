@@ -11,6 +11,10 @@ from .shapes import DimExpr
 from .spec import OpContract, ParamSpec, dtype_name, shape_dims
 
 
+#: How one size is learned on the fast path: (symbol, tensor, axis, dimension).
+SizeStep = tuple[str, str, int, DimExpr]
+
+
 def describe_tensor(value: Any) -> str:
     """A tensor as an error message shows it: `int64[4, 2] on cpu`."""
     if value is None:
@@ -20,9 +24,10 @@ def describe_tensor(value: Any) -> str:
     return f"{dtype_name(value.dtype)}{list(value.shape)} on {value.device}"
 
 
-def validate_call(contract: OpContract, call: Mapping[str, Any]) -> dict[str, int]:
-    """Raise ContractError for the first way `call` breaks `contract`; return the sizes
-    its symbolic shapes bound (`{"T": 7, "H": 64, ...}`)."""
+def validate_call(contract: OpContract, call: Mapping[str, Any]) -> tuple[SizeStep, ...]:
+    """Raise ContractError for the first way `call` breaks `contract`; return the order
+    in which it learned its symbolic sizes, so later calls of the same signature can
+    replay it without checking (`replay_sizes`)."""
     op = contract.name
     for spec in contract.params:
         _check_param(op, spec, call[spec.name])
@@ -60,27 +65,12 @@ def validate_call(contract: OpContract, call: Mapping[str, Any]) -> dict[str, in
                         dtype_name(tensor.dtype),
                         hint="cast the group to one dtype at the call site",
                     )
-    sizes = bind_sizes(contract, call)
+    steps = _bind_sizes(contract, call)
     for rule in contract.rules:
         broken = rule.check(call)
         if broken is not None:
             raise ContractError(op, *broken)
-    return sizes
-
-
-#: How one size is learned on the fast path: (symbol, tensor, axis, dimension).
-SizeStep = tuple[str, str, int, DimExpr]
-
-
-def bind_sizes(contract: OpContract, call: Mapping[str, Any]) -> dict[str, int]:
-    """Learn every symbolic size from the call's tensors and check the rest agree."""
-    return _bind(contract, call)[0]
-
-
-def size_steps(contract: OpContract, call: Mapping[str, Any]) -> tuple[SizeStep, ...]:
-    """The order in which a call of this signature learns its sizes, so later calls of
-    the same signature can replay it without checking (`replay_sizes`)."""
-    return _bind(contract, call)[1]
+    return steps
 
 
 def replay_sizes(contract: OpContract, steps: tuple[SizeStep, ...], call: Mapping[str, Any]) -> dict[str, int]:
@@ -92,7 +82,9 @@ def replay_sizes(contract: OpContract, steps: tuple[SizeStep, ...], call: Mappin
     return env
 
 
-def _bind(contract: OpContract, call: Mapping[str, Any]) -> tuple[dict[str, int], tuple[SizeStep, ...]]:
+def _bind_sizes(contract: OpContract, call: Mapping[str, Any]) -> tuple[SizeStep, ...]:
+    """Learn every symbolic size from the call's tensors, check the rest agree, and
+    return the order in which the sizes were learned."""
     env: dict[str, int] = {p.name: call[p.name] for p in contract.params if p.type is int}
     steps: list[SizeStep] = []
     pending: list[tuple[str, int, DimExpr, int]] = []
@@ -127,7 +119,7 @@ def _bind(contract: OpContract, call: Mapping[str, Any]) -> tuple[dict[str, int]
     if pending:
         name, axis, dim, size = pending[0]
         raise ContractError(contract.name, name, f"dim {axis} = {dim.text}", f"{size} (size not determinable)")
-    return env, tuple(steps)
+    return tuple(steps)
 
 
 def _check_param(op: str, spec: ParamSpec, value: Any) -> None:
