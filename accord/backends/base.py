@@ -14,16 +14,20 @@ from typing import Callable, TypeVar
 import torch
 
 from ..op_contracts import Kernel, KernelSet
+from .communicator import SUPPORT_BY_BACKEND, CollectiveSupport, TorchCommunicator
 
 F = TypeVar("F", bound=Callable[..., object])
 
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether a backend can run here, and why not when it cannot."""
+    """Whether a backend can run here, and why not when it cannot. `auto_selectable`
+    False keeps a backend that runs but must not serve by default (an emulator) out of
+    `--backend auto`."""
 
     available: bool
     reason: str = ""
+    auto_selectable: bool = True
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class Backend:
     device_type: str = "cpu"
     #: Higher wins for `--backend auto` among available backends.
     priority: int = 0
-    #: torch.distributed backend for this device (gloo/nccl/rccl/hccl).
+    #: The communicator this device's collectives use (gloo/nccl/rccl/hccl).
     dist_backend: str = "gloo"
     description: str = ""
 
@@ -107,6 +111,22 @@ class Backend:
     def tolerance_override(self, op: str, dtype: torch.dtype) -> ToleranceOverride | None:
         """A declared tolerance widening for (op, primary dtype), or None."""
         return None
+
+    # -- collectives -----------------------------------------------------------------
+    def process_group_backend(self) -> str:
+        """The name torch.distributed.init_process_group takes for `dist_backend` (RCCL,
+        say, is reached through torch's "nccl")."""
+        return self.dist_backend
+
+    def collective_support(self) -> CollectiveSupport:
+        """The dtype contract of this device's communicator: what each collective carries
+        natively and the declared adapters for the rest."""
+        return SUPPORT_BY_BACKEND[self.dist_backend]
+
+    def communicator(self, group: object) -> TorchCommunicator:
+        """The communicator the model's collectives go through, over one process group
+        of an initialised torch.distributed world."""
+        return TorchCommunicator(group, self.collective_support())
 
     def graph_capture(self, fn: F) -> F:
         """Wrap a step function in this device's graph capture (identity by default)."""

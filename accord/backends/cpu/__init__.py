@@ -28,6 +28,7 @@ class CpuBackend(Backend):
     name = "cpu"
     device_type = "cpu"
     priority = 10
+    dist_backend = "gloo"
     description = "fast CPU kernels (the embedded default)"
 
     def load_kernels(self) -> KernelSet:

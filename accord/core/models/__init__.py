@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from ...op_contracts import OpDispatcher
+from ..distributed import ParallelContext
 from ..loader import CheckpointError, SafetensorsCheckpoint, read_json
 from ..model_config import DTYPES_BY_NAME, ModelConfig, ModelConfigError
 from .causal_lm import CausalLM
@@ -34,13 +35,18 @@ def load_model(
     dtype: torch.dtype | str = "auto",
     quantization: str | None = None,
     compute_dtype: Callable[[torch.dtype], torch.dtype] | None = None,
+    parallel: ParallelContext | None = None,
 ) -> LoadedModel:
     """Load a Hugging Face model directory onto `ops`'s backend.
 
     `dtype` "auto" takes config.json's dtype; the result goes through `compute_dtype`
     (the backend's, e.g. bf16 -> fp32 on CPUs without bf16 GEMMs). `quantization`
     "fp8" quantises dense weights at load; block-fp8 checkpoints stay fp8 regardless.
+    `parallel` (one rank when None) says which tensor-parallel shard this rank loads.
     """
+    parallel = parallel or ParallelContext.single()
+    if parallel.tp_size > 1:
+        raise NotImplementedError("tensor-parallel model loading is being built (issue 10, deliverable 5)")
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a directory")
