@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._npu_autoload import guard_torch_npu_autoload
+
+# Before anything imports torch: torch-npu without CANN would break `import torch`.
+guard_torch_npu_autoload()
+
 __version__ = "0.1.0"
 
 #: Public names imported on first use, so `import accord` (and the CLI) stays light.

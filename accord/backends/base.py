@@ -21,10 +21,13 @@ F = TypeVar("F", bound=Callable[..., object])
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether a backend can run here, and why not when it cannot."""
+    """Whether a backend can run here, and why not when it cannot. `auto_selectable`
+    False keeps a backend that runs but must not serve by default (an emulator) out of
+    `--backend auto`."""
 
     available: bool
     reason: str = ""
+    auto_selectable: bool = True
 
 
 @dataclass(frozen=True)

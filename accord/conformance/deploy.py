@@ -108,7 +108,7 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
         "max_num_batched_tokens": config.engine.max_num_batched_tokens,
     }
     try:
-        with recording_calls(backend) as recorder:
+        with recording_calls(backend, config.gate.seed) as recorder:
             say(f"profile_run at max_num_seqs={maxima['max_num_seqs']} "
                 f"max_num_batched_tokens={maxima['max_num_batched_tokens']}")
             llm = _guarded("profile_run", "deploy", lambda: LLM(**settings), maxima)
@@ -122,10 +122,11 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
                                lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))
         else:
             checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
-        del llm  # the production engine's memory is free before the reference loads
+        reference = _reference_settings(config, prompts, llm.llm_engine.max_model_len)
+        del llm
         say(f"the same prompts on '{config.gate.reference}'")
         want = _guarded("reference generation", "deploy", lambda: _greedy(
-            LLM(**{**settings, "backend": config.gate.reference}), prompts, config.gate.max_tokens))
+            LLM(**reference), prompts, config.gate.max_tokens))
         checks.append(_comparison_check(config.gate, prompts, got, want))
     except _StageFailed as failed:
         checks.append(failed.check)
@@ -133,6 +134,18 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
     if recorder.too_large:
         say(f"{recorder.too_large} calls were too large to record; their ops still run their standard cases")
     return _Stages(checks, recorder.cases(), recorder.ops_called)
+
+
+def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], max_model_len: int) -> dict[str, object]:
+    """The production settings on the reference backend, with a KV cache of just the
+    blocks the prompt set needs rather than the production budget: the production
+    engine's may not be freed yet (the server stack's caches can hold it), and greedy
+    tokens do not depend on how many blocks are spare."""
+    block_size = config.engine.block_size
+    per_prompt = sum(-(-(len(p.token_ids) + config.gate.max_tokens) // block_size) for p in prompts)
+    blocks = max(per_prompt, -(-max_model_len // block_size)) + 1
+    return {**dataclasses.asdict(config.engine), "backend": config.gate.reference, "max_model_len": max_model_len,
+            "kv_cache_memory": None, "num_gpu_blocks_override": blocks}
 
 
 def _prompts(llm: LLM, config: DeployConfig) -> list[Prompt]:

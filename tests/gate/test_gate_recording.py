@@ -10,6 +10,7 @@ import torch
 from accord.backends import get_backend
 from accord.conformance import recording
 from accord.conformance.recording import MAX_SHAPES_PER_SIGNATURE, recording_calls
+from accord.conformance import ConformanceRunner, Status
 from accord.op_contracts import OpDispatcher
 
 
@@ -53,3 +54,48 @@ def test_the_backend_hands_out_its_own_kernels_again_afterwards() -> None:
     with recording_calls(backend):
         assert backend.kernel_for("rms_norm") is not get_backend("cpu").kernels().get("rms_norm")
     assert backend.kernel_for("rms_norm") is backend.kernels().get("rms_norm")
+
+
+def _record_paged_calls(num_blocks: int) -> tuple[recording.CallRecorder, dict]:
+    """reshape_and_cache and paged_attention on the cpu backend over a cache of
+    `num_blocks` blocks, two sequences placed in far-apart blocks."""
+    backend = get_backend("cpu")
+    block, heads, dim = 16, 2, 8
+    cache = torch.zeros(num_blocks, block, heads, dim)
+    tables = torch.tensor([[num_blocks - 1, 7], [3, 0]], dtype=torch.int32)  # seq 1 uses one block
+    seq_lens = torch.tensor([block + 1, 5], dtype=torch.int32)
+    slots = torch.tensor([7 * block, -1, 3 * block + 4], dtype=torch.int64)
+    with recording_calls(backend) as recorder:
+        ops = OpDispatcher(backend)
+        kv = torch.randn(3, heads, dim)
+        ops.reshape_and_cache(kv, kv, cache, cache.clone(), slots)
+        ops.paged_attention(torch.randn(2, 4, dim), cache, cache.clone(), tables, seq_lens,
+                            torch.tensor([0, 1, 2], dtype=torch.int32), scale=dim**-0.5)
+    return recorder, {"tables": tables, "slots": slots, "block": block}
+
+
+def test_a_paged_call_is_replayed_on_a_few_generated_blocks_not_the_production_cache() -> None:
+    recorder, _ = _record_paged_calls(num_blocks=4096)
+    # Only the small tensors were copied: the two 4096-block caches (4 MiB each) were not.
+    assert recorder.recorded_bytes < 4096
+    (attention,) = recorder.cases()["paged_attention"]
+    # Blocks reached: 4095 and 7 (sequence 0), 3 (sequence 1); plus the spare.
+    assert attention.args["key_cache"].shape == (4, 16, 2, 8)
+    assert attention.args["block_tables"].tolist() == [[0, 1], [2, 3]]
+    assert attention.args["block_tables"].dtype == torch.int32
+    (cache,) = recorder.cases()["reshape_and_cache"]
+    assert cache.args["key_cache"].shape == (3, 16, 2, 8)
+    assert cache.args["slot_mapping"].tolist() == [0, -1, 16 + 4]
+    assert cache.args["slot_mapping"].dtype == torch.int64
+
+
+def test_replayed_paged_cases_pass_conformance_on_the_cpu_backend() -> None:
+    recorder, _ = _record_paged_calls(num_blocks=64)
+    runner = ConformanceRunner(get_backend("cpu"), get_backend("reference"))
+    results = [runner.run_case(case) for cases in recorder.cases().values() for case in cases]
+    assert [r.status for r in results] == [Status.PASS] * 2, [r.message for r in results]
+
+
+def test_a_replayed_case_is_the_same_for_the_same_seed() -> None:
+    first, second = (_record_paged_calls(64)[0].cases()["paged_attention"][0] for _ in range(2))
+    assert torch.equal(first.args["key_cache"], second.args["key_cache"])

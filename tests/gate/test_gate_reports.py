@@ -13,12 +13,14 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import torch
 
 from accord.backends import get_backend
 from accord.conformance import CaseResult, Status
 from accord.conformance.reports import Check, CheckStatus, GateReport, load_report, write_reports
 from accord.conformance.reports.document import SCHEMA_DIR
 from accord.conformance.reports.environment import capture_environment, config_hash
+from accord.conformance.reports.samples import sample_tensor
 
 SKIPPED_CHECK = Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false")
 FAILED_CHECK = Check("profile_run", "deploy", CheckStatus.FAIL, "RuntimeError: out of memory", {"seconds": 1.5})
@@ -121,3 +123,12 @@ def test_config_hash_changes_with_any_setting() -> None:
 def test_git_commit_comes_from_the_image_variable_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCORD_GIT_COMMIT", "0123abc")
     assert capture_environment(get_backend("cpu"))["git_commit"] == "0123abc"
+
+
+def test_sampling_a_tensor_past_2_24_elements_stays_in_bounds_and_evenly_spaced() -> None:
+    # 22369280 elements: the size whose float32 spacing rounded the last index to numel.
+    numel = 22_369_280
+    values = torch.arange(numel, dtype=torch.int32)
+    sampled = sample_tensor(values, 32).values
+    expected = [i * (numel - 1) // 31 for i in range(32)]
+    assert list(sampled) == expected and sampled[-1] == numel - 1

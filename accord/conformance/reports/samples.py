@@ -20,12 +20,20 @@ from .document import CaseKey, OutputSample, SampledOutput
 SAMPLE_SIZE = 32
 
 
+def evenly_spaced(numel: int, size: int) -> torch.Tensor:
+    """`size` int64 indices from 0 to numel - 1 inclusive, evenly spaced, in integer
+    arithmetic (float32 spacing rounds to numel itself past 2^24 elements)."""
+    if size == 1:
+        return torch.zeros(1, dtype=torch.int64)
+    return torch.arange(size, dtype=torch.int64) * (numel - 1) // (size - 1)
+
+
 def sample_tensor(tensor: torch.Tensor, size: int = SAMPLE_SIZE) -> SampledOutput:
     """`size` evenly strided elements of the flattened tensor, as floats (non-finite
     values as None, since JSON cannot hold them)."""
     flat = tensor.detach().reshape(-1).cpu()
     if flat.numel() > size:
-        flat = flat[torch.linspace(0, flat.numel() - 1, size).long()]
+        flat = flat[evenly_spaced(flat.numel(), size)]
     values = tuple(v if math.isfinite(v) else None for v in flat.double().tolist())
     return SampledOutput(dtype_name(tensor.dtype), values)
 
