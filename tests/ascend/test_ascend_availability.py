@@ -149,3 +149,15 @@ def test_the_ascend_kernel_table_covers_every_contract(emulated):
     from accord.backends.registry import missing_kernels
 
     assert missing_kernels(emulated) == []
+
+
+def test_hccl_contract_follows_cann_for_atlas_a2(emulated):
+    from accord.op_contracts import ContractError
+
+    support = emulated.collective_support()
+    assert emulated.dist_backend == "hccl" and support.name == "hccl"
+    assert support.plan("all_reduce", torch.bfloat16) is None
+    assert support.plan("all_reduce", torch.float8_e4m3fn).kind == "upcast"
+    assert support.plan("all_gather", torch.float8_e4m3fn).kind == "bytes"
+    with pytest.raises(ContractError, match="all_reduce"):
+        support.plan("all_reduce", torch.float64)  # HcclAllReduce has no fp64
