@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from ..case import Case
-from . import attention, cache, deepseek_v4, elementwise, fp8, moe, sampling
+from . import attention, cache, deepseek_v4, elementwise, fp8, linear, moe, sampling
 from .illegal import illegal_cases
 
 CaseGenerator = Callable[[int], Iterable[Case]]
@@ -14,6 +14,7 @@ CaseGenerator = Callable[[int], Iterable[Case]]
 #: Each op's legal-case generator, called with the run's seed.
 GENERATORS: dict[str, CaseGenerator] = {
     **elementwise.CASES,
+    **linear.CASES,
     **cache.CASES,
     **attention.CASES,
     **moe.CASES,

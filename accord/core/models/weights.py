@@ -44,6 +44,8 @@ class WeightLoader:
         self.dtype = dtype
         self.device = device
         self.quantize_fp8 = quantize_fp8
+        #: The device's fp8 format: what load-time quantisation produces.
+        self.fp8_dtype = ops.backend.fp8_dtype()  # type: ignore[attr-defined]
 
     def tensor(self, name: str, shape: Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
         """One tensor as `dtype` (the model dtype by default), checked against `shape`."""
@@ -66,13 +68,13 @@ class WeightLoader:
         if bias:
             biases = torch.cat([self.tensor(f"{p}.bias", (n,)) for p, n in zip(prefixes, out_features)])
         if parts[0].dtype in FP8_DTYPES:
-            weight, scale = self._stacked_blocks(prefixes, parts)
+            weight, scale = self._device_fp8(*self._stacked_blocks(prefixes, parts))
             return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
         weight = torch.cat(parts).to(device=self.device, dtype=self.dtype).contiguous()
         if self.quantize_fp8:
-            fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight)
+            fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight, self.fp8_dtype)
             return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", biases)
-        return DenseLinear(weight, biases)
+        return DenseLinear(self.ops, weight, biases)
 
     def experts(
         self, prefix: str, num_experts: int, names: tuple[str, str, str], hidden: int, intermediate: int
@@ -86,16 +88,16 @@ class WeightLoader:
         if w2_parts[0].dtype in FP8_DTYPES:
             w13_stacked = [self._stacked_blocks(pair, parts) for pair, parts in zip(w13, w13_parts)]
             w2_scales = [self._block_scale(f"{prefix}.{e}.{down}", (hidden, intermediate)) for e in range(num_experts)]
-            return ExpertWeights(
+            w13_fp8, w13_scale = self._device_fp8(
                 torch.stack([w for w, _ in w13_stacked]).to(self.device),
-                torch.stack(w2_parts).to(self.device),
                 torch.stack([s for _, s in w13_stacked]).to(self.device),
-                torch.stack(w2_scales).to(self.device),
             )
+            w2_fp8, w2_scale = self._device_fp8(torch.stack(w2_parts).to(self.device), torch.stack(w2_scales).to(self.device))
+            return ExpertWeights(w13_fp8, w2_fp8, w13_scale, w2_scale)
         w13_dense = torch.stack([torch.cat(parts) for parts in w13_parts]).to(device=self.device, dtype=self.dtype)
         w2_dense = torch.stack(w2_parts).to(device=self.device, dtype=self.dtype)
         if self.quantize_fp8:
-            (w13_q, w13_s), (w2_q, w2_s) = quantization.quantize_blocks(w13_dense), quantization.quantize_blocks(w2_dense)
+            (w13_q, w13_s), (w2_q, w2_s) = (quantization.quantize_blocks(w, self.fp8_dtype) for w in (w13_dense, w2_dense))
             return ExpertWeights(w13_q, w2_q, w13_s, w2_s)
         return ExpertWeights(w13_dense.contiguous(), w2_dense.contiguous())
 
@@ -121,6 +123,11 @@ class WeightLoader:
                 f"{tuple(shape)}"
             )
         return self.checkpoint.read(name)
+
+    def _device_fp8(self, weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A checkpoint's e4m3fn weight and scale as the device stores them: the backend
+        converts at load time where its format differs (e4m3fnuz on gfx94x)."""
+        return self.ops.backend.prepare_fp8_weight(weight, scale)  # type: ignore[attr-defined]
 
     def _block_scale(self, prefix: str, shape: Sequence[int]) -> torch.Tensor:
         rows, cols = shape
