@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....op_contracts import KernelSet
-from . import attention, cache, elementwise, fp8, moe, sampling
+from . import attention, cache, compressed, elementwise, fp8, moe, sampling
 
 
 def build_kernels(npu: Any) -> KernelSet:
@@ -17,6 +17,7 @@ def build_kernels(npu: Any) -> KernelSet:
         family.register(kernels, npu)
     fp8.register(kernels)
     sampling.register(kernels)
+    compressed.register(kernels)
     return kernels
 
 
