@@ -45,8 +45,6 @@ def load_model(
     `parallel` (one rank when None) says which tensor-parallel shard this rank loads.
     """
     parallel = parallel or ParallelContext.single()
-    if parallel.tp_size > 1:
-        raise NotImplementedError("tensor-parallel model loading is being built (issue 10, deliverable 5)")
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a directory")
@@ -63,7 +61,7 @@ def load_model(
     builder = family(architecture)
     weights = WeightLoader(
         SafetensorsCheckpoint(model_dir), ops, run_dtype, torch.device(ops.backend.device_type),
-        quantize_fp8=quantization == "fp8",
+        quantize_fp8=quantization == "fp8", parallel=parallel,
     )
     model = CausalLM.load(weights, config, builder.build_layer)
     weights.finish(lambda name: builder.ignores(name, config))
