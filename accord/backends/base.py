@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, ClassVar, Mapping, TypeVar
 
 import torch
 
@@ -43,6 +43,12 @@ class ToleranceOverride:
 class Backend:
     """Base class for a backend plugin. Subclasses set the class attributes and
     implement `load_kernels`; everything else has a sensible default to override."""
+
+    #: Public members core does not call yet, each with why a plugin may still set it;
+    #: every other public member is part of what core calls (a test holds both).
+    OPTIONAL_HOOKS: ClassVar[Mapping[str, str]] = {
+        "graph_capture": "the step wrapper for device graph capture (issue 16); eager execution never calls it",
+    }
 
     name: str = ""
     device_type: str = "cpu"
@@ -135,7 +141,8 @@ class Backend:
         return TorchCommunicator(group, self.collective_support())
 
     def graph_capture(self, fn: F) -> F:
-        """Wrap a step function in this device's graph capture (identity by default)."""
+        """Optional: wrap a step function in this device's graph capture (identity by
+        default; see OPTIONAL_HOOKS)."""
         return fn
 
     def synchronize(self) -> None:

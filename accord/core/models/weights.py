@@ -53,6 +53,8 @@ class WeightLoader:
         self.device = device
         self.quantize_fp8 = quantize_fp8
         self.parallel = parallel or ParallelContext.single()
+        #: The device's fp8 format: what load-time quantisation produces.
+        self.fp8_dtype = ops.backend.fp8_dtype()  # type: ignore[attr-defined]
 
     def tensor(
         self, name: str, shape: Sequence[int], dtype: torch.dtype | None = None, shard: Shard = WHOLE
@@ -85,7 +87,7 @@ class WeightLoader:
             )
         if parts[0].dtype in FP8_DTYPES:
             full_shapes = [(n, in_features) for n in out_features]
-            weight, scale = self._stacked_blocks(prefixes, parts, full_shapes, shards)
+            weight, scale = self._device_fp8(*self._stacked_blocks(prefixes, parts, full_shapes, shards))
             return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
         return self._local_linear(torch.cat(parts), biases)
 
@@ -96,8 +98,10 @@ class WeightLoader:
         shard = split_evenly(self.parallel, in_features, f"{prefix} input features", dim=1)
         weight = self._read(f"{prefix}.weight", (out_features, in_features), shard)
         if weight.dtype in FP8_DTYPES:
-            scale = self._block_scale(prefix, (out_features, in_features), shard)
-            local: Linear = quantization.Fp8Linear(self.ops, weight.to(self.device).contiguous(), scale, "block")
+            fp8_weight, scale = self._device_fp8(
+                weight.to(self.device).contiguous(), self._block_scale(prefix, (out_features, in_features), shard)
+            )
+            local: Linear = quantization.Fp8Linear(self.ops, fp8_weight, scale, "block")
         else:
             local = self._local_linear(weight, None)
         if self.parallel.tp_size == 1 or not reduce:
@@ -127,16 +131,16 @@ class WeightLoader:
             w2_scales = [
                 self._block_scale(f"{prefix}.{e}.{down}", (hidden, intermediate), cols) for e in range(num_experts)
             ]
-            return ExpertWeights(
+            w13_fp8, w13_scale = self._device_fp8(
                 torch.stack([w for w, _ in w13_stacked]).to(self.device),
-                torch.stack(w2_parts).to(self.device),
                 torch.stack([s for _, s in w13_stacked]).to(self.device),
-                torch.stack(w2_scales).to(self.device),
             )
+            w2_fp8, w2_scale = self._device_fp8(torch.stack(w2_parts).to(self.device), torch.stack(w2_scales).to(self.device))
+            return ExpertWeights(w13_fp8, w2_fp8, w13_scale, w2_scale)
         w13_dense = torch.stack([torch.cat(parts) for parts in w13_parts]).to(device=self.device, dtype=self.dtype)
         w2_dense = torch.stack(w2_parts).to(device=self.device, dtype=self.dtype)
         if self.quantize_fp8:
-            (w13_q, w13_s), (w2_q, w2_s) = quantization.quantize_blocks(w13_dense), quantization.quantize_blocks(w2_dense)
+            (w13_q, w13_s), (w2_q, w2_s) = (quantization.quantize_blocks(w, self.fp8_dtype) for w in (w13_dense, w2_dense))
             return ExpertWeights(w13_q, w2_q, w13_s, w2_s)
         return ExpertWeights(w13_dense.contiguous(), w2_dense.contiguous())
 
@@ -154,7 +158,7 @@ class WeightLoader:
         """This rank's dense weight as a linear: in the model dtype, or fp8 per channel."""
         weight = weight.to(device=self.device, dtype=self.dtype).contiguous()
         if self.quantize_fp8:
-            fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight)
+            fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight, self.fp8_dtype)
             return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", bias)
         return DenseLinear(self.ops, weight, bias)
 
@@ -172,6 +176,11 @@ class WeightLoader:
         if shard.whole:
             return self.checkpoint.read(name)
         return self.checkpoint.read_slice(name, shard.dim, *shard.bounds(shape[shard.dim]))
+
+    def _device_fp8(self, weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A checkpoint's e4m3fn weight and scale as the device stores them: the backend
+        converts at load time where its format differs (e4m3fnuz on gfx94x)."""
+        return self.ops.backend.prepare_fp8_weight(weight, scale)  # type: ignore[attr-defined]
 
     def _block_scale(self, prefix: str, shape: Sequence[int], shard: Shard = WHOLE) -> torch.Tensor:
         """The 128x128 block scales of `prefix.weight`, sliced like the weight's `shard`
