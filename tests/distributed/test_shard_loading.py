@@ -132,3 +132,11 @@ def test_unsplittable_heads_are_refused(tmp_path: Path) -> None:
     three_ranks = ParallelContext(rank=0, world_size=3, tp_rank=0, tp_size=3, communicator=NoCollectives())
     with pytest.raises(ValueError, match="num_attention_heads \\(4\\) is not divisible by tensor_parallel_size 3"):
         load_model(tmp_path, OpDispatcher(get_backend("cpu")), dtype=torch.float32, parallel=three_ranks)
+
+
+def test_architectures_without_a_tensor_parallel_graph_are_refused(tmp_path: Path) -> None:
+    from deepseek_v4_models import build_v4_dir
+
+    model_dir = build_v4_dir(tmp_path / "v4")
+    with pytest.raises(ValueError, match="DeepseekV4ForCausalLM has no tensor-parallel graph yet"):
+        load_model(model_dir, OpDispatcher(get_backend("cpu")), dtype=torch.float32, parallel=RANK1_OF_2)

@@ -59,6 +59,11 @@ def load_model(
         run_dtype = compute_dtype(run_dtype)
     config = dataclasses.replace(config, dtype=run_dtype)
     builder = family(architecture)
+    if parallel.tp_size > 1 and not builder.tensor_parallel:
+        raise ValueError(
+            f"{architecture} has no tensor-parallel graph yet; load it with tensor_parallel_size=1 "
+            f"(got {parallel.tp_size})"
+        )
     weights = WeightLoader(
         SafetensorsCheckpoint(model_dir), ops, run_dtype, torch.device(ops.backend.device_type),
         quantize_fp8=quantization == "fp8", parallel=parallel,

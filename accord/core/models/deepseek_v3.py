@@ -20,6 +20,9 @@ from .layers import GatedMLP, Linear, RMSNorm, RotaryEmbedding, SparseMoE
 from .layers.rotary import yarn_mscale
 from .weights import WeightLoader
 
+#: The graph shards heads, channels and vocabulary across tensor-parallel ranks.
+TENSOR_PARALLEL = True
+
 
 class MLAAttention:
     """DeepSeek's latent attention with absorbed up-projections."""

@@ -13,6 +13,9 @@ from .causal_lm import DecoderLayer, layer_norms
 from .layers import GatedMLP, GQAAttention, RotaryEmbedding, SparseMoE
 from .weights import WeightLoader
 
+#: The graph shards heads, channels and vocabulary across tensor-parallel ranks.
+TENSOR_PARALLEL = True
+
 #: Per architecture: (feed-forward prefix, expert weight names as gate, up, down).
 NAMING = {
     "MixtralForCausalLM": ("block_sparse_moe", ("w1", "w3", "w2")),
