@@ -30,7 +30,7 @@ logger = logging.getLogger("accord.server")
 
 #: Seconds a server whose engine died keeps answering (/health 503, errors to
 #: in-flight requests) before it exits with status 1.
-DEAD_ENGINE_EXIT_DELAY_S = 3.0
+DEAD_ENGINE_EXIT_DELAY_S = 5.0
 
 
 class GracefulServer(uvicorn.Server):

@@ -1,6 +1,6 @@
-"""Fixtures for the executor tests: the engine tests' tiny random models (their
-builder, tests/engine/engine_models.py, is put on sys.path so this directory runs on
-its own too), and a check that no worker process outlives its test."""
+"""Fixtures for the executor tests: the engine tests' tiny random models and the server
+tests' `accord serve` harness (tests/engine and tests/server are put on sys.path, so
+this directory runs on its own too)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-ENGINE_TESTS = str(Path(__file__).resolve().parent.parent / "engine")
-if ENGINE_TESTS not in sys.path:
-    sys.path.insert(0, ENGINE_TESTS)
+for _helpers in ("engine", "server"):
+    _directory = str(Path(__file__).resolve().parent.parent / _helpers)
+    if _directory not in sys.path:
+        sys.path.insert(0, _directory)
 
 from engine_models import build_model_dir  # noqa: E402
 
