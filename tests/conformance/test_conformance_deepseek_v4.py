@@ -12,7 +12,7 @@ from conformance_doubles import broken, route_reading_companions_at_token_id_wid
 
 from accord.backends import get_backend
 from accord.conformance import cases_for
-from accord.server.cli import main
+from accord.cli.main import main
 from accord.server.commands import conformance as command
 
 

@@ -39,7 +39,7 @@ class ServerProcess:
     def __init__(self, *flags: str, cache_dir: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "accord.server.cli", "serve", "--port", str(self.port), *flags]
+        command = [sys.executable, "-m", "accord", "serve", "--port", str(self.port), *flags]
         env = {**os.environ, "ACCORD_CACHE_DIR": str(cache_dir)}
         # A file, not a pipe: nobody reads a pipe while tests run, and a full one blocks the server.
         self.log = tempfile.NamedTemporaryFile(mode="w+", prefix="accord-serve-", suffix=".log")

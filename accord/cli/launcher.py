@@ -20,10 +20,10 @@ from ..core.async_engine import AsyncLLM
 from ..core.engine import LLMEngine
 from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
-from .app import create_app
+from ..server.app import create_app
 from .commands.serve import engine_config
-from .demo_model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
-from .serving import ServedModel
+from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
+from ..server.serving import ServedModel
 
 
 logger = logging.getLogger("accord.server")
