@@ -95,6 +95,12 @@ class Backend:
         to this device's fp8 format at load time; unchanged by default."""
         return weight, scale
 
+    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """The form of a dense [N, K] weight this backend's `linear` kernel wants, made once
+        at load (a prepacked GEMM layout, say); the weight unchanged by default. The
+        result keeps the logical shape and dtype and is only valid on this backend."""
+        return weight
+
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
         """The dtype to compute in when a model asks for `requested` (a CPU without
         native bf16 GEMMs computes bf16 models in fp32, say)."""

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence, TypeVar
 import torch
 
 from ..backends import Backend, default_registry
-from ..core.llm import LLM
+from ..entrypoints import LLM
 from ..core.outputs import CompletionOutput
 from ..core.sampling_params import SamplingParams
 from .case import Case

@@ -8,13 +8,15 @@ generated, never on its batch mates, so seeded requests reproduce alone or batch
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from ..op_contracts import OpDispatcher
 from .outputs import Logprob
-from .sequence import Sequence
+from .sampling_params import SamplingParams
 
 _SEED_MASK = (1 << 63) - 1
 _SEED_MULTIPLIER = 6364136223846793005
@@ -23,6 +25,22 @@ _SEED_MULTIPLIER = 6364136223846793005
 def step_seed(seed: int, num_output_tokens: int) -> int:
     """The draw seed of a seeded request's next token (a fixed mix of the two)."""
     return (seed * _SEED_MULTIPLIER + num_output_tokens + 1) & _SEED_MASK
+
+
+class SamplingRow(Protocol):
+    """What sampling reads of a request: its settings and its tokens so far."""
+
+    @property
+    def params(self) -> SamplingParams: ...
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def output_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def num_output_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +60,7 @@ class Sampler:
         # Unseeded requests draw their per-step seeds from here.
         self._rng = random.Random(seed)
 
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[SampledToken]:
+    def __call__(self, logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> list[SampledToken]:
         """Tokens for `seqs`, row b of `logits` ([B, V] fp32) being sequence b's."""
         params = [seq.params for seq in seqs]
         logits = apply_penalties(logits, seqs)
@@ -72,13 +90,13 @@ class Sampler:
             results.append(SampledToken(tokens[b], chosen[b], top))
         return results
 
-    def _seed_for(self, seq: Sequence) -> int:
+    def _seed_for(self, seq: SamplingRow) -> int:
         if seq.params.seed is None:
             return self._rng.getrandbits(63)
         return step_seed(seq.params.seed, seq.num_output_tokens)
 
 
-def apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch.Tensor:
     """vLLM's penalties on the rows that ask for them: repetition divides positive
     (multiplies negative) logits of tokens seen in prompt or output; frequency and
     presence subtract per output occurrence and per distinct output token."""
@@ -109,7 +127,7 @@ def apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     return logits
 
 
-def mask_stop_tokens_before_min_tokens(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+def mask_stop_tokens_before_min_tokens(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch.Tensor:
     """Rows that have not reached min_tokens cannot pick a stop token."""
     rows = [
         b

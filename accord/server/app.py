@@ -3,7 +3,6 @@ Prometheus metrics and tokenizer endpoints."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,7 +12,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
 from ..core.async_engine import AsyncLLM
-from ..core.stats import EngineStats
 from .auth import api_key_checker
 from .chat import ChatService
 from .completions import CompletionService
@@ -39,12 +37,6 @@ from .serving import OpenAIServing, ServedModel
 _ERROR_RESPONSES = {status: {"model": ErrorResponse} for status in (400, 401, 429, 500)}
 
 
-def _current_stats(engine: AsyncLLM) -> EngineStats:
-    # The engine refreshes its gauges once per step, so after the last request is
-    # aborted they would keep reporting its blocks; the block count is read live.
-    return dataclasses.replace(engine.get_stats(), kv_blocks_used=engine.num_allocated_blocks)
-
-
 def create_app(
     engine: AsyncLLM, model: ServedModel, *, api_key: str | None = None, max_waiting_requests: int | None = None
 ) -> FastAPI:
@@ -52,12 +44,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.watch_engine()
         yield
         await engine.shutdown()
 
     app = FastAPI(title="accord", version=__version__, lifespan=lifespan, description="OpenAI-compatible LLM server")
     install_error_handlers(app)
-    metrics = ServerMetrics(model.name, lambda: _current_stats(engine))
+    metrics = ServerMetrics(model.name, engine.get_stats)
     serving = OpenAIServing(engine, model, metrics, max_waiting_requests)
     completions, chat = CompletionService(serving), ChatService(serving)
 
@@ -104,8 +97,8 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
-        """200 while the server runs."""
-        return Response(status_code=200)
+        """200 while the engine can serve, 503 once it is dead (a worker process gone)."""
+        return Response(status_code=503 if engine.errored else 200)
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:

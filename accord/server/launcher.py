@@ -1,12 +1,16 @@
-"""Runs `accord serve`: loads the engine, builds the app and serves it with uvicorn
-until SIGTERM (graceful, exit 0) or SIGINT."""
+"""Runs `accord serve`: loads the engine (on the backend named by --backend), builds the
+app and serves it with uvicorn until SIGTERM (graceful, exit 0) or SIGINT. If the
+engine dies (a worker process gone), /health answers 503 and, after a short grace for
+probes and in-flight responses, the server stops with exit status 1."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import sys
+import time
 from collections.abc import Iterator
 
 import uvicorn
@@ -14,10 +18,19 @@ import uvicorn
 from ..backends.registry import BackendUnavailableError
 from ..core.async_engine import AsyncLLM
 from ..core.engine import LLMEngine
+from ..core.errors import WorkerStartupError
+from ..entrypoints import RegistryBackend
 from .app import create_app
 from .commands.serve import engine_config
 from .demo_model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
 from .serving import ServedModel
+
+
+logger = logging.getLogger("accord.server")
+
+#: Seconds a server whose engine died keeps answering (/health 503, errors to
+#: in-flight requests) before it exits with status 1.
+DEAD_ENGINE_EXIT_DELAY_S = 3.0
 
 
 class GracefulServer(uvicorn.Server):
@@ -30,12 +43,31 @@ class GracefulServer(uvicorn.Server):
     crash, so SIGTERM is dropped from the signals it re-raises.
     """
 
+    def __init__(self, config: uvicorn.Config, engine: AsyncLLM) -> None:
+        super().__init__(config)
+        self.engine = engine
+        self.exit_code = 0
+        self._dead_since: float | None = None
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         with super().capture_signals():
             yield
             # uvicorn re-raises what this (private) list holds once the block exits.
             self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's 10 Hz housekeeping, plus: stop (exit status 1) once the engine
+        has been dead for DEAD_ENGINE_EXIT_DELAY_S."""
+        if self.engine.errored:
+            now = time.monotonic()
+            if self._dead_since is None:
+                self._dead_since = now
+                logger.error("the engine is dead; exiting in %.0f s", DEAD_ENGINE_EXIT_DELAY_S)
+            elif now - self._dead_since >= DEAD_ENGINE_EXIT_DELAY_S:
+                self.exit_code = 1
+                return True
+        return await super().on_tick(counter)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -46,8 +78,8 @@ def serve(args: argparse.Namespace) -> int:
         # The engine's CPU default (4 GiB) would dwarf the demo model and slow its start.
         settings.kv_cache_memory = DEMO_KV_CACHE_BYTES
     try:
-        engine = AsyncLLM(LLMEngine(settings))
-    except (ValueError, LookupError, OSError, BackendUnavailableError) as error:
+        engine = AsyncLLM(LLMEngine(settings, RegistryBackend(settings.backend)))
+    except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError) as error:
         # A wrong directory, flag or backend: say what, without a traceback.
         print(f"accord serve: error: {error}", file=sys.stderr)
         return 1
@@ -64,6 +96,11 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=args.shutdown_timeout,
     )
     url = f"http://{args.host}:{args.port}/v1"
-    print(f"accord: serving {model.name} on backend {engine.engine.backend.name} at {url}", file=sys.stderr, flush=True)
-    GracefulServer(server_config).run()
-    return 0
+    ranks = f" x{settings.tensor_parallel_size} ranks" if settings.tensor_parallel_size > 1 else ""
+    print(f"accord: serving {model.name} on backend {engine.engine.backend_name}{ranks} at {url}", file=sys.stderr, flush=True)
+    server = GracefulServer(server_config, engine)
+    try:
+        server.run()
+    finally:
+        engine.engine.shutdown()
+    return server.exit_code

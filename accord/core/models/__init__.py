@@ -65,7 +65,7 @@ def load_model(
         SafetensorsCheckpoint(model_dir), ops, run_dtype, torch.device(ops.backend.device_type),
         quantize_fp8=quantization == "fp8",
     )
-    model = CausalLM.load(weights, config, builder.build_layer)
+    model = builder.load(weights, config)
     weights.finish(lambda name: builder.ignores(name, config))
     return LoadedModel(model, config)
 

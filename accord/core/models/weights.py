@@ -74,7 +74,7 @@ class WeightLoader:
         if self.quantize_fp8:
             fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight, self.fp8_dtype)
             return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", biases)
-        return DenseLinear(weight, biases)
+        return DenseLinear(self.ops, weight, biases)
 
     def experts(
         self, prefix: str, num_experts: int, names: tuple[str, str, str], hidden: int, intermediate: int
