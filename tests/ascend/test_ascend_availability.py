@@ -161,3 +161,8 @@ def test_hccl_contract_follows_cann_for_atlas_a2(emulated):
     assert support.plan("all_gather", torch.float8_e4m3fn).kind == "bytes"
     with pytest.raises(ContractError, match="all_reduce"):
         support.plan("all_reduce", torch.float64)  # HcclAllReduce has no fp64
+
+
+def test_fp32_models_compute_in_bf16_as_fia_has_no_fp32(emulated):
+    assert emulated.compute_dtype(torch.float32) == torch.bfloat16
+    assert emulated.compute_dtype(torch.float16) == torch.float16
