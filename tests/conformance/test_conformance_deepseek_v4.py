@@ -12,10 +12,10 @@ from conformance_doubles import broken, route_reading_companions_at_token_id_wid
 
 from accord.backends import get_backend
 from accord.conformance import cases_for
-from accord.conformance.recording import CacheSignature, cache_args, replay_args
+from accord.gate.recording import CacheSignature, cache_args, replay_args
 from accord.op_contracts import CONTRACTS, OpDispatcher
-from accord.server.cli import main
-from accord.server.commands import conformance as command
+from accord.cli.main import main
+from accord.cli.commands import conformance as command
 
 
 def legal(op: str):

@@ -22,7 +22,7 @@ import torch
 
 from ..backends import Backend
 from ..op_contracts import CONTRACTS, Kernel, OpContract
-from .case import Case, dtype_combo, randn, seeded
+from ..conformance.case import Case, dtype_combo, randn, seeded
 
 #: Distinct shapes kept per (op, dtype combination): prefill, decode and a mixed step.
 MAX_SHAPES_PER_SIGNATURE = 3
