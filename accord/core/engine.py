@@ -7,6 +7,7 @@ stop conditions, freeing finished sequences and building outputs.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -27,6 +28,7 @@ from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
 from .sequence import Sequence
 from .stats import EngineStats, RequestTimes
+from .structured_output import StructuredOutputManager
 from .tokenizer import load_tokenizer
 
 logger = logging.getLogger("accord.engine")
@@ -84,7 +86,9 @@ class LLMEngine:
                 "or lower max_model_len"
             )
         self.runner.allocate_kv_cache(num_blocks)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching, config.prefix_caching_hash_algo
+        )
         self.scheduler = Scheduler(
             self.block_manager,
             config.max_num_batched_tokens,
@@ -92,6 +96,9 @@ class LLMEngine:
             config.scheduling_policy,  # type: ignore[arg-type]
         )
         self.requests: dict[str, Request] = {}
+        self.structured_output = StructuredOutputManager(
+            self.tokenizer, self.model_config.vocab_size, self.model_config.eos_token_ids
+        )
         self.stats = EngineStats(kv_blocks_total=num_blocks)
         self._seq_counter = itertools.count()
         logger.info(
@@ -134,6 +141,7 @@ class LLMEngine:
         params = params or SamplingParams()
         text, token_ids = self._tokenize(prompt)
         self._check_request(token_ids, params)
+        grammar = None if params.structured_outputs is None else self.structured_output.compile(params.structured_outputs)
         times = RequestTimes(arrival_time=time.monotonic() if arrival_time is None else arrival_time)
         order = next(self._seq_counter)
         seqs: list[Sequence] = []
@@ -160,6 +168,8 @@ class LLMEngine:
                 )
             seqs.append(seq)
             self.scheduler.add(seq)
+            if grammar is not None:
+                self.structured_output.add(seq.seq_id, grammar)
         self.requests[request_id] = Request(request_id, text, token_ids, seqs, times)
 
     def _tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
@@ -182,10 +192,7 @@ class LLMEngine:
             )
         if min(token_ids) < 0 or max(token_ids) >= vocab:
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
-        for name in ("logprobs", "prompt_logprobs"):
-            asked = getattr(params, name)
-            if asked is not None and asked > vocab:
-                raise ValueError(f"{name}={asked} exceeds the vocabulary size {vocab}")
+        params.verify_vocab(vocab)
 
     def abort_request(self, request_ids: str | Iterable[str]) -> list[RequestOutput]:
         """Stop requests now and free all their blocks; return each one's final output
@@ -199,6 +206,7 @@ class LLMEngine:
                 if not seq.is_finished:
                     seq.finish("abort")
                     self.scheduler.finish(seq)
+                    self.structured_output.remove(seq.seq_id)
             request.times.finished_time = now
             outputs.append(make_request_output(request, finished=True))
         self._update_gauges()
@@ -220,6 +228,11 @@ class LLMEngine:
             self._update_gauges()
             return []
         tables = [self.block_manager.block_table(seq.seq_id) for seq in step.sequences]
+        samplers = [
+            seq.seq_id for seq in step.sequences
+            if seq.num_computed_tokens + step.num_scheduled_tokens[seq.seq_id] == seq.num_tokens
+        ]
+        step = dataclasses.replace(step, grammar_bitmask=self.structured_output.grammar_bitmask(samplers))
         result = self.runner.execute(step, tables)
         now = time.monotonic()
         self._advance(step, now)
@@ -232,6 +245,7 @@ class LLMEngine:
             self._append(seq, sampled, now)
         self.stats.num_preemptions += len(step.preempted)
         self.stats.num_steps += 1
+        self.stats.observe_iteration(step.total_num_scheduled_tokens)
         self._update_gauges()
         return self._outputs({seq.request_id for seq in step.sequences}, now)
 
@@ -260,16 +274,20 @@ class LLMEngine:
         params, token = seq.params, sampled.token_id
         may_stop = seq.num_output_tokens >= params.min_tokens
         stop_string = seq.detokenizer.update(find_stop=may_stop) if seq.detokenizer else None
+        grammar_complete = self.structured_output.accept(seq.seq_id, token)
         if may_stop and token in params.all_stop_token_ids:
             seq.finish("stop", None if token in self.model_config.eos_token_ids else token)
         elif stop_string is not None:
             seq.finish("stop", stop_string)
+        elif grammar_complete:
+            seq.finish("stop")
         elif (
             params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens
         ) or seq.num_tokens >= self.max_model_len:
             seq.finish("length")
         if seq.is_finished:
             self.scheduler.finish(seq)
+            self.structured_output.remove(seq.seq_id)
 
     def _decode_logprob_tokens(self, entry: dict[int, Logprob]) -> None:
         for token_id, logprob in entry.items():

@@ -99,6 +99,10 @@ class ModelRunner:
         if budget is None:
             if self.device.type == "cpu":
                 budget = DEFAULT_CPU_KV_CACHE_BYTES
+                # A default must not cost more than the engine can ever fill: every
+                # sequence at max_model_len (a tiny model's 4 GiB took seconds to zero).
+                blocks_per_seq = -(-self.max_model_len // self.block_size)
+                budget = min(budget, self.config.max_num_seqs * blocks_per_seq * self.bytes_per_block)
             else:
                 free, total = self.backend.memory_info()
                 budget = int(free - total * (1.0 - self.config.gpu_memory_utilization))
@@ -182,7 +186,7 @@ class ModelRunner:
         if samplers:
             logits = self.model.compute_logits(hidden[[batch.last_rows[b] for b in samplers]])
             sampling_seqs = [seqs[b] for b in samplers]
-            sampled = list(zip(sampling_seqs, self.sampler(logits, sampling_seqs)))
+            sampled = list(zip(sampling_seqs, self.sampler(logits, sampling_seqs, step.grammar_bitmask)))
         return RunnerOutput(sampled, self._prompt_logprobs(seqs, starts, counts, batch, hidden))
 
     def _prompt_logprobs(

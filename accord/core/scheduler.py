@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .block_manager import BlockManager
+from .structured_output import GrammarBitmask
 from .sequence import Sequence, SequenceStatus
 
 Policy = Literal["fcfs", "priority"]
@@ -29,6 +30,9 @@ class SchedulerOutput:
     sequences: list[Sequence]
     #: Sequences preempted while building this step.
     preempted: list[Sequence]
+    #: Allowed tokens of the constrained sequences that sample this step (filled in by
+    #: the engine's structured output manager).
+    grammar_bitmask: GrammarBitmask | None = None
 
     @property
     def total_num_scheduled_tokens(self) -> int:
