@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import llguidance
+from llguidance.gbnf_to_lark import any_to_lark
 
 from .params import COMPACT_JSON, StructuredOutputsParams
 
@@ -23,7 +24,5 @@ def grammar_source(params: StructuredOutputsParams) -> str:
     if params.choice is not None:
         return llguidance.LLMatcher.grammar_from_lark("start: " + " | ".join(map(lark_literal, params.choice)))
     assert params.grammar is not None
-    grammar = params.grammar
-    if "::=" in grammar:  # GBNF (llama.cpp's and vLLM's EBNF form)
-        grammar = llguidance.gbnf_to_lark(grammar)
-    return llguidance.LLMatcher.grammar_from_lark(grammar)
+    # Lark as given; GBNF (llama.cpp's and vLLM's EBNF form) converted to it.
+    return llguidance.LLMatcher.grammar_from_lark(any_to_lark(params.grammar))
