@@ -13,12 +13,12 @@ __version__ = "0.1.0"
 
 #: Public names imported on first use, so `import accord` (and the CLI) stays light.
 _LAZY = {
-    "LLM": "accord.core.llm",
+    "LLM": "accord.entrypoints",
     "SamplingParams": "accord.core.sampling_params",
     "RequestOutput": "accord.core.outputs",
     "CompletionOutput": "accord.core.outputs",
-    "LLMEngine": "accord.core.engine",
-    "AsyncLLM": "accord.core.async_engine",
+    "LLMEngine": "accord.entrypoints",
+    "AsyncLLM": "accord.entrypoints",
 }
 
 __all__ = ["__version__", *_LAZY]

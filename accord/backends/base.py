@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, ClassVar, Mapping, TypeVar
 
 import torch
 
@@ -43,6 +43,12 @@ class ToleranceOverride:
 class Backend:
     """Base class for a backend plugin. Subclasses set the class attributes and
     implement `load_kernels`; everything else has a sensible default to override."""
+
+    #: Public members core does not call yet, each with why a plugin may still set it;
+    #: every other public member is part of what core calls (a test holds both).
+    OPTIONAL_HOOKS: ClassVar[Mapping[str, str]] = {
+        "graph_capture": "the step wrapper for device graph capture (issue 16); eager execution never calls it",
+    }
 
     name: str = ""
     device_type: str = "cpu"
@@ -89,6 +95,12 @@ class Backend:
         to this device's fp8 format at load time; unchanged by default."""
         return weight, scale
 
+    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """The form of a dense [N, K] weight this backend's `linear` kernel wants, made once
+        at load (a prepacked GEMM layout, say); the weight unchanged by default. The
+        result keeps the logical shape and dtype and is only valid on this backend."""
+        return weight
+
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
         """The dtype to compute in when a model asks for `requested` (a CPU without
         native bf16 GEMMs computes bf16 models in fp32, say)."""
@@ -121,6 +133,11 @@ class Backend:
     def collective_support(self) -> CollectiveSupport:
         """The dtype contract of this device's communicator: what each collective carries
         natively and the declared adapters for the rest."""
+        if self.dist_backend not in SUPPORT_BY_BACKEND:
+            raise NotImplementedError(
+                f"backend {self.name!r}: no collective dtype contract is built in for {self.dist_backend!r}; "
+                "override Backend.collective_support"
+            )
         return SUPPORT_BY_BACKEND[self.dist_backend]
 
     def communicator(self, group: object) -> TorchCommunicator:
@@ -129,7 +146,8 @@ class Backend:
         return TorchCommunicator(group, self.collective_support())
 
     def graph_capture(self, fn: F) -> F:
-        """Wrap a step function in this device's graph capture (identity by default)."""
+        """Optional: wrap a step function in this device's graph capture (identity by
+        default; see OPTIONAL_HOOKS)."""
         return fn
 
     def synchronize(self) -> None:

@@ -155,20 +155,29 @@ class BlockManager:
                 self._key_of_block[block] = key
             chain.append(key)
 
-    def free(self, seq_id: str) -> None:
+    def free(self, seq_id: str, forget_cached: bool = False) -> None:
         """Drop `seq_id`'s references; blocks nobody else holds become free, tail
-        blocks first so a shared prefix outlives the suffixes after it."""
+        blocks first so a shared prefix outlives the suffixes after it. With
+        `forget_cached` (a failed step may not have written them) those blocks also
+        leave the prefix cache."""
         for block in reversed(self._tables.pop(seq_id, [])):
             self.ref_counts[block] -= 1
             if self.ref_counts[block] == 0:
                 self._free[block] = None
+                if forget_cached:
+                    self._uncache(block)
         self._chain.pop(seq_id, None)
 
     def _take_free_block(self) -> int:
         block, _ = self._free.popitem(last=False)
-        key = self._key_of_block.pop(block, None)
-        if key is not None:
-            del self._block_of_key[key]
+        if self._uncache(block):
             self.counters.evictions += 1
         self.ref_counts[block] = 1
         return block
+
+    def _uncache(self, block: int) -> bool:
+        """Forget `block`'s prefix-cache key; returns whether it had one."""
+        key = self._key_of_block.pop(block, None)
+        if key is not None:
+            del self._block_of_key[key]
+        return key is not None

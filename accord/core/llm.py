@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from .device import BackendFactory
 from .engine import LLMEngine, PromptType
 from .outputs import RequestOutput
 from .sampling_params import SamplingParams
@@ -19,11 +20,13 @@ Conversation = list[dict[str, Any]]
 
 class LLM:
     """Offline batched generation: engine arguments as keyword arguments, with
-    vLLM's names (`backend`, `dtype`, `max_model_len`, `block_size`, `max_num_seqs`,
-    `max_num_batched_tokens`, `enable_prefix_caching`, `kv_cache_memory`, ...)."""
+    vLLM's names (`dtype`, `max_model_len`, `block_size`, `max_num_seqs`,
+    `max_num_batched_tokens`, `enable_prefix_caching`, `kv_cache_memory`,
+    `tensor_parallel_size`, `distributed_executor_backend`, ...), on the backend
+    `backend_factory` builds (`accord.LLM` finds it by name)."""
 
-    def __init__(self, model: str, **engine_args: Any) -> None:
-        self.llm_engine = LLMEngine.from_engine_args(model, **engine_args)
+    def __init__(self, model: str, backend_factory: BackendFactory, **engine_args: Any) -> None:
+        self.llm_engine = LLMEngine.from_engine_args(model, backend_factory, **engine_args)
         self._request_counter = itertools.count()
 
     def get_tokenizer(self) -> Tokenizer:

@@ -102,6 +102,12 @@ class OpDispatcher:
         self._callers[op] = call
         return call
 
+    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """The backend's load-time form of a dense weight for `linear` (prepacked, say);
+        a provider without the hook keeps the weight as it is."""
+        prepare = getattr(self.backend, "prepare_linear_weight", None)
+        return weight if prepare is None else prepare(weight)
+
     def bind(self, contract: OpContract, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map positional and keyword arguments to contract names, filling defaults."""
         names = contract.arg_names

@@ -3,19 +3,17 @@ Prometheus metrics and tokenizer endpoints."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
 from ..core.async_engine import AsyncLLM
-from ..core.stats import EngineStats
 from .auth import ApiKeyMiddleware
 from .body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, BodyLimitMiddleware
 from .chat import ChatService
@@ -59,12 +57,6 @@ _STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _current_stats(engine: AsyncLLM) -> EngineStats:
-    # The engine refreshes its gauges once per step, so after the last request is
-    # aborted they would keep reporting its blocks; the block count is read live.
-    return dataclasses.replace(engine.get_stats(), kv_blocks_used=engine.num_allocated_blocks)
-
-
 def create_app(
     engine: AsyncLLM,
     model: ServedModel,
@@ -80,6 +72,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.watch_engine()
         yield
         serving.close()
         await engine.shutdown()
@@ -90,7 +83,7 @@ def create_app(
     if api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     app.add_middleware(BodyLimitMiddleware, limit=max_request_body_bytes)
-    metrics = ServerMetrics(model.name, lambda: _current_stats(engine))
+    metrics = ServerMetrics(model.name, engine.get_stats)
     serving = OpenAIServing(engine, model, metrics, max_waiting_requests, drain)
     completions, chat = CompletionService(serving), ChatService(serving, get_tool_parser(tool_call_parser))
     card = ModelCard(id=model.name, root=model.name, max_model_len=model.max_model_len, description=model.description)
@@ -143,9 +136,11 @@ def create_app(
         return DetokenizeResponse(prompt=text)
 
     @app.get("/health")
-    async def health() -> HealthResponse:
-        """200 while the server runs."""
-        return HealthResponse()
+    async def health() -> JSONResponse:
+        """200 while the engine can serve, 503 once it is dead (a worker process gone)."""
+        if engine.errored:
+            return JSONResponse(HealthResponse(status="error").model_dump(), status_code=503)
+        return JSONResponse(HealthResponse().model_dump())
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:

@@ -399,7 +399,7 @@ class DetokenizeResponse(BaseModel):
 class HealthResponse(BaseModel):
     """`GET /health`."""
 
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "error"] = "ok"
 
 
 class ErrorInfo(BaseModel):

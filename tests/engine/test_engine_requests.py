@@ -165,10 +165,10 @@ def test_abort_frees_every_block(llm: LLM) -> None:
     engine = llm.llm_engine
     engine.add_request("to-abort", {"prompt_token_ids": random_prompt(300, seed=9)}, greedy(max_tokens=50))
     engine.step()
-    assert engine.block_manager.num_used_blocks > 0
+    assert engine.scheduler.block_manager.num_used_blocks > 0
     engine.abort_request("to-abort")
     assert not engine.has_unfinished_requests()
-    assert engine.block_manager.num_used_blocks == 0
+    assert engine.scheduler.block_manager.num_used_blocks == 0
 
 
 def test_seeded_sampling_is_the_same_alone_and_in_a_batch(llama_dir: Path, make_llm) -> None:
@@ -190,6 +190,7 @@ def test_step_seeds_depend_only_on_seed_and_position() -> None:
 def test_an_fp8_kv_cache_is_stored_in_the_backends_fp8_format(llama_dir: Path, make_llm) -> None:
     llm = make_llm(llama_dir, backend="cpu", max_model_len=256, num_gpu_blocks_override=32, kv_cache_dtype="fp8")
     engine = llm.llm_engine
-    assert {cache.dtype for layer in engine.runner.kv_caches for cache in layer} == {engine.backend.fp8_dtype()}
+    worker = engine.executor.driver_worker
+    assert {cache.dtype for layer in worker.runner.kv_caches for cache in layer} == {worker.backend.fp8_dtype()}
     completion = run(llm, random_prompt(20, seed=21), greedy(max_tokens=4)).outputs[0]
     assert len(completion.token_ids) == 4

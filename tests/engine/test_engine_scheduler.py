@@ -1,4 +1,5 @@
-"""The scheduler: token budgets, decode-first chunked prefill, preemption, policies."""
+"""The scheduler: token budgets, decode-first chunked prefill, preemption, policies, and
+the results of a step applied through the real `update_from_output`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import itertools
 
 from accord.core.block_manager import BlockManager
 from accord.core.sampling_params import SamplingParams
-from accord.core.scheduler import Scheduler, SchedulerOutput
+from accord.core.sched.output import ModelRunnerOutput, SchedulerOutput
+from accord.core.scheduler import Scheduler
 from accord.core.sequence import Sequence, SequenceStatus
 from accord.core.stats import RequestTimes
 
@@ -32,13 +34,22 @@ def make_scheduler(num_blocks: int = 64, budget: int = 16, max_num_seqs: int = 8
     return Scheduler(BlockManager(num_blocks, BLOCK_SIZE), budget, max_num_seqs, policy)  # type: ignore[arg-type]
 
 
-def run_step(scheduler: Scheduler) -> SchedulerOutput:
-    """Schedule, then play the model: mark tokens computed and sample token 0 at the end."""
+def run_step(scheduler: Scheduler, token: int = 0) -> SchedulerOutput:
+    """Schedule, then play the model: every sequence whose scheduled tokens reach the
+    end of its tokens samples `token`; the scheduler applies that result."""
     out = scheduler.schedule()
-    for seq in out.sequences:
-        seq.num_computed_tokens += out.num_scheduled_tokens[seq.seq_id]
-        if seq.num_computed_tokens == seq.num_tokens:
-            seq.append_token(0, 0.0, None)
+    samplers = [
+        seq_id
+        for seq_id, count in out.num_scheduled_tokens.items()
+        if scheduler.seqs[seq_id].num_computed_tokens + count == scheduler.seqs[seq_id].num_tokens
+    ]
+    result = ModelRunnerOutput(
+        req_ids=samplers,
+        sampled_token_ids=[token] * len(samplers),
+        logprobs=[0.0] * len(samplers),
+        top_logprobs=[None] * len(samplers),
+    )
+    scheduler.update_from_output(out, result)
     return out
 
 
@@ -74,7 +85,7 @@ def test_max_num_seqs_caps_the_running_set() -> None:
     scheduler = make_scheduler(budget=64, max_num_seqs=2)
     for _ in range(3):
         scheduler.add(make_seq(2))
-    assert len(run_step(scheduler).sequences) == 2
+    assert len(run_step(scheduler).num_scheduled_tokens) == 2
     assert len(scheduler.waiting) == 1
 
 
@@ -85,9 +96,9 @@ def test_running_out_of_blocks_preempts_the_youngest() -> None:
     scheduler.add(young)
     run_step(scheduler)  # both prefilled: one block each, all blocks in use
     out = run_step(scheduler)  # old needs a second block for its decode
-    assert out.preempted == [young]
+    assert out.preempted_req_ids == {young.seq_id}
     assert young.status is SequenceStatus.WAITING and young.num_computed_tokens == 0
-    assert out.sequences == [old]
+    assert list(out.num_scheduled_tokens) == [old.seq_id]
 
 
 def test_priority_policy_preempts_the_lowest_priority_first() -> None:
@@ -96,7 +107,7 @@ def test_priority_policy_preempts_the_lowest_priority_first() -> None:
     scheduler.add(unimportant)
     scheduler.add(important)
     run_step(scheduler)
-    assert run_step(scheduler).preempted == [unimportant]
+    assert run_step(scheduler).preempted_req_ids == {unimportant.seq_id}
 
 
 def test_priority_policy_admits_higher_priority_first() -> None:
@@ -105,7 +116,7 @@ def test_priority_policy_admits_higher_priority_first() -> None:
     early = make_seq(4, priority=3)
     scheduler.add(early)
     scheduler.add(late_but_urgent)
-    assert run_step(scheduler).sequences == [late_but_urgent]
+    assert list(run_step(scheduler).num_scheduled_tokens) == [late_but_urgent.seq_id]
 
 
 def test_a_preempted_sequence_resumes_from_its_surviving_cached_blocks() -> None:

@@ -21,7 +21,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def demo_model(cache_dir: Path) -> Path:
     """The demo model directory, generated in the private cache."""
-    from accord.server.demo_model import demo_model_dir
+    from accord.demo.model import demo_model_dir
 
     previous = os.environ.get("ACCORD_CACHE_DIR")
     os.environ["ACCORD_CACHE_DIR"] = str(cache_dir)
@@ -58,6 +58,6 @@ def http(server: ServerProcess) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="session")
 def offline_llm(demo_model: Path):
     """The offline `LLM` API over the same model and engine settings as the server."""
-    from accord.core.llm import LLM
+    from accord import LLM
 
     return LLM(str(demo_model), **ENGINE_ARGS)

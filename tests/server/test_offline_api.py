@@ -47,3 +47,26 @@ def test_chat_outputs_carry_the_rendered_prompt(offline_llm) -> None:
     tokenizer = offline_llm.get_tokenizer()
     assert output.prompt == tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     assert output.prompt_token_ids == tokenizer.encode(output.prompt, add_special_tokens=False)
+
+
+def test_the_demo_model_is_found_by_name(cache_dir, monkeypatch) -> None:
+    import accord
+
+    monkeypatch.setenv("ACCORD_CACHE_DIR", str(cache_dir))
+    llm = accord.LLM("accord-demo-llama", max_model_len=64, max_num_seqs=2, backend="cpu")
+    try:
+        [output] = llm.generate("Hi", GREEDY, use_tqdm=False)
+        assert len(output.outputs[0].token_ids) == 3
+    finally:
+        llm.llm_engine.shutdown()
+
+
+def test_the_default_kv_budget_is_what_the_limits_can_use(demo_model) -> None:
+    import accord
+
+    # No kv_cache_memory: the CPU default (4 GiB) is capped at max_num_seqs full contexts.
+    llm = accord.LLM(str(demo_model), max_model_len=64, max_num_seqs=2, block_size=16, backend="cpu")
+    try:
+        assert llm.llm_engine.scheduler.block_manager.num_blocks == 2 * (64 // 16)
+    finally:
+        llm.llm_engine.shutdown()

@@ -195,7 +195,7 @@ def test_serve_on_a_port_in_use_fails_before_claiming_to_serve(server: ServerPro
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "accord.server.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "accord", "serve", "--port", str(port), "--model", "accord-demo-llama"],
             capture_output=True, text=True, timeout=120,
         )
     assert result.returncode == 1

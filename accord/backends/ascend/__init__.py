@@ -17,7 +17,8 @@ import torch
 from ..._npu_autoload import cann_runtime_missing, torch_npu_installed
 from ...op_contracts import KernelSet
 from ..base import Availability, Backend
-from .communicator import HCCL, CommunicatorLimits
+from ..communicator import CollectiveSupport
+from .communicator import HCCL
 
 EMULATE_VARIABLE = "ACCORD_NPU_EMULATE"
 
@@ -61,8 +62,6 @@ class AscendBackend(Backend):
     device_type = "npu"
     priority = 30
     dist_backend = "hccl"
-    #: HCCL's dtype limits, as data for the communicator machinery.
-    communicator: CommunicatorLimits = HCCL
     description = "Huawei Ascend via torch-npu's fused operators"
 
     def __init__(self, emulate: bool | None = None) -> None:
@@ -92,6 +91,15 @@ class AscendBackend(Backend):
         from .kernels import build_kernels
 
         return build_kernels(self.operators())
+
+    def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
+        """bf16 for an fp32 model: FIA, the attention operator, has no fp32 path (as
+        vLLM serves fp32 checkpoints in bf16 by default); fp16 and bf16 as asked."""
+        return torch.bfloat16 if requested == torch.float32 else requested
+
+    def collective_support(self) -> CollectiveSupport:
+        """HCCL's dtype contract as CANN documents it for Atlas A2/A3 (communicator.py)."""
+        return HCCL
 
     def supported_block_sizes(self) -> tuple[int, ...]:
         from .kernels.attention import BLOCK_SIZES

@@ -1,38 +1,26 @@
-"""HCCL, the ascend backend's collective communicator, described as data: which dtypes
-each kind of collective carries on Atlas A2/A3 (CANN's HcclAllReduce / HcclAllGather
-documentation). The communicator machinery reads these limits; what HCCL cannot carry
-is a declared adapter or a refusal there, never a silent cast."""
+"""HCCL's dtype contract as CANN documents it for Atlas A2/A3 (HcclAllReduce,
+HcclReduceScatter, HcclAllGather, HcclAlltoAllV): reductions carry int8, int16, int32,
+int64, fp16, fp32 and bf16; data movement also carries uint8 and fp64. HCCL has no fp8
+type on these chips (CANN 9 adds fp8 types for newer ones) and no bool: fp8 reduces in
+fp32 and moves as bytes, bool moves as bytes; nothing else is carried or adapted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from ...op_contracts import FP8_DTYPES
+from ..communicator import DATA_MOVEMENT, REDUCTIONS, CollectiveAdapter, CollectiveSupport
 
-@dataclass(frozen=True)
-class CommunicatorLimits:
-    """A communicator's dtype limits: what reductions (all_reduce, reduce_scatter) and
-    plain data movement (all_gather, broadcast, all_to_all, send/recv) take, and the
-    dtypes a `prod` reduction excludes."""
-
-    name: str
-    reduce_dtypes: tuple[torch.dtype, ...]
-    move_dtypes: tuple[torch.dtype, ...]
-    no_prod_dtypes: tuple[torch.dtype, ...] = ()
-    notes: str = ""
+REDUCED = (torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32, torch.bfloat16)
+MOVED = (*REDUCED, torch.uint8, torch.float64)
 
 
-HCCL = CommunicatorLimits(
-    name="hccl",
-    reduce_dtypes=(torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32, torch.bfloat16),
-    move_dtypes=(
-        torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.float16, torch.float32,
-        torch.bfloat16, torch.float64,
-    ),
-    no_prod_dtypes=(torch.int16, torch.bfloat16),
-    notes=(
-        "Atlas A2/A3 (CANN 8.x): no fp8 in any collective (CANN 9 adds fp8 types for newer chips); fp8 "
-        "tensors can move as their uint8 bytes, never be reduced; prod is not supported for int16 and bf16."
-    ),
-)
+def hccl_support() -> CollectiveSupport:
+    """The collective dtype contract of the ascend backend's communicator."""
+    native = {c: frozenset(REDUCED) for c in REDUCTIONS} | {c: frozenset(MOVED) for c in DATA_MOVEMENT}
+    adapters = {(c, d): CollectiveAdapter("upcast", torch.float32) for c in REDUCTIONS for d in FP8_DTYPES}
+    adapters |= {(c, d): CollectiveAdapter("bytes") for c in DATA_MOVEMENT for d in (*FP8_DTYPES, torch.bool)}
+    return CollectiveSupport("hccl", native, adapters)
+
+
+HCCL = hccl_support()
