@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from accord.server.cli import main
+from accord.cli.main import main
 
 
 def test_conformance_world_size_2_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ def test_metrics_parse_and_include_the_vllm_metric_set(http: httpx.Client) -> No
 def test_counters_match_the_requests_made(http: httpx.Client, client: openai.OpenAI) -> None:
     before = scrape_metrics(http)
     completions = [
-        client.completions.create(model="accord-demo-llama", prompt=prompt, max_tokens=3, extra_body={"ignore_eos": True})
+        client.completions.create(model="accord-demo-random", prompt=prompt, max_tokens=3, extra_body={"ignore_eos": True})
         for prompt in ("one", "two words", "three more words")
     ]
     after = scrape_metrics(http)

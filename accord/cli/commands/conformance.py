@@ -15,7 +15,7 @@ import torch
 from ...backends import BackendUnavailableError, UnknownBackendError, default_registry
 from ...conformance import ConformanceRunner, cases_for
 from ...conformance.collectives import render_collectives, run_collective_conformance
-from ...conformance.gate_command import print_op_progress, run_deploy, run_merge, write_op_reports
+from ...gate.gate_command import print_op_progress, run_deploy, run_merge, write_op_reports
 from ...conformance.table import render
 from ...op_contracts import CONTRACTS
 

@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import uvicorn
 
@@ -20,10 +21,17 @@ from ..core.async_engine import AsyncLLM
 from ..core.engine import LLMEngine
 from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
-from .app import create_app
+from ..server.app import create_app
 from .commands.serve import engine_config
-from .demo_model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
-from .serving import ServedModel
+from ..demo.default_model import (
+    DEFAULT_MODEL_DESCRIPTION,
+    DEFAULT_MODEL_NAME,
+    ChecksumMismatch,
+    DefaultModelUnavailable,
+    default_model_path,
+)
+from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
+from ..server.serving import ServedModel
 
 
 logger = logging.getLogger("accord.server")
@@ -70,11 +78,43 @@ class GracefulServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model to serve: where it is, the name the API reports, and its description."""
+
+    path: str
+    name: str
+    description: str | None = None
+
+
+def choose_model(requested: str | None) -> ModelChoice:
+    """--model as given; the default model (SmolLM2, fetched once) when absent, or the
+    random demo model when the default cannot be fetched; the demo model by its name."""
+    if requested is None:
+        try:
+            return ModelChoice(str(default_model_path()), DEFAULT_MODEL_NAME, DEFAULT_MODEL_DESCRIPTION)
+        except DefaultModelUnavailable as why:
+            print(
+                f"accord: the default model {DEFAULT_MODEL_NAME} is not cached and cannot be downloaded ({why}); "
+                f"serving the random-weight demo model {DEMO_MODEL_NAME} instead",
+                file=sys.stderr,
+                flush=True,
+            )
+            requested = DEMO_MODEL_NAME
+    if requested == DEMO_MODEL_NAME:
+        return ModelChoice(str(demo_model_dir()), DEMO_MODEL_NAME, DEMO_MODEL_DESCRIPTION)
+    return ModelChoice(requested, requested)
+
+
 def serve(args: argparse.Namespace) -> int:
     """Serve the model the parsed `accord serve` flags describe; returns the exit code."""
-    model_dir = args.model or str(demo_model_dir())
-    settings = engine_config(args, model_dir)
-    if args.model is None and settings.kv_cache_memory is None:
+    try:
+        choice = choose_model(args.model)
+    except ChecksumMismatch as error:
+        print(f"accord serve: error: {error}", file=sys.stderr)
+        return 1
+    settings = engine_config(args, choice.path)
+    if choice.name == DEMO_MODEL_NAME and settings.kv_cache_memory is None:
         # The engine's CPU default (4 GiB) would dwarf the demo model and slow its start.
         settings.kv_cache_memory = DEMO_KV_CACHE_BYTES
     try:
@@ -84,11 +124,11 @@ def serve(args: argparse.Namespace) -> int:
         print(f"accord serve: error: {error}", file=sys.stderr)
         return 1
     model = ServedModel(
-        name=args.served_model_name or args.model or DEMO_MODEL_NAME,
-        root=model_dir,
+        name=args.served_model_name or choice.name,
+        root=choice.path,
         max_model_len=engine.max_model_len,
         vocab_size=engine.model_config.vocab_size,
-        description=None if args.model else DEMO_MODEL_DESCRIPTION,
+        description=choice.description,
     )
     app = create_app(engine, model, api_key=args.api_key, max_waiting_requests=args.max_waiting_requests)
     server_config = uvicorn.Config(
