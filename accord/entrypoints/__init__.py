@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .backends import Backend, get_backend
-from .core import async_engine, engine, llm
+from ..backends import Backend, get_backend
+from ..core import async_engine, engine, llm
 
 
 @dataclass(frozen=True)
