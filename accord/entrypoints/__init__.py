@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .backends import Backend, get_backend
-from .core import async_engine, engine, llm
-from .demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_NAME, demo_model_dir
+from ..backends import Backend, get_backend
+from ..core import async_engine, engine, llm
+from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_NAME, demo_model_dir
 
 
 @dataclass(frozen=True)
