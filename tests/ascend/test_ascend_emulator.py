@@ -38,7 +38,7 @@ def test_the_glue_without_its_declared_adapter_fails_in_the_emulator():
     hidden, w13, w2 = torch.randn(2, 16), torch.randn(4, 8, 16), torch.randn(4, 16, 4)
     ids = torch.tensor([[0, 1], [2, 3]], dtype=torch.int64)
     with pytest.raises(NpuOperatorError, match="expert_idx must be int32"):
-        moe_kernels.fused_moe(emulator, hidden, w13, w2, torch.rand(2, 2), ids, None, None, None, "silu",
+        moe_kernels.fused_moe(emulator, hidden, w13, w2, torch.rand(2, 2), ids, None, None, None, "silu", 0.0,
                               torch.empty(2, 16))
 
 
