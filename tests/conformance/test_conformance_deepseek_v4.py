@@ -12,8 +12,10 @@ from conformance_doubles import broken, route_reading_companions_at_token_id_wid
 
 from accord.backends import get_backend
 from accord.conformance import cases_for
-from accord.server.cli import main
-from accord.server.commands import conformance as command
+from accord.gate.recording import CacheSignature, cache_args, replay_args
+from accord.op_contracts import CONTRACTS, OpDispatcher
+from accord.cli.main import main
+from accord.cli.commands import conformance as command
 
 
 def legal(op: str):
@@ -64,3 +66,16 @@ def test_accord_conformance_catches_tid2eid_read_at_token_id_width(
     assert len(table_rows) == 2 and all("FAIL 1/1" in row for row in table_rows)
     assert sum("v4 hash" in row and mix in row for row in rows) == 2, "each failing V4 case is named"
     assert rows[-1].startswith("FAILED:")
+
+
+@pytest.mark.parametrize("op", ["kv_compress", "indexer_topk", "compressed_attention"])
+def test_the_gate_replays_a_recorded_call_of_each_compressed_op(op: str) -> None:
+    contract = CONTRACTS[op]
+    caches = cache_args(contract)
+    case = max(legal(op), key=lambda c: sum(v is not None for v in c.args.values()))
+    recorded = {
+        name: CacheSignature(value.dtype, tuple(value.shape[1:])) if name in caches and value is not None else value
+        for name, value in case.args.items()
+    }
+    args = replay_args(op, recorded, torch.Generator().manual_seed(0))
+    OpDispatcher(get_backend("reference"), strict=True).call(contract, (), args)

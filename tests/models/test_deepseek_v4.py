@@ -76,18 +76,19 @@ def test_each_prompt_alone_matches_transformers_prefix_only(backend, engines, pr
 
 def test_a_prefix_cache_hit_reuses_compressed_state_and_gives_the_same_tokens(engines, prompts, reference_tokens):
     llm = engines["cpu"]
-    counters = llm.llm_engine.scheduler.block_manager.counters
-    hits_before = counters.hits
+    greedy(llm, [prompts[0]])
+    hits_before = llm.llm_engine.stats.prefix_cache_hits
     assert greedy(llm, [prompts[0]]) == [reference_tokens[0]]
-    assert counters.hits > hits_before, "the repeated prompt's full blocks come from the prefix cache"
+    assert llm.llm_engine.stats.prefix_cache_hits > hits_before, "the repeated prompt's blocks come from the cache"
 
 
 def test_hash_layers_hand_the_router_int64_token_ids_and_the_int32_table(engines) -> None:
-    model = engines["cpu"].llm_engine.executor.driver_worker.runner.model
+    worker = engines["cpu"].llm_engine.executor.driver_worker
+    model = worker.runner.model
     hashed = [layer.moe for layer in model.layers if layer.moe.hash_table is not None]
     assert len(hashed) == 2
     assert all(moe.hash_table.dtype == torch.int32 for moe in hashed)
     # The dispatcher's plans are keyed by every signature it has validated.
-    plans = engines["cpu"].llm_engine.executor.driver_worker.ops._plans.values()
+    plans = worker.ops._plans.values()
     routes = [plan.signature for plan in plans if plan.signature.op == "moe_route"]
     assert any(s.dtype("token_ids") == torch.int64 and s.dtype("hash_table") == torch.int32 for s in routes)

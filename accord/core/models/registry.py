@@ -38,6 +38,8 @@ class ModelFamily:
 
     load: Callable[[WeightLoader, ModelConfig], Any]
     ignores: Callable[[str, ModelConfig], bool]
+    #: Whether its graph shards across tensor-parallel ranks (module `TENSOR_PARALLEL`).
+    tensor_parallel: bool = False
 
 
 def supported_architectures() -> list[str]:
@@ -71,4 +73,4 @@ def family(architecture: str) -> ModelFamily:
         return family_ignores is not None and family_ignores(name, config)
 
     load = getattr(module, "load", None) or partial(CausalLM.load, build_layer=module.build_layer)
-    return ModelFamily(load, ignores)
+    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False))

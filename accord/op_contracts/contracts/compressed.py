@@ -35,7 +35,7 @@ KV_COMPRESS = OpContract(
     name="kv_compress",
     doc=(
         "The KV compressor's state update. state_cache holds each token's projected "
-        "[kv | gate] at its paged slot (C*D features each; C = 2 with overlap, else 1). "
+        "[kv | gate] at its paged slot (CD = C*D features each; C = 2 with overlap, else 1). "
         "Row n compresses window w = window_index[n] of sequence window_seq[n] (positions "
         "w*R .. w*R+R-1, all already written): slot j of the window contributes kv_j and "
         "logit gate_j + position_bias[j]; with overlap (CSA) window w contributes its "
@@ -45,20 +45,14 @@ KV_COMPRESS = OpContract(
         "entry are the caller's (rms_norm, rotary_embedding)."
     ),
     tensors=(
-        TensorSpec(
-            "state_cache", FLOAT_DTYPES, Switch("overlap", {True: ("NB", "BS", "4*D"), False: ("NB", "BS", "2*D")}),
-            "per-token [kv | gate] projections",
-        ),
-        TensorSpec(
-            "position_bias", (torch.float32,), Switch("overlap", {True: ("R", "2*D"), False: ("R", "D")}),
-            "learned bias per slot of a window (DeepSeek's ape)",
-        ),
+        TensorSpec("state_cache", FLOAT_DTYPES, ("NB", "BS", "2*CD"), "per-token [kv | gate] projections"),
+        TensorSpec("position_bias", (torch.float32,), ("R", "CD"), "learned bias per slot of a window (DeepSeek's ape)"),
         TensorSpec("block_tables", INDEX_DTYPES, ("B", "MB"), "physical block of each logical block", index=True),
         TensorSpec("window_seq", INDEX_DTYPES, ("N",), "sequence (block_tables row) of each window", index=True),
         TensorSpec("window_index", INDEX_DTYPES, ("N",), "window number w within its sequence", index=True),
     ),
     params=(ParamSpec("overlap", bool, False, choices=(True, False), doc="CSA's two-series overlapping windows"),),
-    outputs=(OutputSpec("out", ("N", "D"), "like:state_cache"),),
+    outputs=(OutputSpec("out", Switch("overlap", {True: ("N", "cdiv(CD,2)"), False: ("N", "CD")}), "like:state_cache"),),
     primary="state_cache",
     tolerance=REDUCTION,
 )

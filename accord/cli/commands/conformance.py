@@ -1,0 +1,91 @@
+"""`accord conformance`: run every op contract's seeded cases on a backend, judged
+against the reference backend; print the matrix and exit non-zero on any failure.
+`--deploy deploy.yaml` runs the rollout gate for a production config instead,
+`--report-dir` writes report.json, junit.xml and report.html, and
+`accord conformance merge a.json b.json ...` builds the cross-vendor matrix.
+`--world-size N` runs the collective contracts' cases on N ranks instead."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from ...backends import BackendUnavailableError, UnknownBackendError, default_registry
+from ...conformance import ConformanceRunner, cases_for
+from ...conformance.collectives import render_collectives, run_collective_conformance
+from ...gate.gate_command import print_op_progress, run_deploy, run_merge, write_op_reports
+from ...conformance.table import render
+from ...op_contracts import CONTRACTS
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "conformance",
+        help="check a backend against the op contracts and the reference backend",
+        description="Run seeded cases for every op contract on a backend, compare with the reference backend, "
+        "print an op x dtype matrix and exit 1 on any failure.",
+    )
+    parser.add_argument("--backend", default=None,
+                        help="backend to check (default: auto, or the deploy config's backend with --deploy)")
+    parser.add_argument("--reference", default="reference", help="the golden backend (default: reference)")
+    parser.add_argument("--op", action="append", choices=sorted(CONTRACTS), metavar="NAME",
+                        help="check only this op (repeatable; default: every contract)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated cases (default: 0)")
+    parser.add_argument("--list", action="store_true", help="print the cases without running them")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for the op checks (default 1: the cases are small, and a thread "
+                        "pool on a busy host costs more than it gives; --deploy keeps production's threading)")
+    parser.add_argument("--world-size", type=int, default=1, metavar="N",
+                        help="run the collective cases (all_reduce, all_gather, reduce_scatter, all_to_all over the "
+                        "backend's communicator and dtype contract) on N spawned ranks instead of the op cases")
+    parser.add_argument("--deploy", metavar="YAML",
+                        help="run the rollout gate for this deploy config (docs/rollout_gate.md)")
+    parser.add_argument("--report-dir", metavar="DIR", help="write report.json, junit.xml and report.html into DIR")
+    parser.set_defaults(func=run)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    merge = actions.add_parser("merge", help="merge report.json files of several nodes into one cross-vendor matrix",
+                               description="Merge report.json files of several nodes into one cross-vendor matrix, "
+                               "flag cases where two backends disagree with each other by more than either disagrees "
+                               "with the reference, and exit 1 on any failed node or disagreement.")
+    merge.add_argument("reports", nargs="+", metavar="REPORT_JSON", help="report.json files to merge")
+    merge.add_argument("--report-dir", dest="merge_report_dir", metavar="DIR",
+                       help="write the merged report.json, junit.xml and report.html into DIR")
+    merge.set_defaults(func=_merge)
+
+
+def _list_cases(ops: list[str], seed: int) -> int:
+    for op in ops:
+        for case in cases_for(op, seed):
+            expectation = "must be refused" if case.expect_refusal else "run"
+            print(f"{op}  [{case.combo}]  {case.name}  ({expectation})")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    return run_merge(args.reports, args.merge_report_dir)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.deploy:  # production threading: the thread count can change a reduction's rounding
+        return run_deploy(args.deploy, report_dir=args.report_dir, backend=args.backend, ops=args.op, list_only=args.list)
+    ops = args.op or list(CONTRACTS)
+    if args.list:
+        return _list_cases(ops, args.seed)
+    try:
+        backend = default_registry().get(args.backend or "auto")
+        reference = default_registry().get(args.reference)
+    except (UnknownBackendError, BackendUnavailableError) as error:
+        print(f"accord conformance: {error}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    if args.world_size > 1:
+        results = run_collective_conformance(backend.name, args.world_size, args.seed)
+        print(render_collectives(results))
+        return 1 if any(r.status == "failed" for r in results) else 0
+    report = ConformanceRunner(backend, reference, args.seed).run(ops, progress=print_op_progress)
+    print(render(report))
+    if args.report_dir:
+        write_op_reports(report, backend, reference, args.report_dir)
+    return 1 if report.failed else 0

@@ -1,0 +1,238 @@
+"""The rollout gate for one deploy config: preflight, then the production engine built
+(which runs profile_run at the configured maxima) and a fixed prompt set generated
+greedily while every op call is recorded, the same prompts on the reference backend
+for comparison, the server-path checks, and finally op conformance for the ops the
+config called, at the recorded signatures plus the standard cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Mapping, Sequence, TypeVar
+
+import torch
+
+from ..backends import Backend, default_registry
+from ..core.outputs import CompletionOutput
+from ..core.sampling_params import SamplingParams
+from ..entrypoints import LLM
+from ..conformance.case import Case
+from ..conformance.cases import cases_for
+from .deploy_config import DeployConfig, GateSettings
+from .preflight import preflight_checks
+from .recording import recording_calls
+from .reports import Check, CheckStatus, GateReport
+from .reports.environment import capture_environment
+from .reports.samples import sample_outputs
+from ..conformance.results import CaseResult, ConformanceReport
+from ..conformance.runner import ConformanceRunner, OpProgress
+from .server_checks import server_checks
+from .smoke import PASSAGE, Prompt, compare_streams, prompt_set
+
+#: Stage lines for the terminal ("profile_run at ...").
+Say = Callable[[str], None]
+T = TypeVar("T")
+
+
+def _quiet(_line: str) -> None:
+    """The default: say nothing."""
+
+
+@dataclasses.dataclass
+class _Stages:
+    """What the model-level stages produced, for the op stage and the report."""
+
+    checks: list[Check]
+    recorded: dict[str, list[Case]]
+    ops_called: list[str]
+
+
+def run_gate(
+    config: DeployConfig,
+    *,
+    ops: Sequence[str] | None = None,
+    say: Say = _quiet,
+    progress: OpProgress | None = None,
+) -> GateReport:
+    """Run the whole gate for `config`; `ops` narrows op conformance (bisecting).
+    Backends come from the default registry, where the engine finds them too."""
+    registry = default_registry()
+    backend = registry.get(config.engine.backend)
+    reference = registry.get(config.gate.reference)
+    environment = capture_environment(backend, config.as_dict())
+    checks = preflight_checks(config, backend)
+    for check in checks:
+        say(f"preflight {check.name}: {check.status.value} {check.message}")
+    if any(check.status is CheckStatus.FAIL for check in checks):
+        return GateReport(environment, None, tuple(checks))
+    stages = _model_stages(config, backend, say)
+    wanted = [op for op in stages.ops_called if ops is None or op in ops]
+    say(f"op conformance for the {len(wanted)} ops this config calls")
+    # Kernels run as the engine runs them: under inference_mode. A workspace a kernel
+    # cached while the engine generated is an inference tensor, which no other mode may
+    # write (the cpu backend's cannot be); production only calls kernels in this mode.
+    with torch.inference_mode():
+        conformance, cases = _op_conformance(backend, reference, config.gate, wanted, stages.recorded, progress)
+        samples = sample_outputs(backend, reference, cases, conformance.results)
+    checks += stages.checks + requirement_checks(config.gate, conformance.results)
+    return GateReport(environment, conformance, tuple(checks), samples)
+
+
+class _StageFailed(Exception):
+    """A model-level stage broke; carries the failed check that says how."""
+
+    def __init__(self, check: Check) -> None:
+        super().__init__(check.message)
+        self.check = check
+
+
+def _guarded(
+    name: str, group: str, action: Callable[[], T], figures: Mapping[str, float | int | None] | None = None
+) -> T:
+    """Run one stage; any exception becomes a failed check (a crash is the finding)."""
+    try:
+        return action()
+    except Exception as error:  # noqa: BLE001 - whatever breaks a stage is what the gate reports
+        message = f"{type(error).__name__}: {error}"
+        raise _StageFailed(Check(name, group, CheckStatus.FAIL, message, figures or {})) from error
+
+
+def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
+    """profile_run, the recorded greedy generation, the reference comparison and the
+    server checks. A broken stage fails its check and stops the later ones, which
+    would only fail for the same reason; the ops recorded up to then still run."""
+    checks: list[Check] = []
+    settings = dataclasses.asdict(config.engine)
+    maxima = {
+        "max_num_seqs": config.engine.max_num_seqs,
+        "max_num_batched_tokens": config.engine.max_num_batched_tokens,
+    }
+    try:
+        with recording_calls(backend, config.gate.seed) as recorder:
+            say(f"profile_run at max_num_seqs={maxima['max_num_seqs']} "
+                f"max_num_batched_tokens={maxima['max_num_batched_tokens']}")
+            llm = _guarded("profile_run", "deploy", lambda: LLM(**settings), maxima)
+            checks.append(Check("profile_run", "deploy", CheckStatus.PASS, "", maxima))
+            prompts = _prompts(llm, config)
+            say(f"greedy generation of {len(prompts)} prompts on '{backend.name}', recording op calls")
+            got = _guarded("greedy generation", "deploy", lambda: _greedy(llm, prompts, config.gate.max_tokens))
+        if config.gate.server_checks:
+            say("server-path checks (first streamed token, terminal EOS, usage)")
+            checks += _guarded("server checks", "server",
+                               lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))
+        else:
+            checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
+        reference = _reference_settings(config, prompts, llm.llm_engine.max_model_len)
+        del llm
+        say(f"the same prompts on '{config.gate.reference}'")
+        want = _guarded("reference generation", "deploy", lambda: _greedy(
+            LLM(**reference), prompts, config.gate.max_tokens))
+        checks.append(_comparison_check(config.gate, prompts, got, want))
+    except _StageFailed as failed:
+        checks.append(failed.check)
+        say(f"{failed.check.name}: FAILED {failed.check.message}")
+    if recorder.too_large:
+        say(f"{recorder.too_large} calls were too large to record; their ops still run their standard cases")
+    return _Stages(checks, recorder.cases(), recorder.ops_called)
+
+
+def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], max_model_len: int) -> dict[str, object]:
+    """The production settings on the reference backend, with a KV cache of just the
+    blocks the prompt set needs rather than the production budget: the production
+    engine's may not be freed yet (the server stack's caches can hold it), and greedy
+    tokens do not depend on how many blocks are spare."""
+    block_size = config.engine.block_size
+    per_prompt = sum(-(-(len(p.token_ids) + config.gate.max_tokens) // block_size) for p in prompts)
+    blocks = max(per_prompt, -(-max_model_len // block_size)) + 1
+    return {**dataclasses.asdict(config.engine), "backend": config.gate.reference, "max_model_len": max_model_len,
+            "kv_cache_memory": None, "num_gpu_blocks_override": blocks}
+
+
+def _prompts(llm: LLM, config: DeployConfig) -> list[Prompt]:
+    engine = llm.llm_engine
+    passage = engine.tokenizer.encode(PASSAGE, add_special_tokens=False)
+    room = engine.max_model_len - config.gate.max_tokens
+    return prompt_set(passage, config.engine.max_num_batched_tokens, room)
+
+
+def _greedy(llm: LLM, prompts: Sequence[Prompt], max_tokens: int) -> list[CompletionOutput]:
+    """Greedy streams of fixed length (EOS ignored, so both backends produce as many
+    tokens) with the chosen token's logprob."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0, ignore_eos=True)
+    outputs = llm.generate([{"prompt_token_ids": list(p.token_ids)} for p in prompts], params, use_tqdm=False)
+    return [output.outputs[0] for output in outputs]
+
+
+def _comparison_check(
+    gate: GateSettings, prompts: Sequence[Prompt], got: Sequence[CompletionOutput], want: Sequence[CompletionOutput]
+) -> Check:
+    comparison = compare_streams(prompts, got, want)
+    figures = {
+        "token_agreement": comparison.agreement,
+        "max_logprob_diff": comparison.max_logprob_diff,
+        "tokens_compared": comparison.tokens_compared,
+        "first_divergence_position": comparison.first_divergence[1] if comparison.first_divergence else None,
+    }
+    problems = []
+    if comparison.agreement < gate.min_token_agreement:
+        problems.append(
+            f"token agreement {comparison.agreement:.3f} < gate.min_token_agreement {gate.min_token_agreement}"
+        )
+    if comparison.max_logprob_diff > gate.max_logprob_diff:
+        problems.append(
+            f"max |logprob diff| {comparison.max_logprob_diff:.3g} > gate.max_logprob_diff {gate.max_logprob_diff}"
+        )
+    where = comparison.first_divergence
+    message = "; ".join(problems) or "token streams agree"
+    if where is not None:
+        message += f" (first divergence: prompt '{where[0]}' at token {where[1]})"
+    return Check("greedy comparison with the reference", "deploy",
+                 CheckStatus.FAIL if problems else CheckStatus.PASS, message, figures)
+
+
+def _op_conformance(
+    backend: Backend,
+    reference: Backend,
+    gate: GateSettings,
+    ops: Sequence[str],
+    recorded: dict[str, list[Case]],
+    progress: OpProgress | None,
+) -> tuple[ConformanceReport, list[Case]]:
+    """Each op's recorded calls, then (unless turned off) its standard cases."""
+    runner = ConformanceRunner(backend, reference, gate.seed)
+    started = time.perf_counter()
+    results: list[CaseResult] = []
+    cases: list[Case] = []
+    for op in ops:
+        op_started = time.perf_counter()
+        op_cases = [*recorded.get(op, []), *(cases_for(op, gate.seed) if gate.standard_cases else [])]
+        op_results = [runner.run_case(case) for case in op_cases]
+        cases += op_cases
+        results += op_results
+        if progress is not None:
+            progress(op, op_results, time.perf_counter() - op_started)
+    report = ConformanceReport(backend.name, reference.name, gate.seed, tuple(results), time.perf_counter() - started)
+    return report, cases
+
+
+def requirement_checks(gate: GateSettings, results: Sequence[CaseResult]) -> list[Check]:
+    """Determinism and batch invariance over the op results: always reported (`warn`
+    naming the ops that break them), failing the gate only where the config requires."""
+    return [
+        _property_check("determinism", "two identical calls give identical bits",
+                        {r.op for r in results if r.deterministic is False}, gate.require_determinism),
+        _property_check("batch invariance", "a row's output does not depend on its batch mates",
+                        {r.op for r in results if r.batch_invariant is False}, gate.require_batch_invariance),
+    ]
+
+
+def _property_check(name: str, meaning: str, violating: set[str], required: bool) -> Check:
+    figures = {"ops_violating": len(violating)}
+    if not violating:
+        return Check(name, "requirements", CheckStatus.PASS, f"every checked op: {meaning}", figures)
+    listed = ", ".join(sorted(violating))
+    if required:
+        return Check(name, "requirements", CheckStatus.FAIL, f"required, but not true of: {listed}", figures)
+    switch = f"gate.require_{name.replace(' ', '_')}"
+    return Check(name, "requirements", CheckStatus.WARN,
+                 f"not true of: {listed} (reported only; set {switch} to fail on it)", figures)
