@@ -1,6 +1,6 @@
 """`python -m accord`: the `accord` command, without relying on an installed script."""
 
-from accord.server.cli import main
+from accord.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

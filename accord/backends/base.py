@@ -133,6 +133,11 @@ class Backend:
     def collective_support(self) -> CollectiveSupport:
         """The dtype contract of this device's communicator: what each collective carries
         natively and the declared adapters for the rest."""
+        if self.dist_backend not in SUPPORT_BY_BACKEND:
+            raise NotImplementedError(
+                f"backend {self.name!r}: no collective dtype contract is built in for {self.dist_backend!r}; "
+                "override Backend.collective_support"
+            )
         return SUPPORT_BY_BACKEND[self.dist_backend]
 
     def communicator(self, group: object) -> TorchCommunicator:

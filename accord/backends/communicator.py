@@ -92,9 +92,8 @@ GLOO = _support("gloo", _COMMON, fp8_native_movement=False)
 #: NCCL (and RCCL through torch's nccl) moves fp8 natively but refuses to reduce it.
 NCCL = _support("nccl", _COMMON, fp8_native_movement=True)
 RCCL = _support("rccl", _COMMON, fp8_native_movement=True)
-#: HCCL has no fp8 type: fp8 reduces in fp32 and moves as bytes.
-HCCL = _support("hccl", _COMMON, fp8_native_movement=False)
-SUPPORT_BY_BACKEND = {s.name: s for s in (GLOO, NCCL, RCCL, HCCL)}
+#: HCCL's contract is the ascend backend's to declare (backends/ascend/communicator.py).
+SUPPORT_BY_BACKEND = {s.name: s for s in (GLOO, NCCL, RCCL)}
 
 
 class TorchCommunicator:

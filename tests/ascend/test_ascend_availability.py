@@ -73,7 +73,7 @@ def test_import_accord_then_torch_works_with_torch_npu_without_cann(torch_npu_si
 
 
 def test_accord_backends_says_cann_is_missing(torch_npu_site):
-    result = _run(torch_npu_site, "-m", "accord.server.cli", "backends")
+    result = _run(torch_npu_site, "-m", "accord", "backends")
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stdout.splitlines() if line.startswith("ascend"))
     assert "unavailable" in line and "is installed but the CANN runtime is not" in line
@@ -161,3 +161,8 @@ def test_hccl_contract_follows_cann_for_atlas_a2(emulated):
     assert support.plan("all_gather", torch.float8_e4m3fn).kind == "bytes"
     with pytest.raises(ContractError, match="all_reduce"):
         support.plan("all_reduce", torch.float64)  # HcclAllReduce has no fp64
+
+
+def test_fp32_models_compute_in_bf16_as_fia_has_no_fp32(emulated):
+    assert emulated.compute_dtype(torch.float32) == torch.bfloat16
+    assert emulated.compute_dtype(torch.float16) == torch.float16

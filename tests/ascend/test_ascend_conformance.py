@@ -58,7 +58,7 @@ def test_int64_indices_reach_the_kernels_through_declared_adapters(report):
 def test_conformance_command_runs_the_emulated_backend():
     env = {**os.environ, "ACCORD_NPU_EMULATE": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "accord.server.cli", "conformance", "--backend", "ascend", "--op", "rms_norm",
+        [sys.executable, "-m", "accord", "conformance", "--backend", "ascend", "--op", "rms_norm",
          "--op", "paged_attention"],
         capture_output=True, text=True, env=env, timeout=300,
     )

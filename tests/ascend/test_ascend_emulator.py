@@ -147,3 +147,24 @@ def test_refusals_reach_conformance_as_contract_errors_not_crashes(emulated):
     ops = OpDispatcher(emulated, strict=True)
     with pytest.raises(ContractError, match="n_group expected 1 with sqrt_softplus"):
         ops.moe_route(torch.randn(2, 16), top_k=2, scoring="sqrt_softplus", n_group=4, topk_group=2)
+
+
+def _paged_metadata(blocks: int) -> dict[str, torch.Tensor]:
+    return {"block_tables": torch.arange(blocks, dtype=torch.int32)[None], "seq_lens": torch.tensor([3], dtype=torch.int32),
+            "query_start_loc": torch.tensor([0, 1], dtype=torch.int32)}
+
+
+def test_deepseek_latent_width_is_refused_with_fias_limit(emulated):
+    """L+R = 512+64 exceeds FIA's head dim limit: a ContractError at the boundary."""
+    ops = OpDispatcher(emulated, strict=True)
+    q_latent, q_pe = torch.randn(1, 2, 512, dtype=torch.bfloat16), torch.randn(1, 2, 64, dtype=torch.bfloat16)
+    cache = torch.randn(2, 16, 576, dtype=torch.bfloat16)
+    with pytest.raises(ContractError, match="kv_cache expected a head dim up to 512"):
+        ops.mla_attention(q_latent, q_pe, cache, **_paged_metadata(1), scale=0.1)
+
+
+def test_block_sizes_off_the_16_grid_are_refused_at_the_boundary(emulated):
+    ops = OpDispatcher(emulated, strict=True)
+    query, cache = torch.randn(1, 2, 16, dtype=torch.float16), torch.randn(2, 8, 2, 16, dtype=torch.float16)
+    with pytest.raises(ContractError, match="key_cache expected a block size that is a multiple of 16"):
+        ops.paged_attention(query, cache, cache, **_paged_metadata(1), scale=0.25)

@@ -64,7 +64,7 @@ def test_two_plugins_claiming_one_name_is_an_error():
 
 def test_accord_backends_command_lists_every_backend_with_status():
     result = subprocess.run(
-        [sys.executable, "-m", "accord.server.cli", "backends"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "accord", "backends"], capture_output=True, text=True, check=True
     )
     lines = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
     assert BUILT_INS <= lines.keys()

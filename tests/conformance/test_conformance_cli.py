@@ -8,8 +8,8 @@ from conformance_doubles import broken, rms_norm_writing_half_the_columns
 from accord.backends import Backend, get_backend
 from accord.conformance import cases_for
 from accord.op_contracts import CONTRACTS
-from accord.server.cli import main
-from accord.server.commands import conformance as command
+from accord.cli.main import main
+from accord.cli.commands import conformance as command
 
 
 class FixedRegistry:

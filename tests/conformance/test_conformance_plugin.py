@@ -52,7 +52,7 @@ def test_the_plugin_is_not_there_without_installing_it() -> None:
 
 def test_conformance_runs_the_discovered_plugin_and_reports_what_it_lacks(site: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(PLUGIN), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "accord.server.cli", "conformance", "--backend", "demo",
+    command = [sys.executable, "-m", "accord", "conformance", "--backend", "demo",
                "--op", "rms_norm", "--op", "silu_and_mul", "--op", "moe_route"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

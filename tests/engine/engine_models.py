@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from accord.server.demo_tokenizer import BOS_TOKEN, CHAT_TEMPLATE, EOS_TOKEN, build_demo_tokenizer
+from accord.demo.tokenizer import BOS_TOKEN, CHAT_TEMPLATE, EOS_TOKEN, build_demo_tokenizer
 
 MAX_POSITIONS = 1024
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accord.core.detokenizer import IncrementalDetokenizer
-from accord.server.demo_tokenizer import build_demo_tokenizer
+from accord.demo.tokenizer import build_demo_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from gate_helpers import SMALL_OPS, write_tiny_model
 
 from accord.backends import get_backend
 from accord.conformance import ConformanceRunner
-from accord.conformance.gate_command import op_gate_report
-from accord.conformance.reports import GateReport
+from accord.gate.gate_command import op_gate_report
+from accord.gate.reports import GateReport
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from accord.server.demo_model import DemoModelShape, write_demo_model
+from accord.demo.model import DemoModelShape, write_demo_model
 
 #: Small enough to load and generate in well under a second on one core.
 TINY_SHAPE = DemoModelShape(

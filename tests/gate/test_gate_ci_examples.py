@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accord.conformance.deploy_config import load_deploy_config
+from accord.gate.deploy_config import load_deploy_config
 
 CI = Path(__file__).resolve().parents[2] / "ci"
 

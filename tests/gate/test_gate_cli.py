@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gate_helpers import write_deploy_yaml
 
-from accord.conformance.reports import REPORT_FILES, GateReport, validate_document, write_reports
-from accord.server.cli import main
+from accord.gate.reports import REPORT_FILES, GateReport, validate_document, write_reports
+from accord.cli.main import main
 
 
 def test_report_dir_writes_the_three_reports_of_an_op_run(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from gate_helpers import write_deploy_yaml
 
-from accord.conformance.gate_command import EXIT_ERROR, EXIT_PASSED, run_deploy
+from accord.gate.gate_command import EXIT_ERROR, EXIT_PASSED, run_deploy
 
 
 def test_a_config_with_an_unknown_key_exits_2_naming_the_key(

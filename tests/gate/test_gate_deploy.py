@@ -18,8 +18,8 @@ from gate_backends import BUGGY_BACKEND, BUGGY_OP, CRASHING_BACKEND, NO_FP8_CACH
 from gate_browser import needs_chromium, rendered_matrix
 from gate_helpers import install_test_plugin, write_deploy_yaml
 
-from accord.conformance.gate_command import EXIT_FAILED, EXIT_PASSED, run_deploy
-from accord.conformance.reports import REPORT_FILES, validate_document
+from accord.gate.gate_command import EXIT_FAILED, EXIT_PASSED, run_deploy
+from accord.gate.reports import REPORT_FILES, validate_document
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def gate_in_subprocess(folder: Path, deploy: Path) -> tuple[int, Path]:
     (exit code, report folder)."""
     site = install_test_plugin(folder / "site")
     path = os.pathsep.join([str(site), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "accord.server.cli", "conformance",
+    command = [sys.executable, "-m", "accord", "conformance",
                "--deploy", str(deploy), "--report-dir", str(folder / "reports")]
     done = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300)
     assert (folder / "reports" / "report.json").exists(), done.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accord.conformance.deploy_config import DeployConfigError, GateSettings, load_deploy_config, parse_deploy_config
+from accord.gate.deploy_config import DeployConfigError, GateSettings, load_deploy_config, parse_deploy_config
 
 
 def test_a_misspelt_engine_setting_is_refused_by_name() -> None:

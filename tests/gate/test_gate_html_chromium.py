@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gate_browser import needs_chromium, rendered_matrix
 
-from accord.conformance.reports import GateReport, write_reports
+from accord.gate.reports import GateReport, write_reports
 
 pytestmark = needs_chromium
 

@@ -14,11 +14,11 @@ from gate_helpers import SMALL_OPS
 
 from accord.backends import get_backend
 from accord.conformance import ConformanceRunner
-from accord.conformance.gate_command import EXIT_ERROR, EXIT_FAILED, EXIT_PASSED, op_gate_report, run_merge
-from accord.conformance.merge import MergeError, merge_reports
-from accord.conformance.reports import GateReport, MergedReport, validate_document, write_reports
-from accord.conformance.reports.document import OutputSample, SampledOutput
-from accord.conformance.reports.matrix import MatrixRow, build_matrix
+from accord.gate.gate_command import EXIT_ERROR, EXIT_FAILED, EXIT_PASSED, op_gate_report, run_merge
+from accord.gate.merge import MergeError, merge_reports
+from accord.gate.reports import GateReport, MergedReport, validate_document, write_reports
+from accord.gate.reports.document import OutputSample, SampledOutput
+from accord.gate.reports.matrix import MatrixRow, build_matrix
 
 REFERENCE_VALUES = (1.0, -2.0, 0.5, 4.0)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from gate_backends import ReferenceVariant, cache_writers_without_fp8
 
 from accord.backends import get_backend
-from accord.conformance.deploy_config import DeployConfig, parse_deploy_config
-from accord.conformance.preflight import preflight_checks
-from accord.conformance.reports import Check, CheckStatus
+from accord.gate.deploy_config import DeployConfig, parse_deploy_config
+from accord.gate.preflight import preflight_checks
+from accord.gate.reports import Check, CheckStatus
 
 
 class SixteenTokenBlocks(ReferenceVariant):

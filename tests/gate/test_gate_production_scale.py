@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from gate_helpers import write_deploy_yaml
 
-from accord.conformance.gate_command import EXIT_PASSED
+from accord.gate.gate_command import EXIT_PASSED
 
 KV_BYTES = 2 << 30
 #: The tiny model has 2 layers, each with a key and a value cache: a quarter of the

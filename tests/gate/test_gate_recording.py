@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from accord.backends import get_backend
-from accord.conformance import recording
-from accord.conformance.recording import MAX_SHAPES_PER_SIGNATURE, recording_calls
+from accord.gate import recording
+from accord.gate.recording import MAX_SHAPES_PER_SIGNATURE, recording_calls
 from accord.conformance import ConformanceRunner, Status
 from accord.op_contracts import OpDispatcher
 

@@ -17,10 +17,10 @@ import torch
 
 from accord.backends import get_backend
 from accord.conformance import CaseResult, Status
-from accord.conformance.reports import Check, CheckStatus, GateReport, load_report, write_reports
-from accord.conformance.reports.document import SCHEMA_DIR
-from accord.conformance.reports.environment import capture_environment, config_hash
-from accord.conformance.reports.samples import sample_tensor
+from accord.gate.reports import Check, CheckStatus, GateReport, load_report, write_reports
+from accord.gate.reports.document import SCHEMA_DIR
+from accord.gate.reports.environment import capture_environment, config_hash
+from accord.gate.reports.samples import sample_tensor
 
 SKIPPED_CHECK = Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false")
 FAILED_CHECK = Check("profile_run", "deploy", CheckStatus.FAIL, "RuntimeError: out of memory", {"seconds": 1.5})

@@ -4,9 +4,9 @@ the deploy config requires them."""
 from __future__ import annotations
 
 from accord.conformance import CaseResult, Status
-from accord.conformance.deploy import requirement_checks
-from accord.conformance.deploy_config import GateSettings
-from accord.conformance.reports import CheckStatus, GateReport
+from accord.gate.deploy import requirement_checks
+from accord.gate.deploy_config import GateSettings
+from accord.gate.reports import CheckStatus, GateReport
 
 STEADY = CaseResult("rms_norm", "T=4", "x=fp32", Status.PASS, deterministic=True, batch_invariant=True)
 BATCH_DEPENDENT = CaseResult("fused_moe", "T=4", "x=bf16", Status.PASS, deterministic=True, batch_invariant=False)

@@ -4,7 +4,7 @@ the tokens produced."""
 
 from __future__ import annotations
 
-from accord.conformance.server_checks import ServedCompletion, eos_problem, first_token_problem, usage_problem
+from accord.gate.server_checks import ServedCompletion, eos_problem, first_token_problem, usage_problem
 
 EOS = 2
 

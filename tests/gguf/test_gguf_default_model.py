@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from accord.server import default_model
-from accord.server.default_model import WHEEL_FILE, WHEEL_MEMBER, ChecksumMismatch, default_model_path
-from accord.server.demo_model import DEMO_MODEL_NAME
-from accord.server.launcher import choose_model
+from accord.demo import default_model
+from accord.demo.default_model import WHEEL_FILE, WHEEL_MEMBER, ChecksumMismatch, default_model_path
+from accord.demo.model import DEMO_MODEL_NAME
+from accord.cli.launcher import choose_model
 
 GGUF_BYTES = b"GGUF stand-in bytes"
 

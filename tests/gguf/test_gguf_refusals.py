@@ -61,7 +61,7 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path) -> None:
 def test_serve_reports_an_unsupported_file_in_one_line(llama, tmp_path) -> None:
     path = write_gguf(tmp_path / "gemma.gguf", llama, "llama", architecture="gemma2")
     result = subprocess.run(
-        [sys.executable, "-m", "accord.server.cli", "serve", "--model", str(path), "--backend", "reference"],
+        [sys.executable, "-m", "accord", "serve", "--model", str(path), "--backend", "reference"],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1

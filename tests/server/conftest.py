@@ -21,7 +21,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def demo_model(cache_dir: Path) -> Path:
     """The demo model directory, generated in the private cache."""
-    from accord.server.demo_model import demo_model_dir
+    from accord.demo.model import demo_model_dir
 
     previous = os.environ.get("ACCORD_CACHE_DIR")
     os.environ["ACCORD_CACHE_DIR"] = str(cache_dir)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from accord.server.demo_model import DEMO_MODEL_NAME
+from accord.demo.model import DEMO_MODEL_NAME
 
 API_KEY = "test-key"
 #: Small limits keep startup fast and the KV cache small on a shared CI machine.
@@ -43,7 +43,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         # The random demo model unless a test names one: fast, and no download.
         model = () if "--model" in flags else ("--model", DEMO_MODEL_NAME)
-        command = [sys.executable, "-m", "accord.server.cli", "serve", "--port", str(self.port), *model, *flags]
+        command = [sys.executable, "-m", "accord", "serve", "--port", str(self.port), *model, *flags]
         env = {**os.environ, "ACCORD_CACHE_DIR": str(cache_dir)}
         # A file, not a pipe: nobody reads a pipe while tests run, and a full one blocks the server.
         self.log = tempfile.NamedTemporaryFile(mode="w+", prefix="accord-serve-", suffix=".log")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from accord.server.cli import build_parser
-from accord.server.commands.serve import engine_config
+from accord.cli.main import build_parser
+from accord.cli.commands.serve import engine_config
 
 VLLM_FLAGS = (
     "--model", "--backend", "--host", "--port", "--api-key", "--max-num-seqs", "--max-num-batched-tokens",
@@ -61,7 +61,7 @@ def test_engine_defaults_are_the_engine_configs_defaults() -> None:
 def test_serving_a_missing_directory_fails_with_a_one_line_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
     result = subprocess.run(
-        [sys.executable, "-m", "accord.server.cli", "serve", "--model", str(missing)],
+        [sys.executable, "-m", "accord", "serve", "--model", str(missing)],
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 1

@@ -12,8 +12,8 @@ import pytest
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from accord.server import demo_model
-from accord.server.demo_model import DemoModelShape, write_demo_model
+from accord.demo import model as demo_model
+from accord.demo.model import DemoModelShape, write_demo_model
 
 
 def digests(directory: Path) -> dict[str, str]:

@@ -92,6 +92,11 @@ class AscendBackend(Backend):
 
         return build_kernels(self.operators())
 
+    def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
+        """bf16 for an fp32 model: FIA, the attention operator, has no fp32 path (as
+        vLLM serves fp32 checkpoints in bf16 by default); fp16 and bf16 as asked."""
+        return torch.bfloat16 if requested == torch.float32 else requested
+
     def collective_support(self) -> CollectiveSupport:
         """HCCL's dtype contract as CANN documents it for Atlas A2/A3 (communicator.py)."""
         return HCCL

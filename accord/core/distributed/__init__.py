@@ -42,6 +42,11 @@ class ParallelContext:
             raise RuntimeError("this ParallelContext has no communicator (a single rank runs no collectives)")
         return self.communicator
 
+    def tp_comm(self) -> Communicator | None:
+        """The communicator a layer reduces through, or None when the layer is whole on
+        this rank (tp_size 1: no collective at all)."""
+        return self.comm() if self.tp_size > 1 else None
+
 
 def init_parallel(
     backend: CommunicatorProvider, rank: int, world_size: int, tp_size: int, init_method: str

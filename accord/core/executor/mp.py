@@ -69,7 +69,9 @@ class MultiprocExecutor(Executor):
             child_end.close()
             self._procs.append(process)
             self._conns.append(parent_end)
-        self._finalizer = weakref.finalize(self, _stop_workers, self._procs, self._conns)
+        # A dead executor's survivors may be stuck in a collective: no grace for them.
+        self._graceful_stop = {"graceful": True}
+        self._finalizer = weakref.finalize(self, _stop_workers, self._procs, self._conns, self._graceful_stop)
         try:
             self._gather(timeout=STARTUP_TIMEOUT_S, starting=True)
         except BaseException:
@@ -153,6 +155,7 @@ class MultiprocExecutor(Executor):
         if first:
             self._dead_reason = reason
             logger.error("executor is dead: %s", reason)
+        self._graceful_stop["graceful"] = False
         self.shutdown()
         if first and self.on_dead is not None:
             self.on_dead()
@@ -174,15 +177,18 @@ class MultiprocExecutor(Executor):
         self._finalizer()
 
 
-def _stop_workers(procs: list, conns: list) -> None:
-    """Ask each worker to stop, then SIGTERM, then SIGKILL; close the pipes."""
-    for conn in conns:
+def _stop_workers(procs: list, conns: list, mode: dict) -> None:
+    """Ask each worker to stop (when `mode["graceful"]`), then SIGTERM, then SIGKILL;
+    close the pipes."""
+    graceful = mode["graceful"]
+    for conn in conns if graceful else ():
         try:
             conn.send((_SHUTDOWN, (), {}))
         except (BrokenPipeError, OSError):
             pass
     for process in procs:
-        process.join(STOP_TIMEOUT_S)
+        if graceful:
+            process.join(STOP_TIMEOUT_S)
         if process.is_alive():
             process.terminate()
             process.join(STOP_TIMEOUT_S)

@@ -46,8 +46,6 @@ def load_model(
     `parallel` (one rank when None) says which tensor-parallel shard this rank loads.
     """
     parallel = parallel or ParallelContext.single()
-    if parallel.tp_size > 1:
-        raise NotImplementedError("tensor-parallel model loading is being built (issue 10, deliverable 5)")
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization {quantization!r} is not supported; choose from {list(QUANTIZATIONS)}")
     if is_gguf(model_dir):
@@ -67,11 +65,16 @@ def load_model(
         run_dtype = compute_dtype(run_dtype)
     config = dataclasses.replace(config, dtype=run_dtype)
     builder = family(architecture)
+    if parallel.tp_size > 1 and not builder.tensor_parallel:
+        raise ValueError(
+            f"{architecture} has no tensor-parallel graph yet; load it with tensor_parallel_size=1 "
+            f"(got {parallel.tp_size})"
+        )
     weights = WeightLoader(
         checkpoint, ops, run_dtype, torch.device(ops.backend.device_type),
-        quantize_fp8=quantization == "fp8",
+        quantize_fp8=quantization == "fp8", parallel=parallel,
     )
-    model = CausalLM.load(weights, config, builder.build_layer)
+    model = builder.load(weights, config)
     weights.finish(lambda name: builder.ignores(name, config))
     return LoadedModel(model, config)
 

@@ -109,6 +109,7 @@ def fused_moe(
     w13_scale: torch.Tensor | None,
     w2_scale: torch.Tensor | None,
     activation: str,
+    swiglu_limit: float,
     out: torch.Tensor,
 ) -> None:
     """Route, two grouped GEMMs around swiglu, combine. An expert off this rank
@@ -127,6 +128,9 @@ def fused_moe(
     group_list = npu.npu_moe_compute_expert_tokens(expanded_expert_idx, w13.shape[0]).to(torch.int64)
     grouped = partial(npu.npu_grouped_matmul, group_list=group_list, split_item=2, group_type=0, group_list_type=0)
     gate_up = grouped([expanded], [w13.transpose(1, 2)])[0]
+    if swiglu_limit > 0:  # DeepSeek-V4's clipping; npu_swiglu has none of its own
+        half = gate_up.shape[-1] // 2
+        gate_up = torch.cat([gate_up[:, :half].clamp(max=swiglu_limit), gate_up[:, half:].clamp(-swiglu_limit, swiglu_limit)], -1)
     down = grouped([npu.npu_swiglu(gate_up, dim=-1)], [w2.transpose(1, 2)])[0]
     combined = npu.npu_moe_finalize_routing(down.float(), None, None, None, weights, expanded_row_idx, ids, drop_pad_mode=0)
     out.copy_(combined)

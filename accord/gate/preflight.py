@@ -11,8 +11,8 @@ import torch
 from ..backends import Backend
 from ..core.loader import CheckpointError, read_json
 from ..op_contracts import CONTRACTS, ContractError, OpDispatcher, dtype_name
-from .case import Case
-from .cases import cases_for
+from ..conformance.case import Case
+from ..conformance.cases import cases_for
 from .deploy_config import DeployConfig
 from .reports import Check, CheckStatus
 

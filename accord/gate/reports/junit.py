@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..results import Status
+from ...conformance.results import Status
 from .document import CheckStatus, Disagreement, GateReport, MergedReport
 
 

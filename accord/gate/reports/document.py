@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..results import CaseResult, ConformanceReport, Status
+from ...conformance.results import CaseResult, ConformanceReport, Status
 
 REPORT_SCHEMA = "accord.conformance.report"
 MERGED_SCHEMA = "accord.conformance.merged"

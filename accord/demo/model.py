@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from .demo_tokenizer import BOS_TOKEN, CHAT_TEMPLATE, EOS_TOKEN, build_demo_tokenizer
+from .tokenizer import BOS_TOKEN, CHAT_TEMPLATE, EOS_TOKEN, build_demo_tokenizer
 
 #: Bump when anything generated here changes, so stale caches are never reused.
 DEMO_MODEL_VERSION = 1

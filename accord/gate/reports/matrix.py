@@ -7,9 +7,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..results import CaseResult, ConformanceReport, Status
-from ..table import rows as table_rows
-from ..table import verdict
+from ...conformance.results import CaseResult, ConformanceReport, Status
+from ...conformance.table import rows as table_rows
+from ...conformance.table import verdict
 
 #: Shown where a column's report has no case for the row.
 ABSENT = "absent"

@@ -15,7 +15,7 @@ from .document import Check, GateReport, MergedReport
 from .matrix import build_matrix
 
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("accord.conformance.reports", "templates"),
+    loader=jinja2.PackageLoader("accord.gate.reports", "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )

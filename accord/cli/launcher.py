@@ -21,24 +21,24 @@ from ..core.async_engine import AsyncLLM
 from ..core.engine import LLMEngine
 from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
-from .app import create_app
+from ..server.app import create_app
 from .commands.serve import engine_config
-from .default_model import (
+from ..demo.default_model import (
     DEFAULT_MODEL_DESCRIPTION,
     DEFAULT_MODEL_NAME,
     ChecksumMismatch,
     DefaultModelUnavailable,
     default_model_path,
 )
-from .demo_model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
-from .serving import ServedModel
+from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
+from ..server.serving import ServedModel
 
 
 logger = logging.getLogger("accord.server")
 
 #: Seconds a server whose engine died keeps answering (/health 503, errors to
 #: in-flight requests) before it exits with status 1.
-DEAD_ENGINE_EXIT_DELAY_S = 3.0
+DEAD_ENGINE_EXIT_DELAY_S = 5.0
 
 
 class GracefulServer(uvicorn.Server):

@@ -11,15 +11,15 @@ from typing import Sequence
 
 from ..backends import Backend, BackendUnavailableError, UnknownBackendError
 from ..op_contracts import CONTRACTS
-from .cases import cases_for
+from ..conformance.cases import cases_for
 from .deploy import requirement_checks, run_gate
 from .deploy_config import DeployConfig, DeployConfigError, GateSettings, load_deploy_config
 from .merge import merge_files
 from .reports import CheckStatus, GateReport, MergedReport, write_reports
 from .reports.environment import capture_environment
 from .reports.samples import sample_outputs
-from .results import CaseResult, ConformanceReport
-from .table import MAX_FAILURE_LINES, render, verdict
+from ..conformance.results import CaseResult, ConformanceReport
+from ..conformance.table import MAX_FAILURE_LINES, render, verdict
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 

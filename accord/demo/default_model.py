@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .demo_model import cache_root
+from .model import cache_root
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_DESCRIPTION = "SmolLM2-135M-Instruct by Hugging Face (Apache-2.0), Q4_1 GGUF"

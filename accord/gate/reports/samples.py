@@ -11,9 +11,9 @@ import torch
 
 from ...backends import Backend
 from ...op_contracts import OpDispatcher, dtype_name
-from ..case import Case
-from ..execute import execute
-from ..results import CaseResult, Status
+from ...conformance.case import Case
+from ...conformance.execute import execute
+from ...conformance.results import CaseResult, Status
 from .document import CaseKey, OutputSample, SampledOutput
 
 #: Values kept per output: enough for a stable NMSE, small enough for a readable report.

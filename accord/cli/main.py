@@ -1,5 +1,5 @@
 """`accord`: the command line. Each subcommand lives in its own module under
-`accord.server.commands` and adds its parser here."""
+`accord.cli.commands` (bench: `accord.server.commands.bench`) and adds its parser here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import sys
 from .. import __version__
 
 #: Subcommand modules; each defines `add_parser(subparsers)` that sets `func`.
-COMMAND_MODULES = ("serve", "backends", "contracts", "conformance", "bench")
+COMMAND_MODULES = tuple(f"accord.cli.commands.{name}" for name in ("serve", "backends", "contracts", "conformance")) + (
+    "accord.server.commands.bench",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,9 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"accord.server.commands.{name}")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as error:
-            if error.name == f"accord.server.commands.{name}":
+            if error.name == name:
                 continue  # a command not written yet
             raise
         module.add_parser(subparsers)

@@ -16,16 +16,16 @@ from ..backends import Backend, default_registry
 from ..entrypoints import LLM
 from ..core.outputs import CompletionOutput
 from ..core.sampling_params import SamplingParams
-from .case import Case
-from .cases import cases_for
+from ..conformance.case import Case
+from ..conformance.cases import cases_for
 from .deploy_config import DeployConfig, GateSettings
 from .preflight import preflight_checks
 from .recording import recording_calls
 from .reports import Check, CheckStatus, GateReport
 from .reports.environment import capture_environment
 from .reports.samples import sample_outputs
-from .results import CaseResult, ConformanceReport
-from .runner import ConformanceRunner, OpProgress
+from ..conformance.results import CaseResult, ConformanceReport
+from ..conformance.runner import ConformanceRunner, OpProgress
 from .server_checks import server_checks
 from .smoke import PASSAGE, Prompt, compare_streams, prompt_set
 
