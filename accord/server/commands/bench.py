@@ -5,8 +5,9 @@ speed against the memory-bandwidth roofline.
 The model is built here with random weights (transformers is a bench-time dependency
 only): by default a 152M-parameter Llama (hidden 1024, 12 layers, GQA 16/4, vocab
 8192, bf16 checkpoint), with a word-level tokenizer that names every id. `--model`
-measures a real one instead: a Hugging Face directory, a GGUF file, or `default`
-(`accord serve`'s default, SmolLM2-135M-Instruct).
+measures a real one instead: a Hugging Face directory or a GGUF file (`accord serve`'s
+default, SmolLM2-135M-Instruct, is cached at
+~/.cache/accord/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf once served).
 """
 
 from __future__ import annotations
@@ -94,12 +95,7 @@ def bench_model(args: argparse.Namespace) -> tuple[Path, int]:
 
     if args.model is None:
         return build_model(Path(args.model_dir)), MODEL_SHAPE["vocab_size"]
-    if args.model == "default":
-        from ..default_model import default_model_path
-
-        model = default_model_path()
-    else:
-        model = Path(args.model)
+    model = Path(args.model).expanduser()
     if is_gguf(model):
         return model, open_gguf_model(model).config["vocab_size"]
     return model, json.loads((model / "config.json").read_text())["vocab_size"]
@@ -284,8 +280,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model",
-        help="measure this model instead of the random one: a Hugging Face directory, a GGUF file, or 'default' "
-        "(SmolLM2-135M-Instruct, fetched once)",
+        help="measure this model instead of the random one: a Hugging Face directory or a GGUF file",
     )
     parser.add_argument("--backend", default="cpu", help="accord backend to measure (default: cpu)")
     parser.add_argument("--num-requests", type=int, default=128, help="trace length (default: 128)")
