@@ -6,9 +6,11 @@ probes and in-flight responses, the server stops with exit status 1."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from ..core.engine import LLMEngine
 from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
 from ..server.app import create_app
+from ..server.drain import DrainDeadline
 from .commands.serve import engine_config
 from ..demo.default_model import (
     DEFAULT_MODEL_DESCRIPTION,
@@ -41,21 +44,37 @@ logger = logging.getLogger("accord.server")
 DEAD_ENGINE_EXIT_DELAY_S = 5.0
 
 
+#: Time left, at the end of the drain window, for cut requests to send their last
+#: event or error body before uvicorn cancels what remains.
+DRAIN_MARGIN_S = 0.5
+
+
 class GracefulServer(uvicorn.Server):
-    """uvicorn's server, except that a SIGTERM ends with exit status 0.
+    """uvicorn's server, except that a SIGTERM ends with exit status 0 and requests
+    that outlive the drain window end cleanly.
 
     On SIGTERM uvicorn stops accepting connections, waits up to
-    `timeout_graceful_shutdown` for in-flight requests, cancels the rest (their
-    streams abort their engine requests) and runs the lifespan shutdown. Then it
-    re-raises the signal so the process dies by it; an orchestrator reads that as a
-    crash, so SIGTERM is dropped from the signals it re-raises.
+    `timeout_graceful_shutdown` for in-flight requests, cancels the rest and runs the
+    lifespan shutdown. Cancelling would cut streams without a word and give whole
+    responses a plain-text 500, so shortly before that the drain deadline expires:
+    streams end with an error event and `[DONE]`, whole responses with a JSON 503.
+    Then uvicorn re-raises the signal so the process dies by it; an orchestrator reads
+    that as a crash, so SIGTERM is dropped from the signals it re-raises.
     """
 
-    def __init__(self, config: uvicorn.Config, engine: AsyncLLM) -> None:
+    def __init__(self, config: uvicorn.Config, engine: AsyncLLM, drain: DrainDeadline) -> None:
         super().__init__(config)
         self.engine = engine
+        self.drain = drain
         self.exit_code = 0
         self._dead_since: float | None = None
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        timeout = self.config.timeout_graceful_shutdown
+        if timeout is not None:
+            margin = min(DRAIN_MARGIN_S, timeout / 2)
+            asyncio.get_running_loop().call_later(timeout - margin, self.drain.expire)
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -109,6 +128,19 @@ def choose_model(requested: str | None) -> ModelChoice:
 def serve(args: argparse.Namespace) -> int:
     """Serve the model the parsed `accord serve` flags describe; returns the exit code."""
     try:
+        # Bound first: a port in use fails now, before the model loads and long
+        # before anything claims to be serving.
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        listener = socket.create_server((args.host, args.port), family=family)
+    except OSError as error:
+        print(f"accord serve: error: cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
+        return 1
+    with listener:
+        return _serve_on(args, listener)
+
+
+def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
+    try:
         choice = choose_model(args.model)
     except ChecksumMismatch as error:
         print(f"accord serve: error: {error}", file=sys.stderr)
@@ -129,8 +161,18 @@ def serve(args: argparse.Namespace) -> int:
         max_model_len=engine.max_model_len,
         vocab_size=engine.model_config.vocab_size,
         description=choice.description,
+        scheduling_policy=settings.scheduling_policy,
     )
-    app = create_app(engine, model, api_key=args.api_key, max_waiting_requests=args.max_waiting_requests)
+    drain = DrainDeadline()
+    try:
+        app = create_app(
+            engine, model, api_key=args.api_key, max_waiting_requests=args.max_waiting_requests,
+            max_request_body_bytes=args.max_request_body_bytes, tool_call_parser=args.tool_call_parser, drain=drain,
+        )
+    except ValueError as error:  # an unknown tool call parser
+        print(f"accord serve: error: {error}", file=sys.stderr)
+        engine.engine.shutdown()
+        return 1
     server_config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
         timeout_graceful_shutdown=args.shutdown_timeout,
@@ -138,9 +180,9 @@ def serve(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}/v1"
     ranks = f" x{settings.tensor_parallel_size} ranks" if settings.tensor_parallel_size > 1 else ""
     print(f"accord: serving {model.name} on backend {engine.engine.backend_name}{ranks} at {url}", file=sys.stderr, flush=True)
-    server = GracefulServer(server_config, engine)
+    server = GracefulServer(server_config, engine, drain)
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         engine.engine.shutdown()
     return server.exit_code

@@ -11,20 +11,16 @@ ContractError; one it adapts must run and be counted as adapted.
 
 from __future__ import annotations
 
-import pickle
-import socket
-import tempfile
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from ..backends import default_registry
 from ..backends.communicator import COLLECTIVES, REDUCTIONS, TorchCommunicator
-from ..core.distributed import destroy_parallel, init_parallel
+from ..core.distributed import ParallelContext
 from ..op_contracts import ContractError, dtype_name
+from .ranks import spawn_ranks
 
 HIDDEN = 8
 #: Every dtype a case is generated for: the communicators' common set, fp8, and one no
@@ -166,33 +162,16 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.uint8) if x.dtype.is_floating_point and x.element_size() == 1 else x
 
 
-def _rank_main(rank: int, backend_name: str, world_size: int, init_method: str, seed: int, out_dir: str) -> None:
-    backend = default_registry().get(backend_name)
-    parallel = init_parallel(backend, rank, world_size, world_size, init_method)
-    try:
-        results = [run_case(parallel.comm(), case, seed) for case in collective_cases()]  # type: ignore[arg-type]
-    finally:
-        destroy_parallel()
-    Path(out_dir, f"rank{rank}.pkl").write_bytes(pickle.dumps(results))
+def _run_cases(parallel: ParallelContext, seed: int) -> list[CollectiveResult]:
+    """Every case on one rank."""
+    return [run_case(parallel.comm(), case, seed) for case in collective_cases()]  # type: ignore[arg-type]
 
 
 def run_collective_conformance(backend_name: str, world_size: int = 2, seed: int = 0) -> list[CollectiveResult]:
     """Every collective case on `world_size` spawned ranks of `backend_name`; the results
     of all ranks, rank by rank."""
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(
-            _rank_main, args=(backend_name, world_size, f"tcp://127.0.0.1:{port}", seed, out_dir),
-            nprocs=world_size, join=True,
-        )
-        results: list[CollectiveResult] = []
-        for rank in range(world_size):
-            results.extend(pickle.loads(Path(out_dir, f"rank{rank}.pkl").read_bytes()))
-    return results
+    per_rank = spawn_ranks(_run_cases, seed, backend_name=backend_name, world_size=world_size)
+    return [result for results in per_rank for result in results]
 
 
 def render_collectives(results: list[CollectiveResult]) -> str:

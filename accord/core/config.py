@@ -32,6 +32,8 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     scheduling_policy: str = "fcfs"
     seed: int = 0
+    #: Hash of prefix-cache block keys: "sha256" (collision-resistant) or "builtin".
+    prefix_caching_hash_algo: str = "sha256"
     #: Ranks one model is sharded over (vLLM's -tp); one worker process each under "mp".
     tensor_parallel_size: int = 1
     #: How workers run: "uni" (in this process), "mp" (a process per rank) or "ray";
@@ -69,6 +71,10 @@ class EngineConfig:
             (
                 self.scheduling_policy in ("fcfs", "priority"),
                 f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}",
+            ),
+            (
+                self.prefix_caching_hash_algo in ("sha256", "builtin"),
+                f"prefix_caching_hash_algo must be 'sha256' or 'builtin', got {self.prefix_caching_hash_algo!r}",
             ),
             (
                 self.tensor_parallel_size >= 1,

@@ -33,6 +33,7 @@ from .sched.output import ModelRunnerOutput, SchedulerOutput
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats, RequestTimes
+from .structured_output import StructuredOutputManager
 from .tokenizer import Tokenizer, load_tokenizer
 from .worker import WorkerInfo
 
@@ -69,12 +70,15 @@ class LLMEngine:
         self.model_config: ModelConfig = info.model_config
         self.max_model_len = max_model_len
         self.scheduler = Scheduler(
-            BlockManager(num_blocks, config.block_size, config.enable_prefix_caching),
+            BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, config.prefix_caching_hash_algo),
             config.max_num_batched_tokens,
             config.max_num_seqs,
             config.scheduling_policy,  # type: ignore[arg-type]
             max_model_len=max_model_len,
             eos_token_ids=info.model_config.eos_token_ids,
+            structured_output=StructuredOutputManager(
+                self.tokenizer, info.model_config.vocab_size, info.model_config.eos_token_ids
+            ),
         )
         self.output_processor = OutputProcessor(self.tokenizer)
         self._seq_counter = itertools.count()
@@ -118,6 +122,10 @@ class LLMEngine:
         params = params or SamplingParams()
         text, token_ids = self._tokenize(prompt)
         self._check_request(token_ids, params)
+        structured_output = self.scheduler.structured_output
+        grammar = None
+        if params.structured_outputs is not None and structured_output is not None:
+            grammar = structured_output.compile(params.structured_outputs)  # ValueError when it does not compile
         times = RequestTimes(arrival_time=time.monotonic() if arrival_time is None else arrival_time)
         order = next(self._seq_counter)
         seqs: list[Sequence] = []
@@ -138,6 +146,8 @@ class LLMEngine:
         self.output_processor.add(Request(request_id, text, token_ids, seqs, times))
         for seq in seqs:
             self.scheduler.add(seq)
+            if grammar is not None:
+                structured_output.add(seq.seq_id, grammar)  # type: ignore[union-attr]
 
     def _tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -159,10 +169,7 @@ class LLMEngine:
             )
         if min(token_ids) < 0 or max(token_ids) >= vocab:
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
-        for name in ("logprobs", "prompt_logprobs"):
-            asked = getattr(params, name)
-            if asked is not None and asked > vocab:
-                raise ValueError(f"{name}={asked} exceeds the vocabulary size {vocab}")
+        params.verify_vocab(vocab)
 
     def abort_request(self, request_ids: str | Iterable[str]) -> list[RequestOutput]:
         """Stop requests now and free all their blocks; return each one's final output

@@ -25,6 +25,7 @@ from .input_batch import CachedRequestState, InputBatch
 from .models import CausalLM
 from .sampler import Sampler, prompt_logprobs
 from .sched.output import ModelRunnerOutput, SchedulerOutput
+from .structured_output import GrammarBitmask
 
 INDEX_DTYPE = torch.int32
 
@@ -67,6 +68,7 @@ class ModelRunner:
         self.input_batch = InputBatch(config.max_num_seqs, max_model_len, -(-max_model_len // self.block_size))
         # The last step's token counts, kept so a failed step can be re-run in parts.
         self._last_step: dict[str, int] = {}
+        self._grammar_bitmask: GrammarBitmask | None = None
 
     # -- KV cache ------------------------------------------------------------------
     @property
@@ -95,6 +97,10 @@ class ModelRunner:
         if budget is None:
             if self.device.type == "cpu":
                 budget = DEFAULT_CPU_KV_CACHE_BYTES
+                # A default must not cost more than the engine can ever fill: every
+                # sequence at max_model_len (a tiny model's 4 GiB took seconds to zero).
+                blocks_per_seq = -(-self.max_model_len // self.block_size)
+                budget = min(budget, self.config.max_num_seqs * blocks_per_seq * self.bytes_per_block)
             else:
                 free, total = self.backend.memory_info()
                 budget = int(free - total * (1.0 - self.config.gpu_memory_utilization))
@@ -174,6 +180,7 @@ class ModelRunner:
         results (None elsewhere, and for a step with nothing to compute)."""
         self.update_states(step)
         self._last_step = dict(step.num_scheduled_tokens)
+        self._grammar_bitmask = step.grammar_bitmask
         if step.is_empty:
             return None
         return self.run(self._last_step)
@@ -200,7 +207,7 @@ class ModelRunner:
         if samplers:
             sampling = [states[b] for b in samplers]
             logits = self.model.compute_logits(hidden[flat.last_rows[samplers]])
-            sampled = self.sampler(logits, sampling)
+            sampled = self.sampler(logits, sampling, self._grammar_bitmask)
             output.req_ids = [s.req_id for s in sampling]
             output.sampled_token_ids = [t.token_id for t in sampled]
             output.logprobs = [t.logprob for t in sampled]

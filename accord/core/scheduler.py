@@ -24,6 +24,7 @@ from .block_manager import BlockManager
 from .sched.output import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
 from .stats import EngineStats
+from .structured_output import GrammarBitmask, StructuredOutputManager
 
 Policy = Literal["fcfs", "priority"]
 
@@ -62,6 +63,7 @@ class Scheduler:
         *,
         max_model_len: int | None = None,
         eos_token_ids: Collection[int] = (),
+        structured_output: StructuredOutputManager | None = None,
     ) -> None:
         if policy not in ("fcfs", "priority"):
             raise ValueError(f"unknown scheduling policy {policy!r}; use 'fcfs' or 'priority'")
@@ -70,6 +72,8 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
+        #: Grammar matchers of constrained sequences, advanced here as tokens are accepted.
+        self.structured_output = structured_output
         # Smaller key = served first and preempted last.
         self.order_key: Callable[[Sequence], tuple[float, ...]] = (
             (lambda s: (s.times.arrival_time, s.arrival_order, s.index))
@@ -110,6 +114,8 @@ class Scheduler:
         # A failed step may have left this sequence's blocks unwritten: never reuse them.
         self.block_manager.free(seq.seq_id, forget_cached=reason == "error")
         self.seqs.pop(seq.seq_id, None)
+        if self.structured_output is not None:
+            self.structured_output.remove(seq.seq_id)
         if self._blocks_sent.pop(seq.seq_id, None) is not None:
             self._finished_ids.add(seq.seq_id)
         self._update_gauges()
@@ -164,9 +170,20 @@ class Scheduler:
             finished_req_ids=self._finished_ids,
             preempted_req_ids={seq.seq_id for seq in preempted},
         )
+        output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
         self._update_gauges()
         return output
+
+    def _grammar_bitmask(self, scheduled: dict[str, int]) -> GrammarBitmask | None:
+        """The token bitmask of the constrained sequences that sample this step."""
+        if self.structured_output is None:
+            return None
+        sampling = [
+            seq_id for seq_id, count in scheduled.items()
+            if self.seqs[seq_id].num_computed_tokens + count == self.seqs[seq_id].num_tokens
+        ]
+        return self.structured_output.grammar_bitmask(sampling)
 
     def _new_request_data(self, seq: Sequence) -> NewRequestData:
         table = self.block_manager.block_table(seq.seq_id)
@@ -274,6 +291,7 @@ class Scheduler:
             if seq is not None:
                 self._append(seq, token, logprob, top, now)
         self.stats.num_steps += 1
+        self.stats.observe_iteration(step.total_num_scheduled_tokens)
         self._update_gauges()
         return touched
 
@@ -286,6 +304,9 @@ class Scheduler:
         self.stats.generation_tokens += 1
         seq.append_token(token, logprob, top)
         decision = check_stop(seq, self.max_model_len, self.eos_token_ids)
+        grammar_complete = self.structured_output is not None and self.structured_output.accept(seq.seq_id, token)
+        if decision is None and grammar_complete:
+            decision = "stop", None  # the grammar admits nothing more
         if decision is not None:
             self.finish(seq, *decision)
 

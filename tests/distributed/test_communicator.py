@@ -15,9 +15,9 @@ import torch.distributed as dist
 from accord.backends import default_registry
 from accord.backends.communicator import COLLECTIVES, GLOO, CollectiveSupport
 from accord.conformance.collectives import collective_cases, run_case
+from accord.conformance.ranks import spawn_ranks
 from accord.core.distributed import ParallelContext
 from accord.op_contracts import ContractError
-from tp_ranks import spawn_ranks
 
 FP8 = torch.float8_e4m3fn
 

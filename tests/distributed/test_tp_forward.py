@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from accord.backends import get_backend
+from accord.conformance.ranks import spawn_ranks
 from accord.core.distributed import ParallelContext
 from accord.core.models import load_model
 from accord.op_contracts import OpDispatcher
 from single_sequence import SingleSequenceRunner
 from tiny_models import build_tiny_model, fixed_prompt, write_block_fp8
-from tp_ranks import spawn_ranks
 
 DECODE_STEPS = 6
 #: fp32 partial sums added in another order: differences of a few ulps of the logits.

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from engine_faults import POISON_TOKEN, poison_the_model
 
 from accord import AsyncLLM, SamplingParams
 
@@ -88,23 +89,6 @@ def test_abort_ends_the_stream_with_an_abort_output_and_frees_its_blocks(async_l
     assert len(outputs[-1].outputs[0].token_ids) < 200
     assert async_llm.num_allocated_blocks == 0
     assert async_llm.get_stats().num_running == 0, "gauges are refreshed by the abort"
-
-
-POISON_TOKEN = 777
-
-
-def poison_the_model(engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every forward whose batch holds POISON_TOKEN raise, as a kernel would on
-    input it cannot take: a failure caused by one request."""
-    model = engine.executor.driver_worker.runner.model
-    real_forward = model.forward
-
-    def forward(input_ids, *args, **kwargs):
-        if bool((input_ids == POISON_TOKEN).any()):
-            raise RuntimeError("injected kernel failure")
-        return real_forward(input_ids, *args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", forward)
 
 
 def test_a_step_failing_because_of_one_request_fails_only_that_request(

@@ -228,8 +228,9 @@ def _worker_main(
     _die_with_parent()
     # Ctrl-C reaches the whole process group; the engine decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Ranks sharing a host share its cores.
-    torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
+    # Ranks sharing a host share its cores (unless OMP_NUM_THREADS says otherwise).
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
     try:
         worker = Worker(config, backend_factory, rank, world_size, init_method)
     except BaseException as error:  # noqa: BLE001 - the engine must hear why

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..outputs import Logprob
 from ..sampling_params import SamplingParams
+from ..structured_output import GrammarBitmask
 
 
 @dataclass
@@ -55,6 +56,8 @@ class SchedulerOutput:
     finished_req_ids: set[str] = field(default_factory=set)
     #: Requests preempted while building this step: drop them (they come back as new).
     preempted_req_ids: set[str] = field(default_factory=set)
+    #: Allowed tokens of the constrained requests that sample this step (structured output).
+    grammar_bitmask: GrammarBitmask | None = None
 
     @property
     def total_num_scheduled_tokens(self) -> int:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .backends import Backend, get_backend
-from .core import async_engine, engine, llm
+from ..backends import Backend, get_backend
+from ..core import async_engine, engine, llm
+from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_NAME, demo_model_dir
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,13 @@ class LLMEngine(engine.LLMEngine):
 
 
 class LLM(llm.LLM):
-    """vLLM's offline API (`LLM(model=..., backend="cpu", tensor_parallel_size=2, ...)`)."""
+    """vLLM's offline API (`LLM(model=..., backend="cpu", tensor_parallel_size=2, ...)`);
+    `model="accord-demo-llama"` is the built-in random demo model, as `accord serve` names it."""
 
     def __init__(self, model: str, **engine_args: Any) -> None:
+        if model == DEMO_MODEL_NAME:
+            model = str(demo_model_dir())
+            engine_args.setdefault("kv_cache_memory", DEMO_KV_CACHE_BYTES)
         super().__init__(model, RegistryBackend(engine_args.get("backend", "auto")), **engine_args)
 
 
