@@ -4,7 +4,10 @@ speed against the memory-bandwidth roofline.
 
 The model is built here with random weights (transformers is a bench-time dependency
 only): by default a 152M-parameter Llama (hidden 1024, 12 layers, GQA 16/4, vocab
-8192, bf16 checkpoint), with a word-level tokenizer that names every id.
+8192, bf16 checkpoint), with a word-level tokenizer that names every id. `--model`
+measures a real one instead: a Hugging Face directory or a GGUF file (`accord serve`'s
+default, SmolLM2-135M-Instruct, is cached at
+~/.cache/accord/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf once served).
 """
 
 from __future__ import annotations
@@ -86,6 +89,18 @@ def build_model(directory: Path) -> Path:
     return directory
 
 
+def bench_model(args: argparse.Namespace) -> tuple[Path, int]:
+    """The model to measure (--model, else the random one, built once) and its vocabulary size."""
+    from ...core.gguf import is_gguf, open_gguf_model
+
+    if args.model is None:
+        return build_model(Path(args.model_dir)), MODEL_SHAPE["vocab_size"]
+    model = Path(args.model).expanduser()
+    if is_gguf(model):
+        return model, open_gguf_model(model).config["vocab_size"]
+    return model, json.loads((model / "config.json").read_text())["vocab_size"]
+
+
 def run_accord(model_dir: Path, trace: list[TraceRequest], args: argparse.Namespace) -> Result:
     """Throughput of accord's LLM.generate over the whole trace."""
     from accord import LLM, SamplingParams
@@ -114,7 +129,13 @@ def run_transformers(model_dir: Path, trace: list[TraceRequest], batch_size: int
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    from ...core.gguf import is_gguf
+
+    if is_gguf(model_dir):
+        model = AutoModelForCausalLM.from_pretrained(model_dir.parent, gguf_file=model_dir.name, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
     start = time.perf_counter()
     for first in range(0, len(trace), batch_size):
         batch = trace[first : first + batch_size]
@@ -212,16 +233,24 @@ def batch1_decode(model_dir: Path, args: argparse.Namespace, output_len: int = 1
     times = llm.generate({"prompt_token_ids": list(range(3, 35))}, params, use_tqdm=False)[0].metrics
     decode_rate = (output_len - 1) / (times.finished_time - times.first_token_time)
     config = llm.llm_engine.model_config
-    # Every weight is streamed once per token except the embedding table (one row gathered).
-    streamed = count_parameters(model_dir) - config.vocab_size * config.hidden_size
+    # Every weight is streamed once per token except the embedding table (one row
+    # gathered), unless it doubles as the LM head.
+    streamed = count_parameters(model_dir)
+    if not config.tie_word_embeddings:
+        streamed -= config.vocab_size * config.hidden_size
     weight_bytes = streamed * config.dtype.itemsize
     return decode_rate, copy_bandwidth() / weight_bytes
 
 
 def count_parameters(model_dir: Path) -> int:
-    """Parameters in the checkpoint's safetensors files."""
+    """Parameters in the checkpoint's safetensors files (or its GGUF file)."""
     from safetensors import safe_open
 
+    from ...core.gguf import is_gguf, open_gguf_model
+
+    if is_gguf(model_dir):
+        checkpoint = open_gguf_model(model_dir).checkpoint
+        return sum(math.prod(checkpoint.shape(name)) for name in checkpoint.names())
     total = 0
     for path in model_dir.glob("*.safetensors"):
         with safe_open(str(path), framework="pt") as checkpoint:
@@ -249,6 +278,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=str(Path(tempfile.gettempdir()) / "accord-bench-llama-152m"),
         help="where the random benchmark model is written (reused when present)",
     )
+    parser.add_argument(
+        "--model",
+        help="measure this model instead of the random one: a Hugging Face directory or a GGUF file",
+    )
     parser.add_argument("--backend", default="cpu", help="accord backend to measure (default: cpu)")
     parser.add_argument("--num-requests", type=int, default=128, help="trace length (default: 128)")
     parser.add_argument("--seed", type=int, default=0, help="trace seed")
@@ -274,8 +307,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, printing each figure as it is measured."""
-    model_dir = build_model(Path(args.model_dir))
-    trace = make_trace(args.num_requests, args.seed, MODEL_SHAPE["vocab_size"])
+    model_dir, vocab_size = bench_model(args)
+    trace = make_trace(args.num_requests, args.seed, vocab_size)
     print(f"trace: {args.num_requests} requests, prompts 32..512, outputs 32..256, ignore_eos, seed {args.seed}")
     runs = {
         "accord": lambda: run_accord(model_dir, trace, args),
