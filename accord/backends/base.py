@@ -108,6 +108,19 @@ class Backend:
         """A declared tolerance widening for (op, primary dtype), or None."""
         return None
 
+    def nondeterministic_ops(self) -> frozenset[str]:
+        """Ops whose identical calls may give different bits here (atomics, split-K
+        reductions). Conformance reports the declaration and fails every other op that
+        is not bit-deterministic."""
+        return frozenset()
+
+    def batch_variant_ops(self) -> frozenset[str]:
+        """Ops whose row, sequence or token results may depend on their batch mates here
+        (a kernel that picks its split or tile by batch size). Conformance reports the
+        declaration and fails every other op that is not batch invariant; a deploy can
+        require invariance even of these."""
+        return frozenset()
+
     def graph_capture(self, fn: F) -> F:
         """Wrap a step function in this device's graph capture (identity by default)."""
         return fn

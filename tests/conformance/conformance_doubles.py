@@ -4,6 +4,7 @@ caught and everything else still passes."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -17,20 +18,42 @@ class PatchedReference(Backend):
 
     device_type = "cpu"
 
-    def __init__(self, name: str, *replacements: Kernel, missing: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *replacements: Kernel,
+        missing: tuple[str, ...] = (),
+        nondeterministic: tuple[str, ...] = (),
+        batch_variant: tuple[str, ...] = (),
+    ) -> None:
         super().__init__()
         self.name = name
         self._replacements = replacements
         self._missing = missing
+        self._nondeterministic = frozenset(nondeterministic)
+        self._batch_variant = frozenset(batch_variant)
 
     def load_kernels(self) -> KernelSet:
+        # Each kernel runs through its own function, so conformance judges the double
+        # as a backend of its own rather than reporting the reference's kernels shared.
         kernels = KernelSet()
         for op, kernel in get_backend("reference").kernels().as_dict().items():
             if op not in self._missing:
-                kernels.add(kernel)
+                kernels.add(dataclasses.replace(kernel, fn=own_function(kernel.fn)))
         for kernel in self._replacements:
-            kernels.add(kernel)
+            kernels.add(dataclasses.replace(kernel, fn=own_function(kernel.fn)))
         return kernels
+
+    def nondeterministic_ops(self) -> frozenset[str]:
+        return self._nondeterministic
+
+    def batch_variant_ops(self) -> frozenset[str]:
+        return get_backend("reference").batch_variant_ops() | self._batch_variant
+
+
+def own_function(fn: Any) -> Any:
+    """`fn` behind a function object of its own (same behaviour, another identity)."""
+    return lambda **call: fn(**call)
 
 
 def reference_fn(op: str) -> Any:
@@ -93,6 +116,7 @@ class WideToleranceBackend(PatchedReference):
         return None
 
 
-def broken(name: str, op: str, fn: Any, **claims: tuple[torch.dtype, ...]) -> PatchedReference:
-    """The reference backend with `op`'s kernel replaced by `fn` (claiming `claims`)."""
-    return PatchedReference(name, Kernel(op, fn, claims))
+def broken(name: str, op: str, fn: Any, declares: str = "", **claims: tuple[torch.dtype, ...]) -> PatchedReference:
+    """The reference backend with `op`'s kernel replaced by `fn` (claiming `claims`);
+    `declares` may name `nondeterministic` or `batch_variant` for the op."""
+    return PatchedReference(name, Kernel(op, fn, claims), **({declares: (op,)} if declares else {}))
