@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._npu_autoload import guard_torch_npu_autoload
+
+# Before anything imports torch: torch-npu without CANN would break `import torch`.
+guard_torch_npu_autoload()
+
 __version__ = "0.1.0"
 
 #: Public names imported on first use, so `import accord` (and the CLI) stays light.
 _LAZY = {
-    "LLM": "accord.core.llm",
+    "LLM": "accord.entrypoints",
     "SamplingParams": "accord.core.sampling_params",
     "RequestOutput": "accord.core.outputs",
     "CompletionOutput": "accord.core.outputs",
-    "LLMEngine": "accord.core.engine",
-    "AsyncLLM": "accord.core.async_engine",
+    "LLMEngine": "accord.entrypoints",
+    "AsyncLLM": "accord.entrypoints",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, ClassVar, Mapping, TypeVar
 
 import torch
 
 from ..op_contracts import Kernel, KernelSet
+from .communicator import SUPPORT_BY_BACKEND, CollectiveSupport, TorchCommunicator
 
 F = TypeVar("F", bound=Callable[..., object])
 
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether a backend can run here, and why not when it cannot."""
+    """Whether a backend can run here, and why not when it cannot. `auto_selectable`
+    False keeps a backend that runs but must not serve by default (an emulator) out of
+    `--backend auto`."""
 
     available: bool
     reason: str = ""
+    auto_selectable: bool = True
 
 
 @dataclass(frozen=True)
@@ -40,11 +44,17 @@ class Backend:
     """Base class for a backend plugin. Subclasses set the class attributes and
     implement `load_kernels`; everything else has a sensible default to override."""
 
+    #: Public members core does not call yet, each with why a plugin may still set it;
+    #: every other public member is part of what core calls (a test holds both).
+    OPTIONAL_HOOKS: ClassVar[Mapping[str, str]] = {
+        "graph_capture": "the step wrapper for device graph capture (issue 16); eager execution never calls it",
+    }
+
     name: str = ""
     device_type: str = "cpu"
     #: Higher wins for `--backend auto` among available backends.
     priority: int = 0
-    #: torch.distributed backend for this device (gloo/nccl/rccl/hccl).
+    #: The communicator this device's collectives use (gloo/nccl/rccl/hccl).
     dist_backend: str = "gloo"
     description: str = ""
 
@@ -85,6 +95,12 @@ class Backend:
         to this device's fp8 format at load time; unchanged by default."""
         return weight, scale
 
+    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """The form of a dense [N, K] weight this backend's `linear` kernel wants, made once
+        at load (a prepacked GEMM layout, say); the weight unchanged by default. The
+        result keeps the logical shape and dtype and is only valid on this backend."""
+        return weight
+
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
         """The dtype to compute in when a model asks for `requested` (a CPU without
         native bf16 GEMMs computes bf16 models in fp32, say)."""
@@ -121,8 +137,30 @@ class Backend:
         require invariance even of these."""
         return frozenset()
 
+    # -- collectives -----------------------------------------------------------------
+    def process_group_backend(self) -> str:
+        """The name torch.distributed.init_process_group takes for `dist_backend` (RCCL,
+        say, is reached through torch's "nccl")."""
+        return self.dist_backend
+
+    def collective_support(self) -> CollectiveSupport:
+        """The dtype contract of this device's communicator: what each collective carries
+        natively and the declared adapters for the rest."""
+        if self.dist_backend not in SUPPORT_BY_BACKEND:
+            raise NotImplementedError(
+                f"backend {self.name!r}: no collective dtype contract is built in for {self.dist_backend!r}; "
+                "override Backend.collective_support"
+            )
+        return SUPPORT_BY_BACKEND[self.dist_backend]
+
+    def communicator(self, group: object) -> TorchCommunicator:
+        """The communicator the model's collectives go through, over one process group
+        of an initialised torch.distributed world."""
+        return TorchCommunicator(group, self.collective_support())
+
     def graph_capture(self, fn: F) -> F:
-        """Wrap a step function in this device's graph capture (identity by default)."""
+        """Optional: wrap a step function in this device's graph capture (identity by
+        default; see OPTIONAL_HOOKS)."""
         return fn
 
     def synchronize(self) -> None:

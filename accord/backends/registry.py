@@ -8,6 +8,7 @@ from functools import lru_cache
 
 import pluggy
 
+from ..op_contracts import CONTRACTS
 from . import builtin
 from .base import Backend
 from .hookspecs import ENTRY_POINT_GROUP, PROJECT, BackendSpec
@@ -66,11 +67,31 @@ class BackendRegistry:
         return backend
 
     def auto(self) -> Backend:
-        """The available backend with the highest priority."""
+        """The available backend with the highest priority whose kernels cover every
+        contract; backends passed over (incomplete, or not for serving) are logged."""
+        passed_over = []
         for backend in self.all():
-            if backend.availability().available:
-                return backend
-        raise BackendUnavailableError("no backend is available")
+            availability = backend.availability()
+            if not availability.available:
+                continue
+            if not availability.auto_selectable:
+                passed_over.append(f"{backend.name} ({availability.reason})")
+                continue
+            missing = missing_kernels(backend)
+            if missing:
+                passed_over.append(f"{backend.name} (no kernel for {', '.join(missing)})")
+                continue
+            if passed_over:
+                logger.warning("--backend auto chose %s, passing over: %s", backend.name, "; ".join(passed_over))
+            return backend
+        detail = f"; passed over: {'; '.join(passed_over)}" if passed_over else ""
+        raise BackendUnavailableError(f"no backend is available{detail}")
+
+
+def missing_kernels(backend: Backend) -> list[str]:
+    """The contracts `backend` has no kernel for (loads its kernel table)."""
+    ops = set(backend.kernels().ops())
+    return sorted(name for name in CONTRACTS if name not in ops)
 
 
 @lru_cache(maxsize=1)

@@ -1,34 +1,80 @@
-"""Runs `accord serve`: loads the engine, builds the app and serves it with uvicorn
-until SIGTERM (graceful, exit 0) or SIGINT."""
+"""Runs `accord serve`: loads the engine (on the backend named by --backend), builds the
+app and serves it with uvicorn until SIGTERM (graceful, exit 0) or SIGINT. If the
+engine dies (a worker process gone), /health answers 503 and, after a short grace for
+probes and in-flight responses, the server stops with exit status 1."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import logging
 import signal
+import socket
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import uvicorn
 
 from ..backends.registry import BackendUnavailableError
 from ..core.async_engine import AsyncLLM
 from ..core.engine import LLMEngine
+from ..core.errors import WorkerStartupError
+from ..entrypoints import RegistryBackend
 from ..server.app import create_app
+from ..server.drain import DrainDeadline
 from .commands.serve import engine_config
+from ..demo.default_model import (
+    DEFAULT_MODEL_DESCRIPTION,
+    DEFAULT_MODEL_NAME,
+    ChecksumMismatch,
+    DefaultModelUnavailable,
+    default_model_path,
+)
 from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
 from ..server.serving import ServedModel
 
 
+logger = logging.getLogger("accord.server")
+
+#: Seconds a server whose engine died keeps answering (/health 503, errors to
+#: in-flight requests) before it exits with status 1.
+DEAD_ENGINE_EXIT_DELAY_S = 5.0
+
+
+#: Time left, at the end of the drain window, for cut requests to send their last
+#: event or error body before uvicorn cancels what remains.
+DRAIN_MARGIN_S = 0.5
+
+
 class GracefulServer(uvicorn.Server):
-    """uvicorn's server, except that a SIGTERM ends with exit status 0.
+    """uvicorn's server, except that a SIGTERM ends with exit status 0 and requests
+    that outlive the drain window end cleanly.
 
     On SIGTERM uvicorn stops accepting connections, waits up to
-    `timeout_graceful_shutdown` for in-flight requests, cancels the rest (their
-    streams abort their engine requests) and runs the lifespan shutdown. Then it
-    re-raises the signal so the process dies by it; an orchestrator reads that as a
-    crash, so SIGTERM is dropped from the signals it re-raises.
+    `timeout_graceful_shutdown` for in-flight requests, cancels the rest and runs the
+    lifespan shutdown. Cancelling would cut streams without a word and give whole
+    responses a plain-text 500, so shortly before that the drain deadline expires:
+    streams end with an error event and `[DONE]`, whole responses with a JSON 503.
+    Then uvicorn re-raises the signal so the process dies by it; an orchestrator reads
+    that as a crash, so SIGTERM is dropped from the signals it re-raises.
     """
+
+    def __init__(self, config: uvicorn.Config, engine: AsyncLLM, drain: DrainDeadline) -> None:
+        super().__init__(config)
+        self.engine = engine
+        self.drain = drain
+        self.exit_code = 0
+        self._dead_since: float | None = None
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        timeout = self.config.timeout_graceful_shutdown
+        if timeout is not None:
+            margin = min(DRAIN_MARGIN_S, timeout / 2)
+            asyncio.get_running_loop().call_later(timeout - margin, self.drain.expire)
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -37,33 +83,106 @@ class GracefulServer(uvicorn.Server):
             # uvicorn re-raises what this (private) list holds once the block exits.
             self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's 10 Hz housekeeping, plus: stop (exit status 1) once the engine
+        has been dead for DEAD_ENGINE_EXIT_DELAY_S."""
+        if self.engine.errored:
+            now = time.monotonic()
+            if self._dead_since is None:
+                self._dead_since = now
+                logger.error("the engine is dead; exiting in %.0f s", DEAD_ENGINE_EXIT_DELAY_S)
+            elif now - self._dead_since >= DEAD_ENGINE_EXIT_DELAY_S:
+                self.exit_code = 1
+                return True
+        return await super().on_tick(counter)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model to serve: where it is, the name the API reports, and its description."""
+
+    path: str
+    name: str
+    description: str | None = None
+
+
+def choose_model(requested: str | None) -> ModelChoice:
+    """--model as given; the default model (SmolLM2, fetched once) when absent, or the
+    random demo model when the default cannot be fetched; the demo model by its name."""
+    if requested is None:
+        try:
+            return ModelChoice(str(default_model_path()), DEFAULT_MODEL_NAME, DEFAULT_MODEL_DESCRIPTION)
+        except DefaultModelUnavailable as why:
+            print(
+                f"accord: the default model {DEFAULT_MODEL_NAME} is not cached and cannot be downloaded ({why}); "
+                f"serving the random-weight demo model {DEMO_MODEL_NAME} instead",
+                file=sys.stderr,
+                flush=True,
+            )
+            requested = DEMO_MODEL_NAME
+    if requested == DEMO_MODEL_NAME:
+        return ModelChoice(str(demo_model_dir()), DEMO_MODEL_NAME, DEMO_MODEL_DESCRIPTION)
+    return ModelChoice(requested, requested)
+
 
 def serve(args: argparse.Namespace) -> int:
     """Serve the model the parsed `accord serve` flags describe; returns the exit code."""
-    model_dir = args.model or str(demo_model_dir())
-    settings = engine_config(args, model_dir)
-    if args.model is None and settings.kv_cache_memory is None:
+    try:
+        # Bound first: a port in use fails now, before the model loads and long
+        # before anything claims to be serving.
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        listener = socket.create_server((args.host, args.port), family=family)
+    except OSError as error:
+        print(f"accord serve: error: cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
+        return 1
+    with listener:
+        return _serve_on(args, listener)
+
+
+def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
+    try:
+        choice = choose_model(args.model)
+    except ChecksumMismatch as error:
+        print(f"accord serve: error: {error}", file=sys.stderr)
+        return 1
+    settings = engine_config(args, choice.path)
+    if choice.name == DEMO_MODEL_NAME and settings.kv_cache_memory is None:
         # The engine's CPU default (4 GiB) would dwarf the demo model and slow its start.
         settings.kv_cache_memory = DEMO_KV_CACHE_BYTES
     try:
-        engine = AsyncLLM(LLMEngine(settings))
-    except (ValueError, LookupError, OSError, BackendUnavailableError) as error:
+        engine = AsyncLLM(LLMEngine(settings, RegistryBackend(settings.backend)))
+    except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError) as error:
         # A wrong directory, flag or backend: say what, without a traceback.
         print(f"accord serve: error: {error}", file=sys.stderr)
         return 1
     model = ServedModel(
-        name=args.served_model_name or args.model or DEMO_MODEL_NAME,
-        root=model_dir,
+        name=args.served_model_name or choice.name,
+        root=choice.path,
         max_model_len=engine.max_model_len,
         vocab_size=engine.model_config.vocab_size,
-        description=None if args.model else DEMO_MODEL_DESCRIPTION,
+        description=choice.description,
+        scheduling_policy=settings.scheduling_policy,
     )
-    app = create_app(engine, model, api_key=args.api_key, max_waiting_requests=args.max_waiting_requests)
+    drain = DrainDeadline()
+    try:
+        app = create_app(
+            engine, model, api_key=args.api_key, max_waiting_requests=args.max_waiting_requests,
+            max_request_body_bytes=args.max_request_body_bytes, tool_call_parser=args.tool_call_parser, drain=drain,
+        )
+    except ValueError as error:  # an unknown tool call parser
+        print(f"accord serve: error: {error}", file=sys.stderr)
+        engine.engine.shutdown()
+        return 1
     server_config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
         timeout_graceful_shutdown=args.shutdown_timeout,
     )
     url = f"http://{args.host}:{args.port}/v1"
-    print(f"accord: serving {model.name} on backend {engine.engine.backend.name} at {url}", file=sys.stderr, flush=True)
-    GracefulServer(server_config).run()
-    return 0
+    ranks = f" x{settings.tensor_parallel_size} ranks" if settings.tensor_parallel_size > 1 else ""
+    print(f"accord: serving {model.name} on backend {engine.engine.backend_name}{ranks} at {url}", file=sys.stderr, flush=True)
+    server = GracefulServer(server_config, engine, drain)
+    try:
+        server.run(sockets=[listener])
+    finally:
+        engine.engine.shutdown()
+    return server.exit_code

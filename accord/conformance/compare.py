@@ -16,6 +16,7 @@ from ..op_contracts import OpContract
 UNORDERED_ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     "moe_route": ("topk_ids", ("topk_weights",)),
     "sample": ("top_token_ids", ("top_logprobs",)),
+    "indexer_topk": ("ids", ()),
 }
 #: Ops compared by dequantised value: (quantised output, its scales output).
 DEQUANTISED: dict[str, tuple[str, str]] = {"quantize_fp8": ("q", "scales")}

@@ -6,6 +6,11 @@ queues. Adding a request waits for the step in flight; aborting never waits: it 
 applied before the next step, so a client that disconnects frees its blocks within
 one step.
 
+A request whose step failed because of it ends with RequestFailedError; the others go
+on. If the engine dies (a worker process is gone), every request in flight ends with
+EngineDeadError, `errored` turns True (the server's /health answers 503) and new
+requests are refused.
+
     llm = AsyncLLM.from_engine_args("/models/tiny", backend="cpu")
     async for output in llm.generate("Hello", SamplingParams(max_tokens=8), "req-1"):
         print(output.outputs[0].text)          # cumulative text; output.finished at the end
@@ -21,23 +26,18 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .device import BackendFactory
 from .engine import LLMEngine, PromptType
+from .errors import EngineDeadError, RequestFailedError
 from .model_config import ModelConfig
 from .outputs import RequestOutput
 from .sampling_params import SamplingParams
 from .stats import EngineStats
 from .tokenizer import Tokenizer
 
-
 logger = logging.getLogger("accord.engine")
 
-
-class EngineDeadError(RuntimeError):
-    """The engine loop stopped for good; every request in flight gets this error."""
-
-
-class RequestFailedError(RuntimeError):
-    """A step running this request raised; the request was aborted, the engine lives on."""
+__all__ = ["AsyncLLM", "EngineDeadError", "RequestFailedError"]
 
 
 class AsyncLLM:
@@ -56,9 +56,14 @@ class AsyncLLM:
         self._error: BaseException | None = None
 
     @classmethod
-    def from_engine_args(cls, model: str, **kwargs: Any) -> AsyncLLM:
+    def from_engine_args(cls, model: str, backend_factory: BackendFactory, **kwargs: Any) -> AsyncLLM:
         """Build the engine from keyword engine arguments (as `LLM(...)` takes them)."""
-        return cls(LLMEngine.from_engine_args(model, **kwargs))
+        return cls(LLMEngine.from_engine_args(model, backend_factory, **kwargs))
+
+    @property
+    def errored(self) -> bool:
+        """Whether the engine is dead (requests fail with EngineDeadError)."""
+        return self._error is not None or self.engine.executor.dead_reason is not None
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -78,7 +83,7 @@ class AsyncLLM:
     @property
     def num_allocated_blocks(self) -> int:
         """KV blocks currently referenced by some request."""
-        return self.engine.block_manager.num_used_blocks
+        return self.engine.stats.kv_blocks_used
 
     def get_stats(self) -> EngineStats:
         """A snapshot of the engine's gauges and counters, for metrics."""
@@ -94,8 +99,8 @@ class AsyncLLM:
         """Add a request and yield its cumulative outputs until it finishes. Raises
         ValueError for an invalid request (before any output); closing or cancelling
         the iterator aborts the request."""
-        if self._error is not None:
-            raise EngineDeadError("the engine loop has failed") from self._error
+        if self.errored:
+            raise EngineDeadError(self._dead_message()) from self._error
         if request_id in self._queues:
             raise ValueError(f"request id {request_id!r} is already in use")
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
@@ -108,11 +113,16 @@ class AsyncLLM:
             self._wake.set()
             while not finished:
                 item = await queue.get()
+                if isinstance(item, EngineDeadError):
+                    raise item
                 if isinstance(item, Exception):
                     raise RequestFailedError(f"the engine step running request {request_id!r} failed") from item
                 if isinstance(item, BaseException):
-                    raise EngineDeadError("the engine loop has failed") from item
+                    raise EngineDeadError(self._dead_message()) from item
                 finished = item.finished
+                errors = [o.stop_reason for o in item.outputs if o.finish_reason == "error"]
+                if finished and errors:
+                    raise RequestFailedError(f"the engine step running request {request_id!r} failed: {errors[0]}")
                 yield item
         finally:
             self._queues.pop(request_id, None)
@@ -125,7 +135,8 @@ class AsyncLLM:
         self._abort_soon(request_id)
 
     async def shutdown(self) -> None:
-        """Stop the engine loop and its worker thread."""
+        """Stop the engine loop and its worker thread (the engine's workers stay up:
+        `LLMEngine.shutdown` stops them)."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             try:
@@ -134,6 +145,16 @@ class AsyncLLM:
                 pass
             self._loop_task = None
         self._executor.shutdown(wait=True)
+
+    def watch_engine(self) -> None:
+        """Hear of the engine's death between steps too (a worker that dies while idle):
+        call from the event loop that serves the requests."""
+        loop = asyncio.get_running_loop()
+        self.engine.executor.on_dead = lambda: loop.call_soon_threadsafe(self._wake.set)
+
+    def _dead_message(self) -> str:
+        reason = self.engine.executor.dead_reason
+        return f"the engine is dead: {reason}" if reason else "the engine loop has failed"
 
     def _abort_soon(self, request_id: str) -> None:
         self._pending_aborts.add(request_id)
@@ -159,6 +180,8 @@ class AsyncLLM:
         try:
             while True:
                 await self._wake.wait()
+                if self.engine.executor.dead_reason is not None:
+                    raise EngineDeadError(self._dead_message())
                 async with self._lock:
                     outputs = []
                     if self._pending_aborts:
@@ -167,6 +190,8 @@ class AsyncLLM:
                     if self.engine.has_unfinished_requests():
                         try:
                             outputs += await loop.run_in_executor(self._executor, self.engine.step)
+                        except EngineDeadError:
+                            raise
                         except Exception as error:  # noqa: BLE001 - fail the step's requests, not the server
                             self._fail_unfinished(error)
                     else:
@@ -179,5 +204,8 @@ class AsyncLLM:
             raise
         except BaseException as error:  # noqa: BLE001 - every waiter must hear of it
             self._error = error
+            if not isinstance(error, EngineDeadError):
+                error = EngineDeadError(self._dead_message())
+                error.__cause__ = self._error
             for queue in self._queues.values():
                 queue.put_nowait(error)

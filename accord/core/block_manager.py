@@ -1,19 +1,47 @@
 """Fixed-size KV blocks: per-sequence block tables, ref-counted sharing, and prefix
 caching by a hash chain over full blocks (nano-vllm's seam, nothing else here).
 
-A full block's key is (hash of the previous block's key, its token ids), so equal
+A full block's key is a hash of (the previous block's key, its token ids), so equal
 prefixes map to the same physical blocks and a hit is a table pointer, never a copy.
-A block whose last reference goes away keeps its key and joins the free queue; it is
-reused in LRU order, and its key is forgotten only when it is taken for new tokens.
+The default hash is SHA-256, as vLLM's since CVE-2025-25183: with Python's `hash()` a
+client can craft a prompt whose chain collides with another's and be served that
+prompt's cached KV. A block whose last reference goes away keeps its key and joins the
+free queue; it is reused in LRU order, and its key is forgotten only when it is taken
+for new tokens.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Hashable
 
-BlockKey = tuple[int, tuple[int, ...]]
+#: A block's key: the chain hash of its prefix and tokens.
+BlockKey = Hashable
+#: The chain's start (the parent of a sequence's first block).
+ROOT_KEY = b""
+
+
+def _sha256_key(parent: BlockKey, token_ids: Sequence[int]) -> BlockKey:
+    # Token ids as fixed-width int64 after the parent's 32-byte digest: the encoding
+    # is injective, so only a SHA-256 collision could alias two prefixes.
+    return hashlib.sha256(bytes(parent) + array("q", token_ids).tobytes()).digest()  # type: ignore[arg-type]
+
+
+def _builtin_key(parent: BlockKey, token_ids: Sequence[int]) -> BlockKey:
+    # Fast, but Python's hash of the parent is not collision-resistant: for trusted
+    # clients only.
+    return (hash(parent), tuple(token_ids))
+
+
+#: `--prefix-caching-hash-algo` choices (vLLM's names).
+PREFIX_HASH_ALGOS: dict[str, Callable[[BlockKey, Sequence[int]], BlockKey]] = {
+    "sha256": _sha256_key,
+    "builtin": _builtin_key,
+}
 
 
 @dataclass
@@ -28,9 +56,14 @@ class PrefixCacheCounters:
 class BlockManager:
     """Owns the physical KV blocks and every sequence's block table."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, hash_algo: str = "sha256"
+    ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need at least one block of at least one token, got {num_blocks} x {block_size}")
+        if hash_algo not in PREFIX_HASH_ALGOS:
+            raise ValueError(f"prefix_caching_hash_algo must be one of {', '.join(PREFIX_HASH_ALGOS)}, got {hash_algo!r}")
+        self._block_key = PREFIX_HASH_ALGOS[hash_algo]
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -40,8 +73,8 @@ class BlockManager:
         self._key_of_block: dict[int, BlockKey] = {}
         self._block_of_key: dict[BlockKey, int] = {}
         self._tables: dict[str, list[int]] = {}
-        # Chain hashes of each sequence's full blocks registered so far.
-        self._chain: dict[str, list[int]] = {}
+        # Keys of each sequence's full blocks registered so far.
+        self._chain: dict[str, list[BlockKey]] = {}
         self.counters = PrefixCacheCounters()
 
     # -- queries -------------------------------------------------------------------
@@ -66,14 +99,14 @@ class BlockManager:
             return []
         size = self.block_size
         blocks: list[int] = []
-        parent = 0
+        parent: BlockKey = ROOT_KEY
         for start in range(0, (max_tokens // size) * size, size):
-            key = (parent, tuple(token_ids[start : start + size]))
+            key = self._block_key(parent, token_ids[start : start + size])
             block = self._block_of_key.get(key)
             if block is None:
                 break
             blocks.append(block)
-            parent = hash(key)
+            parent = key
         self.counters.queries += max_tokens
         self.counters.hits += len(blocks) * size
         return blocks
@@ -99,7 +132,7 @@ class BlockManager:
                 del self._free[block]
             self.ref_counts[block] += 1
             table.append(block)
-            self._chain[seq_id].append(hash(self._key_of_block[block]))
+            self._chain[seq_id].append(self._key_of_block[block])
         for _ in range(needed):
             table.append(self._take_free_block())
         return True
@@ -112,30 +145,39 @@ class BlockManager:
             return
         table, chain, size = self._tables[seq_id], self._chain[seq_id], self.block_size
         for index in range(len(chain), num_computed_tokens // size):
-            parent = chain[-1] if chain else 0
-            key = (parent, tuple(token_ids[index * size : (index + 1) * size]))
+            parent = chain[-1] if chain else ROOT_KEY
+            key = self._block_key(parent, token_ids[index * size : (index + 1) * size])
             block = table[index]
             # An equal block computed concurrently keeps the cache slot; this copy stays
             # private to its sequence and is simply freed later.
             if key not in self._block_of_key and block not in self._key_of_block:
                 self._block_of_key[key] = block
                 self._key_of_block[block] = key
-            chain.append(hash(key))
+            chain.append(key)
 
-    def free(self, seq_id: str) -> None:
+    def free(self, seq_id: str, forget_cached: bool = False) -> None:
         """Drop `seq_id`'s references; blocks nobody else holds become free, tail
-        blocks first so a shared prefix outlives the suffixes after it."""
+        blocks first so a shared prefix outlives the suffixes after it. With
+        `forget_cached` (a failed step may not have written them) those blocks also
+        leave the prefix cache."""
         for block in reversed(self._tables.pop(seq_id, [])):
             self.ref_counts[block] -= 1
             if self.ref_counts[block] == 0:
                 self._free[block] = None
+                if forget_cached:
+                    self._uncache(block)
         self._chain.pop(seq_id, None)
 
     def _take_free_block(self) -> int:
         block, _ = self._free.popitem(last=False)
-        key = self._key_of_block.pop(block, None)
-        if key is not None:
-            del self._block_of_key[key]
+        if self._uncache(block):
             self.counters.evictions += 1
         self.ref_counts[block] = 1
         return block
+
+    def _uncache(self, block: int) -> bool:
+        """Forget `block`'s prefix-cache key; returns whether it had one."""
+        key = self._key_of_block.pop(block, None)
+        if key is not None:
+            del self._block_of_key[key]
+        return key is not None

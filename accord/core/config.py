@@ -32,6 +32,13 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     scheduling_policy: str = "fcfs"
     seed: int = 0
+    #: Hash of prefix-cache block keys: "sha256" (collision-resistant) or "builtin".
+    prefix_caching_hash_algo: str = "sha256"
+    #: Ranks one model is sharded over (vLLM's -tp); one worker process each under "mp".
+    tensor_parallel_size: int = 1
+    #: How workers run: "uni" (in this process), "mp" (a process per rank) or "ray";
+    #: None picks "uni" for one rank and "mp" for more.
+    distributed_executor_backend: str | None = None
 
     def __post_init__(self) -> None:
         checks = (
@@ -66,6 +73,23 @@ class EngineConfig:
                 f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}",
             ),
             (
+                self.prefix_caching_hash_algo in ("sha256", "builtin"),
+                f"prefix_caching_hash_algo must be 'sha256' or 'builtin', got {self.prefix_caching_hash_algo!r}",
+            ),
+            (
+                self.tensor_parallel_size >= 1,
+                f"tensor_parallel_size must be positive, got {self.tensor_parallel_size}",
+            ),
+            (
+                self.distributed_executor_backend in (None, "uni", "mp", "ray"),
+                "distributed_executor_backend must be uni, mp or ray, got "
+                f"{self.distributed_executor_backend!r}",
+            ),
+            (
+                self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1,
+                f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} needs mp (or ray)",
+            ),
+            (
                 self.dtype in ("auto", "float32", "bfloat16", "float16"),
                 f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}",
             ),
@@ -73,3 +97,19 @@ class EngineConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+
+    @property
+    def executor_backend(self) -> str:
+        """The executor that runs the workers (the default resolved)."""
+        if self.distributed_executor_backend is not None:
+            return self.distributed_executor_backend
+        return "uni" if self.tensor_parallel_size == 1 else "mp"
+
+    def resolve_max_model_len(self, max_position_embeddings: int) -> int:
+        """The context length in force: `max_model_len`, or the model's limit."""
+        wanted = self.max_model_len or max_position_embeddings
+        if wanted > max_position_embeddings:
+            raise ValueError(
+                f"max_model_len={wanted} exceeds the model's max_position_embeddings={max_position_embeddings}"
+            )
+        return wanted

@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from .device import BackendFactory
 from .engine import LLMEngine, PromptType
 from .outputs import RequestOutput
 from .sampling_params import SamplingParams
@@ -19,11 +20,13 @@ Conversation = list[dict[str, Any]]
 
 class LLM:
     """Offline batched generation: engine arguments as keyword arguments, with
-    vLLM's names (`backend`, `dtype`, `max_model_len`, `block_size`, `max_num_seqs`,
-    `max_num_batched_tokens`, `enable_prefix_caching`, `kv_cache_memory`, ...)."""
+    vLLM's names (`dtype`, `max_model_len`, `block_size`, `max_num_seqs`,
+    `max_num_batched_tokens`, `enable_prefix_caching`, `kv_cache_memory`,
+    `tensor_parallel_size`, `distributed_executor_backend`, ...), on the backend
+    `backend_factory` builds (`accord.LLM` finds it by name)."""
 
-    def __init__(self, model: str, **engine_args: Any) -> None:
-        self.llm_engine = LLMEngine.from_engine_args(model, **engine_args)
+    def __init__(self, model: str, backend_factory: BackendFactory, **engine_args: Any) -> None:
+        self.llm_engine = LLMEngine.from_engine_args(model, backend_factory, **engine_args)
         self._request_counter = itertools.count()
 
     def get_tokenizer(self) -> Tokenizer:
@@ -39,7 +42,7 @@ class LLM:
     ) -> list[RequestOutput]:
         """Generate for every prompt (a string or `{"prompt_token_ids": [...]}`), with
         one SamplingParams for all or one per prompt; results in prompt order."""
-        prompt_list = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+        prompt_list = _prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         params_list = (
@@ -53,11 +56,16 @@ class LLM:
             )
         if priority is not None and len(priority) != len(prompt_list):
             raise ValueError(f"got {len(priority)} priorities for {len(prompt_list)} prompts")
-        request_ids = []
-        for index, (prompt, params) in enumerate(zip(prompt_list, params_list)):
-            request_id = str(next(self._request_counter))
-            self.llm_engine.add_request(request_id, prompt, params, priority=priority[index] if priority else 0)
-            request_ids.append(request_id)
+        request_ids: list[str] = []
+        try:
+            for index, (prompt, params) in enumerate(zip(prompt_list, params_list)):
+                request_id = str(next(self._request_counter))
+                self.llm_engine.add_request(request_id, prompt, params, priority=priority[index] if priority else 0)
+                request_ids.append(request_id)
+        except BaseException:
+            # A bad prompt midway: the ones already queued must not run in the next call.
+            self.llm_engine.abort_request(request_ids)
+            raise
         return self._run_engine(request_ids, use_tqdm)
 
     def chat(
@@ -70,14 +78,12 @@ class LLM:
         """Apply the model's chat template to each conversation, then generate."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         tokenizer = self.llm_engine.tokenizer
-        prompts: list[PromptType] = [
-            {
-                "prompt_token_ids": tokenizer.apply_chat_template(
-                    conversation, add_generation_prompt=add_generation_prompt, tokenize=True
-                )
-            }
-            for conversation in conversations
-        ]
+        prompts: list[PromptType] = []
+        for conversation in conversations:
+            text = tokenizer.apply_chat_template(conversation, add_generation_prompt=add_generation_prompt)
+            # The rendered prompt rides along, so outputs carry it (as vLLM's do); the
+            # ids are encoded without special tokens: the template wrote them.
+            prompts.append({"prompt": text, "prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def _run_engine(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
@@ -90,3 +96,20 @@ class LLM:
                         finished[output.request_id] = output
                         bar.update(1)
         return [finished[request_id] for request_id in request_ids]
+
+
+def _prompt_list(prompts: PromptType | Sequence[PromptType] | Sequence[int]) -> list[PromptType]:
+    """The prompts of a `generate` call: one prompt (text, a dict, or a plain list of
+    token ids, as vLLM takes it) or a list of them."""
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    items = list(prompts)
+    if items and all(isinstance(item, int) and not isinstance(item, bool) for item in items):
+        return [{"prompt_token_ids": items}]
+    for item in items:
+        if not isinstance(item, (str, dict)):
+            raise ValueError(
+                f"a prompt is a string, a dict with 'prompt_token_ids' or 'prompt', or a list of token ids; "
+                f"got a list holding {type(item).__name__}"
+            )
+    return items  # type: ignore[return-value]

@@ -82,6 +82,15 @@ class SafetensorsCheckpoint:
         self._read.add(name)
         return self._handle(name).get_tensor(name)
 
+    def read_slice(self, name: str, dim: int, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of a tensor along `dim`, read from disk without the rest
+        (a tensor-parallel rank's shard), marked as used."""
+        if name not in self._file_of:
+            raise CheckpointError(f"{self.model_dir}: tensor {name!r} is missing from the checkpoint")
+        self._read.add(name)
+        index = (slice(None),) * dim + (slice(start, stop),)
+        return self._handle(name).get_slice(name)[index]
+
     def unread(self) -> list[str]:
         """Names nobody has read yet, sorted."""
         return sorted(set(self._file_of) - self._read)

@@ -1,41 +1,33 @@
-"""Owns the device side: KV cache sizing and allocation, the profile run, and one
-forward per step over a flattened varlen batch, then sampling.
+"""Owns the device side of one rank: KV cache sizing and allocation, the profile run,
+the persistent batch, and one forward per step over a flattened varlen batch, then
+sampling.
 
-A step's sequences become one batch: their new tokens back to back, with the typed
-AttentionMetadata (int32 index tensors, as the contracts pin them). Logits are computed
-only for rows that sample (and prompt rows whose logprobs were asked for).
+A step arrives as a plain `SchedulerOutput`; the runner applies its diffs to the
+persistent batch and gathers the step's inputs from it with tensor indexing: new
+tokens back to back, with the typed AttentionMetadata (int32 index tensors, as the
+contracts pin them). Logits are computed only for rows that sample (and prompt rows
+whose logprobs were asked for). Every tensor-parallel rank samples the same tokens
+from the same gathered logits; only the driver reports them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Seq
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from ..op_contracts import OpDispatcher
 from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from .config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
+from .device import DeviceBackend
+from .input_batch import CachedRequestState, InputBatch
 from .models import CausalLM
-from .outputs import Logprob
-from .sampler import SampledToken, Sampler, prompt_logprobs
-from .scheduler import SchedulerOutput
-from .sequence import Sequence
-
-if TYPE_CHECKING:
-    from ..backends.base import Backend
+from .sampler import Sampler, prompt_logprobs
+from .sched.output import ModelRunnerOutput, SchedulerOutput
+from .structured_output import GrammarBitmask
 
 INDEX_DTYPE = torch.int32
-
-
-@dataclass(frozen=True)
-class RunnerOutput:
-    """A step's results: sampled tokens of the sequences that reached their end, and
-    the prompt logprobs computed this step."""
-
-    sampled: list[tuple[Sequence, SampledToken]]
-    prompt_logprobs: list[tuple[Sequence, list[dict[int, Logprob]]]]
 
 
 @dataclass(frozen=True)
@@ -45,8 +37,8 @@ class FlatBatch:
     input_ids: torch.Tensor
     positions: torch.Tensor
     attn: AttentionMetadata
-    #: Row index of each sequence's last new token.
-    last_rows: list[int]
+    #: Row index of each request's last new token.
+    last_rows: torch.Tensor
 
 
 class ModelRunner:
@@ -55,11 +47,12 @@ class ModelRunner:
     def __init__(
         self,
         config: EngineConfig,
-        backend: Backend,
+        backend: DeviceBackend,
         ops: OpDispatcher,
         model: CausalLM,
         model_dtype: torch.dtype,
         max_model_len: int,
+        is_driver: bool = True,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -67,15 +60,20 @@ class ModelRunner:
         self.model = model
         self.max_model_len = max_model_len
         self.block_size = config.block_size
+        self.is_driver = is_driver
         self.specs: list[KVCacheSpec] = model.kv_cache_specs()
         self.kv_cache_dtype = backend.fp8_dtype() if config.kv_cache_dtype == "fp8" else model_dtype
         self.kv_caches: list[LayerKVCache] = []
         self.sampler = Sampler(ops, seed=config.seed)
+        self.input_batch = InputBatch(config.max_num_seqs, max_model_len, -(-max_model_len // self.block_size))
+        # The last step's token counts, kept so a failed step can be re-run in parts.
+        self._last_step: dict[str, int] = {}
+        self._grammar_bitmask: GrammarBitmask | None = None
 
     # -- KV cache ------------------------------------------------------------------
     @property
     def bytes_per_block(self) -> int:
-        """KV bytes one block costs across all layers."""
+        """KV bytes one block costs across all layers (on this rank)."""
         return self.block_size * sum(spec.bytes_per_token(self.kv_cache_dtype) for spec in self.specs)
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
@@ -90,15 +88,19 @@ class ModelRunner:
         return (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 
     def num_blocks_for_budget(self) -> int:
-        """Blocks the KV budget holds: `kv_cache_memory` bytes if given (and on CPUs a
-        default), else `gpu_memory_utilization` of device memory minus what is in use.
-        Call after profile_run so the peak activations are already accounted for."""
+        """Blocks this rank's KV budget holds: `kv_cache_memory` bytes if given (and on
+        CPUs a default), else `gpu_memory_utilization` of device memory minus what is in
+        use. Call after profile_run so the peak activations are already accounted for."""
         if self.config.num_gpu_blocks_override is not None:
             return self.config.num_gpu_blocks_override
         budget = self.config.kv_cache_memory
         if budget is None:
             if self.device.type == "cpu":
                 budget = DEFAULT_CPU_KV_CACHE_BYTES
+                # A default must not cost more than the engine can ever fill: every
+                # sequence at max_model_len (a tiny model's 4 GiB took seconds to zero).
+                blocks_per_seq = -(-self.max_model_len // self.block_size)
+                budget = min(budget, self.config.max_num_seqs * blocks_per_seq * self.bytes_per_block)
             else:
                 free, total = self.backend.memory_info()
                 budget = int(free - total * (1.0 - self.config.gpu_memory_utilization))
@@ -114,13 +116,12 @@ class ModelRunner:
         lengths = [max_num_batched_tokens // num_seqs] * num_seqs
         lengths[-1] += max_num_batched_tokens - sum(lengths)
         lengths = [min(max(1, n), self.max_model_len) for n in lengths]
-        blocks_per_seq = [-(-n // self.block_size) for n in lengths]
-        self.allocate_kv_cache(sum(blocks_per_seq))
-        tables, first = [], 0
-        for count in blocks_per_seq:
-            tables.append(list(range(first, first + count)))
-            first += count
-        batch = self.flatten([[0] * n for n in lengths], [0] * num_seqs, lengths, tables)
+        blocks_per_seq = -(-max(lengths) // self.block_size)
+        self.allocate_kv_cache(num_seqs * blocks_per_seq)
+        tokens = torch.zeros(num_seqs, max(lengths), dtype=torch.int32)
+        tables = torch.arange(num_seqs * blocks_per_seq).view(num_seqs, blocks_per_seq)
+        num_new = torch.tensor(lengths)
+        batch = self.flatten(tokens, tables, torch.arange(num_seqs), torch.zeros(num_seqs, dtype=torch.int64), num_new)
         with torch.inference_mode():
             hidden = self.model.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
             self.model.compute_logits(hidden[batch.last_rows])
@@ -130,78 +131,116 @@ class ModelRunner:
     # -- a step --------------------------------------------------------------------
     def flatten(
         self,
-        new_tokens: Seq[Seq[int]],
-        num_computed: Seq[int],
-        num_new: Seq[int],
-        block_tables: Seq[Seq[int]],
+        token_ids: torch.Tensor,
+        block_table: torch.Tensor,
+        rows: torch.Tensor,
+        num_computed: torch.Tensor,
+        num_new: torch.Tensor,
     ) -> FlatBatch:
-        """Build model inputs and attention metadata for sequences computing
-        `num_new[b]` tokens (`new_tokens[b]`) after `num_computed[b]` cached ones."""
+        """Model inputs and attention metadata for the requests in `rows` of
+        `token_ids`/`block_table`, each computing `num_new[b]` tokens after
+        `num_computed[b]` cached ones."""
         device = self.device
-        flat_ids: list[int] = []
-        for tokens in new_tokens:
-            flat_ids.extend(tokens)
-        q_lens = torch.tensor(num_new, dtype=torch.int64)
-        computed = torch.tensor(num_computed, dtype=torch.int64)
         query_start_loc = torch.zeros(len(num_new) + 1, dtype=torch.int64)
-        torch.cumsum(q_lens, 0, out=query_start_loc[1:])
+        torch.cumsum(num_new, 0, out=query_start_loc[1:])
         num_tokens = int(query_start_loc[-1])
-        row_seq = torch.repeat_interleave(torch.arange(len(num_new)), q_lens)
-        positions = torch.arange(num_tokens) - query_start_loc[row_seq] + computed[row_seq]
-        width = max(len(table) for table in block_tables)
-        tables = torch.tensor([list(t) + [0] * (width - len(t)) for t in block_tables], dtype=torch.int64)
+        row_seq = torch.repeat_interleave(torch.arange(len(num_new)), num_new)
+        positions = torch.arange(num_tokens) - query_start_loc[row_seq] + num_computed[row_seq]
+        seq_lens = num_computed + num_new
+        width = -(-int(seq_lens.max()) // self.block_size)
+        tables = block_table[rows, :width]
         slots = tables[row_seq, positions // self.block_size] * self.block_size + positions % self.block_size
-        seq_lens = computed + q_lens
         attn = AttentionMetadata(
             slot_mapping=slots.to(device=device, dtype=INDEX_DTYPE),
             block_tables=tables.to(device=device, dtype=INDEX_DTYPE),
             seq_lens=seq_lens.to(device=device, dtype=INDEX_DTYPE),
             query_start_loc=query_start_loc.to(device=device, dtype=INDEX_DTYPE),
-            max_query_len=max(num_new),
+            max_query_len=int(num_new.max()),
             max_seq_len=int(seq_lens.max()),
         )
         return FlatBatch(
-            input_ids=torch.tensor(flat_ids, dtype=torch.int64, device=device),
+            input_ids=token_ids[rows[row_seq], positions].to(device=device, dtype=torch.int64),
             positions=positions.to(device),
             attn=attn,
-            last_rows=(query_start_loc[1:] - 1).tolist(),
+            last_rows=query_start_loc[1:] - 1,
         )
+
+    def update_states(self, step: SchedulerOutput) -> None:
+        """Apply a step's diffs to the persistent batch: drop ended and preempted
+        requests, add new ones, extend block tables and computed counts."""
+        batch = self.input_batch
+        for req_id in step.finished_req_ids | step.preempted_req_ids:
+            batch.remove(req_id)
+        for new in step.scheduled_new_reqs:
+            batch.add(new)
+        batch.update(step.scheduled_cached_reqs)
+
+    def execute_model(self, step: SchedulerOutput) -> ModelRunnerOutput | None:
+        """Apply the step to the persistent batch and run it; the driver returns the
+        results (None elsewhere, and for a step with nothing to compute)."""
+        self.update_states(step)
+        self._last_step = dict(step.num_scheduled_tokens)
+        self._grammar_bitmask = step.grammar_bitmask
+        if step.is_empty:
+            return None
+        return self.run(self._last_step)
+
+    def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
+        """Run the last step again for only `req_ids` (the step failed and the engine is
+        finding which request made it fail; rewriting a request's KV is harmless)."""
+        return self.run({req_id: self._last_step[req_id] for req_id in req_ids})
 
     @torch.inference_mode()
-    def execute(self, step: SchedulerOutput, block_tables: Seq[Seq[int]]) -> RunnerOutput:
-        """Run one scheduled step: forward, logits for sampling rows, sampling."""
-        seqs = step.sequences
-        counts = [step.num_scheduled_tokens[seq.seq_id] for seq in seqs]
-        starts = [seq.num_computed_tokens for seq in seqs]
-        batch = self.flatten(
-            [seq.token_ids[c : c + n] for seq, c, n in zip(seqs, starts, counts)], starts, counts, block_tables
-        )
-        hidden = self.model.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
-        samplers = [b for b, seq in enumerate(seqs) if starts[b] + counts[b] == seq.num_tokens]
-        sampled: list[tuple[Sequence, SampledToken]] = []
+    def run(self, num_scheduled_tokens: Mapping[str, int]) -> ModelRunnerOutput | None:
+        """Forward, logits for sampling rows, sampling, for requests of the batch."""
+        batch = self.input_batch
+        states = [batch.requests[req_id] for req_id in num_scheduled_tokens]
+        rows = torch.tensor([s.row for s in states], dtype=torch.int64)
+        num_computed = torch.tensor([s.num_computed_tokens for s in states], dtype=torch.int64)
+        num_new = torch.tensor(list(num_scheduled_tokens.values()), dtype=torch.int64)
+        flat = self.flatten(batch.token_ids, batch.block_table, rows, num_computed, num_new)
+        hidden = self.model.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches)
+        ends = (num_computed + num_new).tolist()
+        samplers = [b for b, state in enumerate(states) if ends[b] == state.num_tokens]
+        prompt_entries = self._prompt_logprobs(states, num_computed.tolist(), num_new.tolist(), flat, hidden)
+        output = ModelRunnerOutput(prompt_logprobs={states[b].req_id: entries for b, entries in prompt_entries})
         if samplers:
-            logits = self.model.compute_logits(hidden[[batch.last_rows[b] for b in samplers]])
-            sampling_seqs = [seqs[b] for b in samplers]
-            sampled = list(zip(sampling_seqs, self.sampler(logits, sampling_seqs)))
-        return RunnerOutput(sampled, self._prompt_logprobs(seqs, starts, counts, batch, hidden))
+            sampling = [states[b] for b in samplers]
+            logits = self.model.compute_logits(hidden[flat.last_rows[samplers]])
+            sampled = self.sampler(logits, sampling, self._grammar_bitmask)
+            output.req_ids = [s.req_id for s in sampling]
+            output.sampled_token_ids = [t.token_id for t in sampled]
+            output.logprobs = [t.logprob for t in sampled]
+            output.top_logprobs = [t.top for t in sampled]
+            batch.append_tokens(sampling, output.sampled_token_ids)
+        # State changes only once nothing can fail any more.
+        for b, entries in prompt_entries:
+            states[b].num_prompt_logprobs_done += len(entries)
+        return output if self.is_driver else None
 
     def _prompt_logprobs(
-        self, seqs: list[Sequence], starts: list[int], counts: list[int], batch: FlatBatch, hidden: torch.Tensor
-    ) -> list[tuple[Sequence, list[dict[int, Logprob]]]]:
-        """Logprobs of the prompt tokens this step's rows predict, for sequences that
+        self,
+        states: list[CachedRequestState],
+        starts: list[int],
+        counts: list[int],
+        flat: FlatBatch,
+        hidden: torch.Tensor,
+    ) -> list[tuple[int, list]]:
+        """Logprobs of the prompt tokens this step's rows predict, for requests that
         asked and have not had them yet (a recompute after preemption skips them)."""
-        results: list[tuple[Sequence, list[dict[int, Logprob]]]] = []
-        for b, seq in enumerate(seqs):
-            if not seq.needs_prompt_logprobs:
+        results = []
+        last_rows = flat.last_rows.tolist()
+        for b, state in enumerate(states):
+            if not state.needs_prompt_logprobs:
                 continue
             # The row at position p predicts prompt token p + 1 (entry p + 1); the last
             # prompt row samples instead. Rows already done before a preemption are skipped.
-            first = max(starts[b], len(seq.prompt_logprobs) - 1)
-            end = min(starts[b] + counts[b], seq.num_prompt_tokens - 1)
+            first = max(starts[b], state.num_prompt_logprobs_done - 1)
+            end = min(starts[b] + counts[b], state.num_prompt_tokens - 1)
             if end <= first:
                 continue
-            first_row = batch.last_rows[b] - counts[b] + 1 + first - starts[b]
+            first_row = last_rows[b] - counts[b] + 1 + first - starts[b]
             logits = self.model.compute_logits(hidden[first_row : first_row + end - first])
-            targets = seq.token_ids[first + 1 : end + 1]
-            results.append((seq, prompt_logprobs(logits, targets, seq.params.prompt_logprobs or 0)))
+            targets = state.prompt_token_ids[first + 1 : end + 1]
+            results.append((b, prompt_logprobs(logits, targets, state.num_prompt_logprobs or 0)))
         return results

@@ -42,22 +42,26 @@ class Fp8Linear:
         )
 
 
-def quantize_per_channel(ops: OpDispatcher, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_per_channel(
+    ops: OpDispatcher, weight: torch.Tensor, fp8_dtype: torch.dtype = FP8_DTYPE
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp8 weight [N, K], fp32 scales [N, 1]): one scale per output channel, computed by
-    the backend's quantize_fp8 (a weight row is a 'token' of the per-token mode)."""
-    return ops.quantize_fp8(weight.contiguous(), mode="per_token", fp8_dtype=FP8_DTYPE)
+    the backend's quantize_fp8 (a weight row is a 'token' of the per-token mode), in
+    `fp8_dtype` (the device's format: `Backend.fp8_dtype()`)."""
+    return ops.quantize_fp8(weight.contiguous(), mode="per_token", fp8_dtype=fp8_dtype)
 
 
-def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_blocks(weight: torch.Tensor, fp8_dtype: torch.dtype = FP8_DTYPE) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp8 weight, fp32 scales [cdiv(rows,128), cdiv(cols,128)]) for a weight [..., rows,
-    cols], one scale per 128x128 tile: the layout fused_moe's fp8 path reads."""
+    cols], one scale per 128x128 tile: the layout fused_moe's fp8 path reads. Stored in
+    `fp8_dtype` (the device's format), scaled to that format's range."""
     *lead, rows, cols = weight.shape
     block_rows, block_cols = -(-rows // BLOCK), -(-cols // BLOCK)
     padded = torch.nn.functional.pad(weight.float(), (0, block_cols * BLOCK - cols, 0, block_rows * BLOCK - rows))
     tiles = padded.view(*lead, block_rows, BLOCK, block_cols, BLOCK)
-    limit = FP8_MAX[FP8_DTYPE]
+    limit = FP8_MAX[fp8_dtype]
     scales = tiles.abs().amax(dim=(-3, -1)).clamp_min(1e-10) / limit
-    quantised = (tiles / scales[..., :, None, :, None]).clamp(-limit, limit).to(FP8_DTYPE)
+    quantised = (tiles / scales[..., :, None, :, None]).clamp(-limit, limit).to(fp8_dtype)
     return quantised.view(*lead, block_rows * BLOCK, block_cols * BLOCK)[..., :rows, :cols].contiguous(), scales
 
 

@@ -8,13 +8,16 @@ generated, never on its batch mates, so seeded requests reproduce alone or batch
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from ..op_contracts import OpDispatcher
 from .outputs import Logprob
-from .sequence import Sequence
+from .sampling_params import SamplingParams
+from .structured_output import GrammarBitmask, apply_token_bitmask
 
 _SEED_MASK = (1 << 63) - 1
 _SEED_MULTIPLIER = 6364136223846793005
@@ -23,6 +26,25 @@ _SEED_MULTIPLIER = 6364136223846793005
 def step_seed(seed: int, num_output_tokens: int) -> int:
     """The draw seed of a seeded request's next token (a fixed mix of the two)."""
     return (seed * _SEED_MULTIPLIER + num_output_tokens + 1) & _SEED_MASK
+
+
+class SamplingRow(Protocol):
+    """What sampling reads of a request: its settings and its tokens so far."""
+
+    @property
+    def params(self) -> SamplingParams: ...
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def output_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def num_output_tokens(self) -> int: ...
+
+    @property
+    def req_id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -42,11 +64,18 @@ class Sampler:
         # Unseeded requests draw their per-step seeds from here.
         self._rng = random.Random(seed)
 
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[SampledToken]:
-        """Tokens for `seqs`, row b of `logits` ([B, V] fp32) being sequence b's."""
+    def __call__(
+        self, logits: torch.Tensor, seqs: Sequence[SamplingRow], grammar_bitmask: GrammarBitmask | None = None
+    ) -> list[SampledToken]:
+        """Tokens for `seqs`, row b of `logits` ([B, V] fp32) being sequence b's; rows
+        of constrained requests keep only the tokens `grammar_bitmask` allows."""
         params = [seq.params for seq in seqs]
         logits = apply_penalties(logits, seqs)
         logits = mask_stop_tokens_before_min_tokens(logits, seqs)
+        logits = apply_logit_bias(logits, seqs)
+        if grammar_bitmask is not None:
+            # Last, so no bias or penalty can revive a token the grammar forbids.
+            logits = apply_token_bitmask(logits, {seq.req_id: b for b, seq in enumerate(seqs)}, grammar_bitmask)
         device = logits.device
         temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
         top_k = torch.tensor([p.top_k for p in params], dtype=torch.int32, device=device)
@@ -72,13 +101,13 @@ class Sampler:
             results.append(SampledToken(tokens[b], chosen[b], top))
         return results
 
-    def _seed_for(self, seq: Sequence) -> int:
+    def _seed_for(self, seq: SamplingRow) -> int:
         if seq.params.seed is None:
             return self._rng.getrandbits(63)
         return step_seed(seq.params.seed, seq.num_output_tokens)
 
 
-def apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch.Tensor:
     """vLLM's penalties on the rows that ask for them: repetition divides positive
     (multiplies negative) logits of tokens seen in prompt or output; frequency and
     presence subtract per output occurrence and per distinct output token."""
@@ -109,7 +138,7 @@ def apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     return logits
 
 
-def mask_stop_tokens_before_min_tokens(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+def mask_stop_tokens_before_min_tokens(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch.Tensor:
     """Rows that have not reached min_tokens cannot pick a stop token."""
     rows = [
         b
@@ -121,6 +150,20 @@ def mask_stop_tokens_before_min_tokens(logits: torch.Tensor, seqs: list[Sequence
     logits = logits.clone()
     for b in rows:
         logits[b, list(seqs[b].params.all_stop_token_ids)] = float("-inf")
+    return logits
+
+
+def apply_logit_bias(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch.Tensor:
+    """Add each row's `logit_bias` (token id -> value) to its logits."""
+    rows = [b for b, seq in enumerate(seqs) if seq.params.logit_bias]
+    if not rows:
+        return logits
+    logits = logits.clone()
+    for b in rows:
+        bias = seqs[b].params.logit_bias
+        ids = torch.tensor(list(bias), dtype=torch.int64, device=logits.device)  # type: ignore[arg-type]
+        values = torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)  # type: ignore[union-attr]
+        logits[b].index_add_(0, ids, values)
     return logits
 
 

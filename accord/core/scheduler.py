@@ -1,47 +1,58 @@
-"""Builds each step: how many tokens every sequence computes, under the token and
-sequence budgets (vLLM v1 style: no prefill or decode modes, just token counts).
+"""Builds each step and owns request state: how many tokens every sequence computes
+under the token and sequence budgets (vLLM v1 style: no prefill or decode modes, just
+token counts), and what a step's results do to the sequences.
 
 Order within a step: running sequences that decode, then running sequences part-way
 through their prompt, then waiting ones, so a long prompt is chunked and never stalls
 the decodes. When blocks run out, the lowest-priority (then youngest) running sequence
 is preempted: its blocks are freed and it is recomputed later, reusing whatever of
 its prefix the cache still holds.
+
+The step goes to the workers as a plain `SchedulerOutput` (new requests in full,
+running ones as diffs); `update_from_output` applies the runner's results: it is the
+one place `num_computed_tokens` advances and tokens are appended.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Collection, Iterable
 from typing import Literal
 
 from .block_manager import BlockManager
+from .sched.output import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
+from .stats import EngineStats
+from .structured_output import GrammarBitmask, StructuredOutputManager
 
 Policy = Literal["fcfs", "priority"]
 
+#: Why a sequence stopped, and the stop token or string that did it (vLLM's names).
+StopDecision = tuple[str, int | str | None]
 
-@dataclass(frozen=True)
-class SchedulerOutput:
-    """One step's work: tokens to compute per sequence, in batch order."""
 
-    num_scheduled_tokens: dict[str, int]
-    sequences: list[Sequence]
-    #: Sequences preempted while building this step.
-    preempted: list[Sequence]
-
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        return sum(self.num_scheduled_tokens.values())
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.sequences
+def check_stop(
+    seq: Sequence, max_model_len: int | None, eos_token_ids: Collection[int], stop_string: str | None = None
+) -> StopDecision | None:
+    """Whether `seq` must stop after its last token, and why: a stop token (once
+    min_tokens is reached; EOS reports no stop_reason), a stop string the detokenised
+    text completed, max_tokens, or the context limit. Reads the sequence, changes nothing."""
+    params, token = seq.params, seq.output_token_ids[-1]
+    if seq.num_output_tokens >= params.min_tokens and token in params.all_stop_token_ids:
+        return "stop", None if token in eos_token_ids else token
+    if stop_string is not None:
+        return "stop", stop_string
+    if params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens:
+        return "length", None
+    if max_model_len is not None and seq.num_tokens >= max_model_len:
+        return "length", None
+    return None
 
 
 class Scheduler:
-    """Owns the waiting and running queues; talks only to the block manager and the
-    sequences."""
+    """Owns the waiting and running queues and every unfinished sequence; talks only
+    to the block manager and the sequences."""
 
     def __init__(
         self,
@@ -49,12 +60,20 @@ class Scheduler:
         max_num_batched_tokens: int,
         max_num_seqs: int,
         policy: Policy = "fcfs",
+        *,
+        max_model_len: int | None = None,
+        eos_token_ids: Collection[int] = (),
+        structured_output: StructuredOutputManager | None = None,
     ) -> None:
         if policy not in ("fcfs", "priority"):
             raise ValueError(f"unknown scheduling policy {policy!r}; use 'fcfs' or 'priority'")
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.eos_token_ids = frozenset(eos_token_ids)
+        #: Grammar matchers of constrained sequences, advanced here as tokens are accepted.
+        self.structured_output = structured_output
         # Smaller key = served first and preempted last.
         self.order_key: Callable[[Sequence], tuple[float, ...]] = (
             (lambda s: (s.times.arrival_time, s.arrival_order, s.index))
@@ -63,25 +82,53 @@ class Scheduler:
         )
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
-        self.num_preemptions = 0
+        self.seqs: dict[str, Sequence] = {}
+        self.stats = EngineStats(kv_blocks_total=block_manager.num_blocks)
+        # What the runner holds: blocks sent per running sequence, and ids it must drop.
+        self._blocks_sent: dict[str, int] = {}
+        self._finished_ids: set[str] = set()
 
     @property
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
 
+    @property
+    def num_preemptions(self) -> int:
+        return self.stats.num_preemptions
+
     def add(self, seq: Sequence) -> None:
         """Queue a new (or preempted) sequence in policy order."""
         seq.status = SequenceStatus.WAITING
+        self.seqs[seq.seq_id] = seq
         bisect.insort(self.waiting, seq, key=self.order_key)
 
-    def finish(self, seq: Sequence) -> None:
-        """Take a sequence out of the queues (finished or aborted) and free its blocks."""
+    def finish(self, seq: Sequence, reason: str | None = None, stop_reason: int | str | None = None) -> None:
+        """Take a sequence out of the queues (finished, aborted or failed: `reason`,
+        unless already marked) and free its blocks; the runner drops it next step."""
+        if reason is not None:
+            seq.finish(reason, stop_reason)
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.block_manager.free(seq.seq_id)
+        # A failed step may have left this sequence's blocks unwritten: never reuse them.
+        self.block_manager.free(seq.seq_id, forget_cached=reason == "error")
+        self.seqs.pop(seq.seq_id, None)
+        if self.structured_output is not None:
+            self.structured_output.remove(seq.seq_id)
+        if self._blocks_sent.pop(seq.seq_id, None) is not None:
+            self._finished_ids.add(seq.seq_id)
+        self._update_gauges()
 
+    def stop_on_string(self, seq: Sequence, stop_string: str) -> None:
+        """The detokenised text completed a stop string: finish `seq` unless a stop
+        token already did (check_stop's precedence)."""
+        decision = check_stop(seq, self.max_model_len, self.eos_token_ids, stop_string)
+        assert decision is not None
+        if seq.finish_reason != decision[0] or seq.stop_reason != decision[1]:
+            self.finish(seq, *decision)
+
+    # -- building a step -------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         """Pick this step's sequences and token counts, allocating their blocks."""
         budget = self.max_num_batched_tokens
@@ -108,16 +155,63 @@ class Scheduler:
                 scheduled[seq.seq_id] = count
                 batch.append(seq)
                 budget -= count
+        admitted: list[Sequence] = []
         if not preempted:
-            budget = self._admit_waiting(budget, scheduled, batch)
+            budget = self._admit_waiting(budget, scheduled, batch, admitted)
         for seq in batch:
             self.block_manager.cache_full_blocks(
                 seq.seq_id, seq.token_ids, seq.num_computed_tokens + scheduled[seq.seq_id]
             )
-        self.num_preemptions += len(preempted)
-        return SchedulerOutput(scheduled, batch, preempted)
+        self.stats.num_preemptions += len(preempted)
+        output = SchedulerOutput(
+            scheduled_new_reqs=[self._new_request_data(seq) for seq in admitted],
+            scheduled_cached_reqs=self._cached_request_data([seq for seq in batch if seq not in admitted]),
+            num_scheduled_tokens=scheduled,
+            finished_req_ids=self._finished_ids,
+            preempted_req_ids={seq.seq_id for seq in preempted},
+        )
+        output.grammar_bitmask = self._grammar_bitmask(scheduled)
+        self._finished_ids = set()
+        self._update_gauges()
+        return output
 
-    def _admit_waiting(self, budget: int, scheduled: dict[str, int], batch: list[Sequence]) -> int:
+    def _grammar_bitmask(self, scheduled: dict[str, int]) -> GrammarBitmask | None:
+        """The token bitmask of the constrained sequences that sample this step."""
+        if self.structured_output is None:
+            return None
+        sampling = [
+            seq_id for seq_id, count in scheduled.items()
+            if self.seqs[seq_id].num_computed_tokens + count == self.seqs[seq_id].num_tokens
+        ]
+        return self.structured_output.grammar_bitmask(sampling)
+
+    def _new_request_data(self, seq: Sequence) -> NewRequestData:
+        table = self.block_manager.block_table(seq.seq_id)
+        self._blocks_sent[seq.seq_id] = len(table)
+        return NewRequestData(
+            req_id=seq.seq_id,
+            prompt_token_ids=seq.prompt_token_ids,
+            output_token_ids=list(seq.output_token_ids),
+            sampling_params=seq.params,
+            block_ids=list(table),
+            num_computed_tokens=seq.num_computed_tokens,
+            num_prompt_logprobs=seq.params.prompt_logprobs if seq.needs_prompt_logprobs else None,
+            num_prompt_logprobs_done=len(seq.prompt_logprobs) if seq.prompt_logprobs is not None else 0,
+        )
+
+    def _cached_request_data(self, seqs: list[Sequence]) -> CachedRequestData:
+        data = CachedRequestData()
+        for seq in seqs:
+            table = self.block_manager.block_table(seq.seq_id)
+            data.req_ids.append(seq.seq_id)
+            data.new_block_ids.append(table[self._blocks_sent[seq.seq_id] :])
+            data.num_computed_tokens.append(seq.num_computed_tokens)
+            self._blocks_sent[seq.seq_id] = len(table)
+        return data
+
+    def _admit_waiting(
+        self, budget: int, scheduled: dict[str, int], batch: list[Sequence], admitted: list[Sequence]
+    ) -> int:
         """Move waiting sequences to running, in policy order, while budgets and blocks
         allow; returns the token budget left."""
         index = 0
@@ -139,11 +233,13 @@ class Scheduler:
             del self.waiting[index]
             if seq.num_output_tokens == 0:
                 seq.num_cached_tokens = computed
+            # Admission starts from the cached prefix (a preemption reset it to 0).
             seq.num_computed_tokens = computed
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             scheduled[seq.seq_id] = count
             batch.append(seq)
+            admitted.append(seq)
             budget -= count
         return budget
 
@@ -161,5 +257,71 @@ class Scheduler:
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq.seq_id)
+        # The runner drops a preempted sequence; it comes back as a new request.
+        self._blocks_sent.pop(seq.seq_id, None)
         seq.num_computed_tokens = 0
         self.add(seq)
+
+    # -- applying a step's results -----------------------------------------------------
+    def update_from_output(self, step: SchedulerOutput, result: ModelRunnerOutput) -> list[Sequence]:
+        """Apply a step's results: advance every scheduled sequence's computed tokens,
+        record prompt logprobs, append sampled tokens, stop and free the sequences that
+        must stop (check_stop). Returns the sequences the step touched, in batch order."""
+        now = time.monotonic()
+        touched: list[Sequence] = []
+        for seq_id, count in step.num_scheduled_tokens.items():
+            seq = self.seqs.get(seq_id)
+            if seq is None:
+                continue  # aborted or failed after the step was built
+            self.stats.computed_prompt_tokens += max(
+                0, min(seq.num_computed_tokens + count, seq.num_prompt_tokens) - seq.num_computed_tokens
+            )
+            seq.num_computed_tokens += count
+            if seq.times.first_scheduled_time is None:
+                seq.times.first_scheduled_time = now
+            touched.append(seq)
+        for seq_id, entries in result.prompt_logprobs.items():
+            seq = self.seqs.get(seq_id)
+            if seq is not None and seq.prompt_logprobs is not None:
+                seq.prompt_logprobs.extend(entries)
+        for seq_id, token, logprob, top in zip(
+            result.req_ids, result.sampled_token_ids, result.logprobs, result.top_logprobs
+        ):
+            seq = self.seqs.get(seq_id)
+            if seq is not None:
+                self._append(seq, token, logprob, top, now)
+        self.stats.num_steps += 1
+        self.stats.observe_iteration(step.total_num_scheduled_tokens)
+        self._update_gauges()
+        return touched
+
+    def _append(self, seq: Sequence, token: int, logprob: float, top: dict | None, now: float) -> None:
+        if seq.times.first_token_time is None:
+            seq.times.first_token_time = now
+        if seq.num_output_tokens == 0 and seq.index == 0:
+            self.stats.prompt_tokens += seq.num_prompt_tokens
+        seq.times.num_generation_tokens += 1
+        self.stats.generation_tokens += 1
+        seq.append_token(token, logprob, top)
+        decision = check_stop(seq, self.max_model_len, self.eos_token_ids)
+        grammar_complete = self.structured_output is not None and self.structured_output.accept(seq.seq_id, token)
+        if decision is None and grammar_complete:
+            decision = "stop", None  # the grammar admits nothing more
+        if decision is not None:
+            self.finish(seq, *decision)
+
+    def fail(self, seq_ids: Iterable[str], message: str) -> list[Sequence]:
+        """Finish the given sequences with finish_reason "error" and the error's text as
+        stop_reason (a step failed because of them); returns those still unfinished."""
+        failed = [self.seqs[seq_id] for seq_id in seq_ids if seq_id in self.seqs]
+        for seq in failed:
+            self.finish(seq, "error", message)
+        return failed
+
+    def _update_gauges(self) -> None:
+        stats, manager = self.stats, self.block_manager
+        stats.num_running = len(self.running)
+        stats.num_waiting = len(self.waiting)
+        stats.kv_blocks_used = manager.num_used_blocks
+        stats.prefix_cache_queries = manager.counters.queries
+        stats.prefix_cache_hits = manager.counters.hits

@@ -1,4 +1,4 @@
-"""Request and sequence state: what the scheduler, runner and engine read and update.
+"""Request and sequence state, owned by the scheduler (the output processor reads it).
 
 A request with n samples becomes n sequences that share the prompt; each sequence is
 scheduled, preempted and finished on its own.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .detokenizer import IncrementalDetokenizer
 from .outputs import Logprob, PromptLogprobs, SampleLogprobs
 from .sampling_params import SamplingParams
 from .stats import RequestTimes
@@ -53,7 +52,6 @@ class Sequence:
     cumulative_logprob: float = field(default=0.0, init=False)
     logprobs: SampleLogprobs | None = field(default=None, init=False)
     prompt_logprobs: PromptLogprobs | None = field(default=None, init=False)
-    detokenizer: IncrementalDetokenizer | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)
@@ -85,11 +83,6 @@ class Sequence:
         sequence computes its whole prompt: cached blocks would skip rows)."""
         return self.prompt_logprobs is not None and len(self.prompt_logprobs) < self.num_prompt_tokens
 
-    @property
-    def output_text(self) -> str:
-        """The text reported so far (held-back stop-string candidates excluded)."""
-        return self.detokenizer.visible_text(self.is_finished) if self.detokenizer else ""
-
     def append_token(self, token_id: int, logprob: float, top: dict[int, Logprob] | None) -> None:
         """Record one sampled token with its logprob (and top candidates when asked)."""
         self.token_ids.append(token_id)
@@ -99,7 +92,7 @@ class Sequence:
             self.logprobs.append(top)
 
     def finish(self, reason: str, stop_reason: int | str | None = None) -> None:
-        """Mark the sequence finished with vLLM's finish reason (stop, length, abort)."""
+        """Mark the sequence finished with vLLM's finish reason (stop, length, abort, error)."""
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason
         self.stop_reason = stop_reason

@@ -3,7 +3,11 @@ counters (vLLM's metric set)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, field
+
+#: Upper bounds of the tokens-per-step histogram (vLLM's `iteration_tokens_total`).
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 @dataclass
@@ -57,6 +61,14 @@ class EngineStats:
     #: after preemption included).
     computed_prompt_tokens: int = 0
     num_steps: int = 0
+    #: Steps per ITERATION_TOKEN_BUCKETS bucket (and one past the last), and their token sum.
+    iteration_tokens_counts: list[int] = field(default_factory=lambda: [0] * (len(ITERATION_TOKEN_BUCKETS) + 1))
+    iteration_tokens_sum: int = 0
+
+    def observe_iteration(self, num_tokens: int) -> None:
+        """Count one step that computed `num_tokens` tokens."""
+        self.iteration_tokens_counts[bisect.bisect_left(ITERATION_TOKEN_BUCKETS, num_tokens)] += 1
+        self.iteration_tokens_sum += num_tokens
 
     @property
     def kv_cache_usage(self) -> float:

@@ -23,7 +23,7 @@ from .tokenizer import BOS_TOKEN, CHAT_TEMPLATE, EOS_TOKEN, build_demo_tokenizer
 
 #: Bump when anything generated here changes, so stale caches are never reused.
 DEMO_MODEL_VERSION = 1
-DEMO_MODEL_NAME = "accord-demo-llama"
+DEMO_MODEL_NAME = "accord-demo-random"
 DEMO_MODEL_DESCRIPTION = "built-in demo model with random weights: its output is meaningless"
 CACHE_DIR_ENV = "ACCORD_CACHE_DIR"
 #: KV cache budget when serving the demo model without --kv-cache-memory-bytes

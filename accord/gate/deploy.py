@@ -13,9 +13,9 @@ from typing import Callable, Mapping, Sequence, TypeVar
 import torch
 
 from ..backends import Backend, default_registry
-from ..core.llm import LLM
 from ..core.outputs import CompletionOutput
 from ..core.sampling_params import SamplingParams
+from ..entrypoints import LLM
 from ..conformance.case import Case
 from ..conformance.cases import cases_for
 from .deploy_config import DeployConfig, GateSettings

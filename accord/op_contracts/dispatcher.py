@@ -2,13 +2,19 @@
 
 On first sight of a call signature the dispatcher validates the call against the op's
 contract and the backend's declared support, works out the boundary adapters to apply,
-and caches that plan; afterwards a call costs one dictionary lookup plus the output
-allocation. In strict mode (`ACCORD_STRICT_CONTRACTS=1`, tests, conformance) every call
-is validated. Nothing falls back to another backend: a backend missing an op raises.
+and caches that plan. `ops.<name>` is an `OpHandle` bound to one op: a call site keeps it
+(a layer binds `ops.linear` once), and a positional call whose signature the handle has
+seen skips binding and validation altogether (`FastPath`): a guard over the tensors'
+dtype, rank, contiguity and device, the output allocation and the kernel call. A
+signature the handle has not seen takes the full path, so a changed signature is
+validated (and refused with ContractError) exactly as on first sight. In strict mode
+(`ACCORD_STRICT_CONTRACTS=1`, tests, conformance) every call is validated. Nothing falls
+back to another backend: a backend missing an op raises.
 """
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 from collections import Counter
@@ -20,6 +26,7 @@ import torch
 from .contracts import CONTRACTS
 from .errors import ContractError
 from .kernel import CallSignature, CastAdapter, Kernel, TensorKey
+from .shapes import cdiv
 from .spec import REQUIRED, OpContract, OutputSpec, dtype_name, shape_dims
 from .validate import SizeStep, describe_tensor, replay_sizes, validate_call
 
@@ -81,9 +88,9 @@ class OpDispatcher:
         self.contracts = contracts
         self.adapter_counts: Counter[str] = Counter()
         self._plans: dict[tuple[Any, ...], CallPlan] = {}
-        self._callers: dict[str, Callable[..., Any]] = {}
+        self._callers: dict[str, OpHandle] = {}
 
-    def __getattr__(self, op: str) -> Callable[..., Any]:
+    def __getattr__(self, op: str) -> "OpHandle":
         if op.startswith("_"):
             raise AttributeError(op)
         try:
@@ -93,14 +100,14 @@ class OpDispatcher:
         contract = self.contracts.get(op)
         if contract is None:
             raise AttributeError(f"no op contract named {op!r}; known: {', '.join(sorted(self.contracts))}")
+        handle = self._callers[op] = OpHandle(self, contract)
+        return handle
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self.call(contract, args, kwargs)
-
-        call.__name__ = op
-        call.__doc__ = contract.doc
-        self._callers[op] = call
-        return call
+    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """The backend's load-time form of a dense weight for `linear` (prepacked, say);
+        a provider without the hook keeps the weight as it is."""
+        prepare = getattr(self.backend, "prepare_linear_weight", None)
+        return weight if prepare is None else prepare(weight)
 
     def bind(self, contract: OpContract, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map positional and keyword arguments to contract names, filling defaults."""
@@ -126,6 +133,11 @@ class OpDispatcher:
     def call(self, contract: OpContract, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """Validate (first sight or strict), adapt, allocate outputs, run the kernel."""
         call = self.bind(contract, args, kwargs)
+        return self._run(contract, self.plan_of(contract, call), call)
+
+    def plan_of(self, contract: OpContract, call: dict[str, Any]) -> CallPlan:
+        """The cached plan of a bound call's signature, made (and validated) on first
+        sight; strict mode validates every call."""
         key = self._signature_key(contract, call)
         plan = self._plans.get(key)
         if plan is None:
@@ -133,6 +145,9 @@ class OpDispatcher:
             self._plans[key] = plan
         elif self.strict:
             self._validate(contract, call)
+        return plan
+
+    def _run(self, contract: OpContract, plan: CallPlan, call: dict[str, Any]) -> Any:
         for adapter in plan.adapters:
             call[adapter.arg] = call[adapter.arg].to(adapter.to)
             self.adapter_counts[f"{contract.name}.{adapter.arg}"] += 1
@@ -235,6 +250,133 @@ class OpDispatcher:
         }
 
 
+class OpHandle:
+    """`ops.<name>`: the dispatcher bound to one op. Keep it at the call site: after the
+    first call of a signature, positional calls of that signature run its `FastPath`."""
+
+    def __init__(self, dispatcher: OpDispatcher, contract: OpContract) -> None:
+        self.dispatcher = dispatcher
+        self.contract = contract
+        self.__name__ = contract.name
+        self.__doc__ = contract.doc
+        self._paths: list[Callable[[tuple[Any, ...]], Any]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        dispatcher = self.dispatcher
+        if kwargs or dispatcher.strict:
+            return dispatcher.call(self.contract, args, kwargs)
+        for path in self._paths:
+            result = path(args)
+            if result is not MISS:
+                return result
+        call = dispatcher.bind(self.contract, args, kwargs)
+        plan = dispatcher.plan_of(self.contract, call)
+        if not plan.adapters and len(self._paths) < MAX_FAST_PATHS:
+            self._paths.append(fast_path(dispatcher, self.contract, plan, args))
+        return dispatcher._run(self.contract, plan, call)
+
+    @property
+    def fast_paths(self) -> int:
+        """How many signatures this handle has compiled a fast path for."""
+        return len(self._paths)
+
+    def __repr__(self) -> str:
+        return f"<op {self.contract.name} on {self.dispatcher.backend.name}>"
+
+
+#: What a fast path returns when the call is not of its signature.
+MISS: Any = object()
+#: Signatures one handle keeps fast paths for (a call site sees one or two).
+MAX_FAST_PATHS = 4
+
+
+def fast_path(
+    dispatcher: OpDispatcher, contract: OpContract, plan: CallPlan, args: tuple[Any, ...]
+) -> Callable[[tuple[Any, ...]], Any]:
+    """Compile the steady-state call of `plan`'s signature at the arity of `args`: a
+    guard (per tensor: presence, dtype, rank, contiguity, device type; code-path
+    parameter values; other parameters' types) that returns MISS when the call is of
+    another signature, then the sizes the outputs need (as validation learned them), the
+    output allocation and the kernel call. Generated as one Python function, because
+    every generic step (binding a dict, looping over specs) costs about a microsecond."""
+    names = contract.arg_names[: len(args)]
+    int_params = {p.name for p in contract.params if p.type is int}
+    env: dict[str, Any] = {
+        "MISS": MISS, "Tensor": torch.Tensor, "kernel": plan.kernel.fn, "dispatcher": dispatcher, "cdiv": cdiv,
+    }
+    device_check = {"cpu": "{0}.is_cpu", "cuda": "{0}.is_cuda"}.get(
+        dispatcher.backend.device_type, "{0}.device.type == " + repr(dispatcher.backend.device_type)
+    )
+    lines = [f"def fast(args):", f"    if len(args) != {len(names)}: return MISS", f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
+    for index, spec in enumerate(contract.tensors):
+        key = dict(plan.signature.tensors)[spec.name]
+        if spec.name not in names:
+            continue  # absent: the default (None), as in the signature
+        if key is None:
+            lines.append(f"    if {spec.name} is not None: return MISS")
+            continue
+        dtype, rank, _, contiguous = key
+        env[f"dtype_{index}"] = dtype
+        checks = [
+            f"{spec.name}.__class__ is not Tensor",
+            f"{spec.name}.dtype is not dtype_{index}",
+            f"{spec.name}.dim() != {rank}",
+            f"{'not ' if contiguous else ''}{spec.name}.is_contiguous()",
+            "not " + device_check.format(spec.name),
+        ]
+        lines.append(f"    if {' or '.join(checks)}: return MISS")
+    signature_params = dict(plan.signature.params)
+    for spec in contract.params:
+        if spec.name not in names:
+            continue
+        if spec.name in signature_params:
+            env[f"value_{spec.name}"] = signature_params[spec.name]
+            lines.append(f"    if {spec.name} != value_{spec.name}: return MISS")
+        else:
+            env[f"type_{spec.name}"] = type(args[names.index(spec.name)])
+            lines.append(f"    if {spec.name}.__class__ is not type_{spec.name}: return MISS")
+    defaults = [s.name for s in contract.tensors if s.name not in names]
+    defaults += [p.name for p in contract.params if p.name not in names]
+    for name in defaults:
+        env[f"default_{name}"] = None if name in {s.name for s in contract.tensors} else contract.param(name).default
+        lines.append(f"    {name} = default_{name}")
+    for number, (symbol, tensor, axis, dim) in enumerate(plan.size_steps):
+        size = f"{tensor}.shape[{axis}]"
+        if dim.text == symbol:
+            lines.append(f"    s_{symbol} = {size}")
+        else:
+            env[f"dim_{number}"] = dim
+            known = ", ".join([f"{s!r}: s_{s}" for s, *_ in plan.size_steps[:number]] + [f"{p!r}: {p}" for p in int_params])
+            lines.append(f"    s_{symbol} = dim_{number}.solve({size}, {{{known}}})[1]")
+    outputs = []
+    for number, (name, dims, spec) in enumerate(plan.outputs):
+        shape = ", ".join(_symbols_to_locals(d.text, int_params) for d in dims)
+        if isinstance(spec.dtype, torch.dtype):
+            env[f"out_dtype_{number}"] = spec.dtype
+            dtype_expr = f"out_dtype_{number}"
+        else:
+            source, arg = spec.dtype.split(":", 1)
+            dtype_expr = f"{arg}.dtype" if source == "like" else arg
+        outputs.append(name)
+        lines.append(f"    {name} = dispatcher.allocator(({shape}{',' if len(dims) == 1 else ''}), {dtype_expr}, {contract.primary}.device)")
+    keywords = ", ".join(f"{n}={n}" for n in (*contract.arg_names, *outputs))
+    lines.append(f"    kernel({keywords})")
+    lines.append(f"    return {'None' if not outputs else outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ',)'}")
+    source = "\n".join(lines)
+    exec(compile(source, f"<fast path {contract.name}: {plan.signature.describe()}>", "exec"), env)
+    return env["fast"]
+
+
+def _symbols_to_locals(text: str, int_params: set[str]) -> str:
+    """A dimension expression over the generated function's locals: symbol S is `s_S`,
+    an int parameter is its own argument."""
+    tree = ast.parse(text, mode="eval")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id != "cdiv" and node.id not in int_params:
+            node.id = f"s_{node.id}"
+    return ast.unparse(tree)
+
+
 def tensor_key(value: torch.Tensor) -> TensorKey:
     """One tensor's part of a call signature: (dtype, rank, device type, contiguous)."""
     return (value.dtype, value.dim(), value.device.type, value.is_contiguous())
@@ -247,4 +389,4 @@ def _output_dtype(spec: OutputSpec, call: Mapping[str, Any]) -> torch.dtype:
     return call[name].dtype if source == "like" else call[name]
 
 
-__all__ = ["OpDispatcher", "CallPlan", "empty_allocator", "strict_from_env", "dtype_name"]
+__all__ = ["OpDispatcher", "OpHandle", "CallPlan", "empty_allocator", "strict_from_env", "dtype_name"]

@@ -3,21 +3,23 @@ Prometheus metrics and tokenizer endpoints."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
 from ..core.async_engine import AsyncLLM
-from ..core.stats import EngineStats
-from .auth import api_key_checker
+from .auth import ApiKeyMiddleware
+from .body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, BodyLimitMiddleware
 from .chat import ChatService
 from .completions import CompletionService
 from .disconnect import cancel_on_disconnect
+from .drain import DrainDeadline
 from .errors import OpenAIError, install_error_handlers
 from .metrics import ServerMetrics
 from .protocol import (
@@ -28,53 +30,83 @@ from .protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
     ErrorResponse,
+    HealthResponse,
     ModelCard,
     ModelList,
     TokenizeRequest,
     TokenizeResponse,
 )
 from .serving import OpenAIServing, ServedModel
+from .tool_parsers import get_tool_parser
 
-#: Documented in the OpenAPI schema for every API route.
-_ERROR_RESPONSES = {status: {"model": ErrorResponse} for status in (400, 401, 429, 500)}
-
-
-def _current_stats(engine: AsyncLLM) -> EngineStats:
-    # The engine refreshes its gauges once per step, so after the last request is
-    # aborted they would keep reporting its blocks; the block count is read live.
-    return dataclasses.replace(engine.get_stats(), kv_blocks_used=engine.num_allocated_blocks)
+#: Documented in the OpenAPI schema for every API route (FastAPI's 422 is replaced:
+#: validation failures are 400s here, as in OpenAI's API).
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 503)
+}
+#: The streamed form of a generation route's 200.
+_STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {
+            "text/event-stream": {
+                "schema": {"type": "string"},
+                "description": "with stream=true: `data: <chunk JSON>` events, then `data: [DONE]`",
+            }
+        }
+    }
+}
 
 
 def create_app(
-    engine: AsyncLLM, model: ServedModel, *, api_key: str | None = None, max_waiting_requests: int | None = None
+    engine: AsyncLLM,
+    model: ServedModel,
+    *,
+    api_key: str | None = None,
+    max_waiting_requests: int | None = None,
+    max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
+    tool_call_parser: str = "hermes",
+    drain: DrainDeadline | None = None,
 ) -> FastAPI:
-    """The server application for `engine` (an AsyncLLM), which it shuts down on exit."""
+    """The server application for `engine` (an AsyncLLM), which it shuts down on exit.
+    `drain` is expired by the server when a graceful shutdown's window runs out."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.watch_engine()
         yield
+        serving.close()
         await engine.shutdown()
 
     app = FastAPI(title="accord", version=__version__, lifespan=lifespan, description="OpenAI-compatible LLM server")
     install_error_handlers(app)
-    metrics = ServerMetrics(model.name, lambda: _current_stats(engine))
-    serving = OpenAIServing(engine, model, metrics, max_waiting_requests)
-    completions, chat = CompletionService(serving), ChatService(serving)
+    # Outermost first: the size cap, then the key, both before any body is parsed.
+    if api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    app.add_middleware(BodyLimitMiddleware, limit=max_request_body_bytes)
+    metrics = ServerMetrics(model.name, engine.get_stats)
+    serving = OpenAIServing(engine, model, metrics, max_waiting_requests, drain)
+    completions, chat = CompletionService(serving), ChatService(serving, get_tool_parser(tool_call_parser))
+    card = ModelCard(id=model.name, root=model.name, max_model_len=model.max_model_len, description=model.description)
 
-    api = APIRouter(prefix="/v1", dependencies=[Depends(api_key_checker(api_key))], responses=_ERROR_RESPONSES)
+    api = APIRouter(prefix="/v1", responses=_ERROR_RESPONSES)
 
     @api.get("/models")
     async def list_models() -> ModelList:
         """The one model this server serves."""
-        card = ModelCard(id=model.name, root=model.root, max_model_len=model.max_model_len, description=model.description)
         return ModelList(data=[card])
 
-    @api.post("/completions", response_model=CompletionResponse)
+    @api.get("/models/{model_id:path}")
+    async def get_model(model_id: str) -> ModelCard:
+        """One model by its id (404 unless it is the served one)."""
+        serving.check_model(model_id)
+        return card
+
+    @api.post("/completions", response_model=CompletionResponse, responses=_STREAM_RESPONSE)
     async def create_completion(request: CompletionRequest, raw: Request) -> CompletionResponse | StreamingResponse:
         """Complete prompts; `stream=true` answers with server-sent events."""
         return await cancel_on_disconnect(completions.create(request), raw)
 
-    @api.post("/chat/completions", response_model=ChatCompletionResponse)
+    @api.post("/chat/completions", response_model=ChatCompletionResponse, responses=_STREAM_RESPONSE)
     async def create_chat_completion(
         request: ChatCompletionRequest, raw: Request
     ) -> ChatCompletionResponse | StreamingResponse:
@@ -88,9 +120,9 @@ def create_app(
         """Token ids of a prompt, or of chat messages rendered by the chat template."""
         serving.check_model(request.model)
         if request.messages is not None:
-            tokens = serving.render_chat(request.messages, request.add_generation_prompt)
+            tokens = await serving.render_chat(request.messages, request.add_generation_prompt)
         elif request.prompt is not None:
-            tokens = list(engine.tokenizer.encode(request.prompt, add_special_tokens=request.add_special_tokens))
+            tokens = await serving.encode(request.prompt, add_special_tokens=request.add_special_tokens)
         else:
             raise OpenAIError("send a prompt or messages to tokenize", param="prompt")
         return TokenizeResponse(count=len(tokens), max_model_len=model.max_model_len, tokens=tokens)
@@ -100,16 +132,34 @@ def create_app(
         """The text of token ids."""
         serving.check_model(request.model)
         serving.check_token_ids(request.tokens, "tokens")
-        return DetokenizeResponse(prompt=engine.tokenizer.decode(request.tokens, skip_special_tokens=False))
+        text = await serving.off_loop(engine.tokenizer.decode, request.tokens, skip_special_tokens=False)
+        return DetokenizeResponse(prompt=text)
 
     @app.get("/health")
-    async def health() -> Response:
-        """200 while the server runs."""
-        return Response(status_code=200)
+    async def health() -> JSONResponse:
+        """200 while the engine can serve, 503 once it is dead (a worker process gone)."""
+        if engine.errored:
+            return JSONResponse(HealthResponse(status="error").model_dump(), status_code=503)
+        return JSONResponse(HealthResponse().model_dump())
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
         """Prometheus metrics in the text exposition format."""
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, less the 422 it documents for every body: this server
+    answers validation failures with 400."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = schema
+    return app.openapi_schema

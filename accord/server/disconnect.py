@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from fastapi import Request
+from fastapi import Request, Response
 
-from .errors import OpenAIError
+from .errors import logger
 
 T = TypeVar("T")
 
@@ -18,9 +18,10 @@ T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499
 
 
-async def cancel_on_disconnect(handler: Awaitable[T], request: Request) -> T:
+async def cancel_on_disconnect(handler: Awaitable[T], request: Request) -> T | Response:
     """Run `handler`; if the client disconnects first, cancel it (its cleanup aborts
-    the engine requests) and answer 499."""
+    the engine requests) and answer 499 (to nobody: a disconnect is normal, so it is
+    logged quietly, never as an error)."""
     work = asyncio.ensure_future(handler)
     disconnect = asyncio.ensure_future(_disconnected(request))
     try:
@@ -29,7 +30,8 @@ async def cancel_on_disconnect(handler: Awaitable[T], request: Request) -> T:
         disconnect.cancel()
     if not work.done():
         work.cancel()
-        raise OpenAIError("the client closed the connection", status_code=CLIENT_CLOSED_REQUEST)
+        logger.info("client disconnected from %s; its request was aborted", request.url.path)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     return work.result()
 
 

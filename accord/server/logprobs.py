@@ -1,24 +1,53 @@
 """Engine logprobs (per token: a dict of token id to Logprob) in the two OpenAI
-shapes: the legacy completions lists and chat's per-token objects."""
+shapes: the legacy completions lists and chat's per-token objects.
+
+A token's `bytes` are its real bytes (a token may hold part of a UTF-8 character), and
+a completion's `text_offset` counts the characters of the choice's text before the
+token, so both stay right for partial characters and for `token_id:N` names.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from ..core.outputs import Logprob, SampleLogprobs
+from ..core.outputs import Logprob
 from .protocol import CompletionLogprobs, TokenLogprob, TopLogprob
 
-#: Names a token in logprobs, from its id and its engine entry.
-TokenText = Callable[[int, Logprob], str]
 
+@dataclass(frozen=True)
+class LogprobFormat:
+    """How tokens appear in logprobs: their text (the engine's decoding, else
+    `decode`), or vLLM's `token_id:N` (`return_tokens_as_token_ids`); their bytes; and
+    which ids are special tokens (absent from the visible text)."""
 
-def token_text_function(decode: Callable[[int], str], as_token_ids: bool) -> TokenText:
-    """How tokens are named in logprobs: their text (the engine's decoding, else
-    `decode`), or vLLM's `token_id:N` (`return_tokens_as_token_ids`), which stays exact
-    for tokens that are not whole characters."""
-    if as_token_ids:
-        return lambda token_id, entry: f"token_id:{token_id}"
-    return lambda token_id, entry: entry.decoded_token if entry.decoded_token is not None else decode(token_id)
+    decode: Callable[[int], str]
+    token_bytes: Callable[[int], bytes]
+    is_special: Callable[[int], bool]
+    as_token_ids: bool = False
+
+    def name(self, token_id: int, entry: Logprob) -> str:
+        """The token as logprobs name it."""
+        if self.as_token_ids:
+            return f"token_id:{token_id}"
+        return entry.decoded_token if entry.decoded_token is not None else self.decode(token_id)
+
+    def text_bytes(self, token_ids: Sequence[int]) -> bytes:
+        """The bytes `token_ids` add to the visible text (special tokens add none)."""
+        return b"".join(self.token_bytes(t) for t in token_ids if not self.is_special(t))
+
+    def offsets(self, token_ids: Sequence[int], previous_token_ids: Sequence[int], base: int) -> list[int]:
+        """Character offset of each of `token_ids` in a text that holds `base`
+        characters, then the text of `previous_token_ids`: the whole characters
+        decoded before the token (a token that ends inside a character does not count
+        it; the token that completes it does)."""
+        data = bytearray(self.text_bytes(previous_token_ids))
+        offsets = []
+        for token_id in token_ids:
+            offsets.append(base + len(data.decode("utf-8", errors="ignore")))
+            if not self.is_special(token_id):
+                data += self.token_bytes(token_id)
+        return offsets
 
 
 def _top(candidates: dict[int, Logprob], count: int) -> list[tuple[int, Logprob]]:
@@ -29,33 +58,45 @@ def _top(candidates: dict[int, Logprob], count: int) -> list[tuple[int, Logprob]
 
 
 def completion_logprobs(
-    token_ids: list[int], logprobs: SampleLogprobs, top_count: int, token_text: TokenText, text_offset: int
+    result: CompletionLogprobs,
+    token_ids: Sequence[int],
+    entries: Sequence[dict[int, Logprob] | None],
+    top_count: int,
+    fmt: LogprobFormat,
+    base_offset: int,
+    previous_token_ids: Sequence[int],
 ) -> CompletionLogprobs:
-    """Legacy completions logprobs for `token_ids`, offsets counted from `text_offset`."""
-    result = CompletionLogprobs()
-    for token_id, candidates in zip(token_ids, logprobs):
-        text = token_text(token_id, candidates[token_id])
-        result.tokens.append(text)
+    """Append legacy completions logprobs for `token_ids` to `result`; an entry of
+    None (the first prompt token, which nothing predicts) gives null logprobs."""
+    offsets = fmt.offsets(token_ids, previous_token_ids, base_offset)
+    for token_id, candidates, offset in zip(token_ids, entries, offsets):
+        result.text_offset.append(offset)
+        if candidates is None:
+            result.tokens.append(fmt.name(token_id, Logprob(0.0)))
+            result.token_logprobs.append(None)
+            result.top_logprobs.append(None)
+            continue
+        result.tokens.append(fmt.name(token_id, candidates[token_id]))
         result.token_logprobs.append(candidates[token_id].logprob)
-        top = {token_text(t, entry): entry.logprob for t, entry in _top(candidates, top_count)}
+        top = {fmt.name(t, entry): entry.logprob for t, entry in _top(candidates, top_count)}
         result.top_logprobs.append(top or None)
-        result.text_offset.append(text_offset)
-        text_offset += len(text)
     return result
 
 
 def chat_logprobs(
-    token_ids: list[int], logprobs: SampleLogprobs, top_count: int, token_text: TokenText
+    token_ids: Sequence[int], logprobs: Sequence[dict[int, Logprob]], top_count: int, fmt: LogprobFormat
 ) -> list[TokenLogprob]:
     """Chat logprobs entries for `token_ids`."""
     entries = []
     for token_id, candidates in zip(token_ids, logprobs):
-        text = token_text(token_id, candidates[token_id])
-        top = []
-        for t, entry in _top(candidates, top_count):
-            top_text = token_text(t, entry)
-            top.append(TopLogprob(token=top_text, logprob=entry.logprob, bytes=list(top_text.encode())))
+        top = [
+            TopLogprob(token=fmt.name(t, entry), logprob=entry.logprob, bytes=list(fmt.token_bytes(t)))
+            for t, entry in _top(candidates, top_count)
+        ]
         entries.append(
-            TokenLogprob(token=text, logprob=candidates[token_id].logprob, bytes=list(text.encode()), top_logprobs=top)
+            TokenLogprob(
+                token=fmt.name(token_id, candidates[token_id]), logprob=candidates[token_id].logprob,
+                bytes=list(fmt.token_bytes(token_id)), top_logprobs=top,
+            )
         )
     return entries

@@ -12,12 +12,15 @@ from collections.abc import Callable, Iterator
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..core.stats import EngineStats, RequestTimes
+from ..core.outputs import RequestOutput
+from ..core.stats import ITERATION_TOKEN_BUCKETS, EngineStats
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+#: vLLM's buckets for per-request token counts.
+TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 _TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -32,34 +35,61 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self.model_name = model_name
         labels = ["model_name"]
-        self._ttft = Histogram(
-            "accord:time_to_first_token_seconds", "Time to first token.", labels,
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+
+        def histogram(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(f"accord:{name}", documentation, labels, buckets=buckets, registry=self.registry)
+
+        def counter(name: str, documentation: str, extra: str) -> Counter:
+            return Counter(f"accord:{name}", documentation, [*labels, extra], registry=self.registry)
+
+        self._ttft = histogram("time_to_first_token_seconds", "Time to first token.", _LATENCY_BUCKETS)
+        self._tpot = histogram(
+            "time_per_output_token_seconds", "Time per output token, observed for each interval between outputs.",
+            _TOKEN_LATENCY_BUCKETS,
         )
-        self._tpot = Histogram(
-            "accord:time_per_output_token_seconds", "Mean time per output token after the first, per request.",
-            labels, buckets=_TOKEN_LATENCY_BUCKETS, registry=self.registry,
+        self._e2e = histogram("e2e_request_latency_seconds", "End-to-end request latency.", _LATENCY_BUCKETS)
+        self._queue = histogram("request_queue_time_seconds", "Time requests spent waiting to be scheduled.",
+                                _LATENCY_BUCKETS)
+        self._prompt_tokens = histogram("request_prompt_tokens", "Prompt tokens per finished request.", TOKEN_BUCKETS)
+        self._generation_tokens = histogram(
+            "request_generation_tokens", "Generated tokens per finished request.", TOKEN_BUCKETS
         )
-        self._e2e = Histogram(
-            "accord:e2e_request_latency_seconds", "End-to-end request latency.", labels,
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        self._request_success = counter(
+            "request_success", "Requests that ended, by finish reason (abort included, as vLLM).", "finished_reason"
         )
-        self._request_success = Counter(
-            "accord:request_success", "Requests that finished, by finish reason.",
-            [*labels, "finished_reason"], registry=self.registry,
-        )
+        self._request_failure = counter("request_failure", "Requests the engine or a shutdown failed.", "reason")
+        self._request_rejected = counter("request_rejected", "Requests refused before admission (429).", "reason")
         self.registry.register(_EngineStatsCollector(model_name, engine_stats))
 
-    def request_finished(self, times: RequestTimes, finish_reason: str) -> None:
-        """Record one finished engine request (one sample) from its timings."""
+    def request_finished(self, output: RequestOutput, finish_reason: str) -> None:
+        """Record one finished engine request from its timings and token counts."""
+        times = output.metrics
         for histogram, value in (
             (self._ttft, times.time_to_first_token),
-            (self._tpot, times.time_per_output_token),
             (self._e2e, times.e2e_latency),
+            (self._queue, times.queue_time),
+            (self._prompt_tokens, len(output.prompt_token_ids)),
+            (self._generation_tokens, sum(len(sample.token_ids) for sample in output.outputs)),
         ):
             if value is not None:
                 histogram.labels(self.model_name).observe(value)
         self._request_success.labels(self.model_name, finish_reason).inc()
+
+    def request_ended_early(self, reason: str) -> None:
+        """Record a request that did not finish: "abort" (its client left) counts as a
+        success with finished_reason="abort", as vLLM; anything else as a failure."""
+        if reason == "abort":
+            self._request_success.labels(self.model_name, "abort").inc()
+        else:
+            self._request_failure.labels(self.model_name, reason).inc()
+
+    def request_rejected(self, reason: str) -> None:
+        """Record a request refused by admission control."""
+        self._request_rejected.labels(self.model_name, reason).inc()
+
+    def output_interval(self, seconds_per_token: float) -> None:
+        """Record one interval between a request's outputs, per token it brought."""
+        self._tpot.labels(self.model_name).observe(seconds_per_token)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -95,3 +125,12 @@ class _EngineStatsCollector(Collector):
             family = CounterMetricFamily(f"accord:{name}", documentation, labels=["model_name"])
             family.add_metric([self._model_name], value)
             yield family
+        iteration = HistogramMetricFamily(
+            "accord:iteration_tokens_total", "Tokens computed per engine step.", labels=["model_name"]
+        )
+        cumulative, buckets = 0, []
+        for bound, count in zip([*ITERATION_TOKEN_BUCKETS, float("inf")], stats.iteration_tokens_counts):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+        iteration.add_metric([self._model_name], buckets, stats.iteration_tokens_sum)
+        yield iteration

@@ -6,12 +6,35 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
 #: OpenAI caps top_logprobs at 20.
 MAX_LOGPROBS = 20
+#: OpenAI allows 4 stop sequences; accord takes more (harnesses send long lists), but
+#: a bound keeps the per-token stop scan cheap.
+MAX_STOP_SEQUENCES = 64
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _utf8(text: str) -> str:
+    # JSON may carry lone surrogates ("\ud800"), which no tokenizer can encode.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"the text is not valid Unicode (a lone surrogate at position {error.start})") from None
+    return text
+
+
+#: Text a client sends: a string that is valid Unicode (no lone surrogates).
+Text = Annotated[str, AfterValidator(_utf8)]
+#: A token id: a JSON integer (not a boolean, not 2.0), never negative; the
+#: vocabulary bound is checked against the served model.
+TokenId = Annotated[int, Strict(), Field(ge=0, le=INT64_MAX)]
+#: A count or limit sent as a JSON integer that must fit in int64.
+Int64 = Annotated[int, Strict(), Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 def random_id(prefix: str) -> str:
@@ -30,46 +53,131 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    """`response_format.json_schema`: a named JSON schema."""
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """`response_format`: plain text, any JSON object, or JSON matching a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs`: exactly one constraint on the output."""
+
+    json_: str | dict[str, Any] | None = Field(default=None, alias="json")
+    regex: Text | None = None
+    choice: list[Text] | None = None
+    grammar: Text | None = None
+    json_object: bool | None = None
+
+
 class SamplingFields(BaseModel):
     """Sampling fields shared by completions and chat completions."""
 
     model: str | None = None
-    n: int = Field(default=1, ge=1, le=128)
+    n: Annotated[int, Strict()] = Field(default=1, ge=1, le=128)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=-1, description="0 or -1 disables top-k")
-    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0)
+    stop: Text | Annotated[list[Text], Field(max_length=MAX_STOP_SEQUENCES)] | None = Field(
+        default=None, description=f"up to {MAX_STOP_SEQUENCES} stop strings (OpenAI allows 4)"
+    )
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_STOP_SEQUENCES)
+    seed: Int64 | None = None
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: Annotated[int, Strict()] = Field(default=0, ge=-1, le=INT32_MAX, description="0 or -1 disables top-k")
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     ignore_eos: bool = False
-    min_tokens: int = Field(default=0, ge=0)
-    priority: int = Field(default=0, description="with --scheduling-policy priority, lower values are served first")
+    min_tokens: Annotated[int, Strict()] = Field(default=0, ge=0, le=INT32_MAX)
+    priority: Int64 = Field(default=0, description="with --scheduling-policy priority, lower values are served first")
     return_tokens_as_token_ids: bool = Field(
         default=False, description="name tokens in logprobs as 'token_id:N' (vLLM's extension)"
     )
+    logit_bias: dict[str, float] | None = Field(
+        default=None, description="token id (as a string) -> bias in [-100, 100] added to its logit"
+    )
+    response_format: ResponseFormat | None = None
+    guided_json: str | dict[str, Any] | None = Field(default=None, description="vLLM: output matches this JSON schema")
+    guided_regex: Text | None = Field(default=None, description="vLLM: output matches this regular expression")
+    guided_choice: list[Text] | None = Field(default=None, description="vLLM: output is one of these strings")
+    guided_grammar: Text | None = Field(default=None, description="vLLM: output matches this grammar (Lark or GBNF)")
+    structured_outputs: StructuredOutputs | None = Field(default=None, description="vLLM's newer form of guided_*")
     user: str | None = None
+    #: OpenAI fields accord does not implement: refused with a 400 naming the field.
+    modalities: Any = None
 
 
 class CompletionRequest(SamplingFields):
     """`POST /v1/completions`."""
 
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(default=16, ge=1)
-    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    echo: Literal[False] = False
+    prompt: Text | list[Text] | list[TokenId] | list[list[TokenId]]
+    max_tokens: Annotated[int, Strict()] | None = Field(default=16, ge=0, description="0 only with echo")
+    logprobs: Annotated[int, Strict()] | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = Field(default=False, description="prefix each choice with its prompt (and its prompt logprobs)")
+    suffix: Any = None
+    best_of: Any = None
 
 
 class TextContentPart(BaseModel):
     """A `{"type": "text", "text": ...}` content part (the only kind a text model takes)."""
 
     type: Literal["text"]
-    text: str
+    text: Text
+
+
+class FunctionCall(BaseModel):
+    """A function the model called: its name and its arguments as a JSON string."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """One tool call of an assistant message."""
+
+    id: str = Field(default_factory=lambda: random_id("call"))
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call: name, description and a JSON schema of its arguments."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    """`tools[i]`: a function tool."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    """The function named by `tool_choice`."""
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """`tool_choice: {"type": "function", "function": {"name": ...}}`."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
 
 
 class ChatMessage(BaseModel):
@@ -78,8 +186,10 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextContentPart] | None = None
+    content: Text | list[TextContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         """The message's text, its parts concatenated."""
@@ -92,11 +202,18 @@ class ChatCompletionRequest(SamplingFields):
     """`POST /v1/chat/completions`."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1, description="deprecated alias of max_completion_tokens")
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: Annotated[int, Strict()] | None = Field(
+        default=None, ge=1, description="deprecated alias of max_completion_tokens"
+    )
+    max_completion_tokens: Annotated[int, Strict()] | None = Field(default=None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    top_logprobs: Annotated[int, Strict()] | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     add_generation_prompt: bool = True
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    functions: Any = None
+    function_call: Any = None
 
 
 class Usage(BaseModel):
@@ -160,7 +277,8 @@ class ChatResponseMessage(BaseModel):
     """The assistant's message in a non-streamed chat choice."""
 
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ChatChoice(BaseModel):
@@ -183,11 +301,28 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
 
 
+class DeltaFunctionCall(BaseModel):
+    """A streamed piece of a function call (the name comes once, arguments in parts)."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    """A streamed piece of tool call `index` (`id` and `type` come with its first piece)."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
 class DeltaMessage(BaseModel):
     """The new part of a streamed assistant message."""
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatStreamChoice(BaseModel):
@@ -218,6 +353,7 @@ class ModelCard(BaseModel):
     created: int = Field(default_factory=now)
     owned_by: str = "accord"
     root: str
+    parent: str | None = None
     max_model_len: int
     description: str | None = None
 
@@ -233,7 +369,7 @@ class TokenizeRequest(BaseModel):
     """`POST /tokenize`: a prompt, or chat messages rendered by the chat template."""
 
     model: str | None = None
-    prompt: str | None = None
+    prompt: Text | None = None
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
@@ -251,13 +387,19 @@ class DetokenizeRequest(BaseModel):
     """`POST /detokenize`."""
 
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId]
 
 
 class DetokenizeResponse(BaseModel):
     """The text of some token ids."""
 
     prompt: str
+
+
+class HealthResponse(BaseModel):
+    """`GET /health`."""
+
+    status: Literal["ok", "error"] = "ok"
 
 
 class ErrorInfo(BaseModel):

@@ -38,8 +38,8 @@ class SampleDelta:
     text: str
     token_ids: list[int]
     logprobs: SampleLogprobs | None
-    #: Characters of the choice's text sent before this delta.
-    text_offset: int
+    #: The choice's tokens sent before this delta.
+    previous_token_ids: list[int]
     finish_reason: str | None
 
 
@@ -67,7 +67,7 @@ class DeltaTracker:
             text=sample.text[sent.text :],
             token_ids=new_tokens,
             logprobs=None if sample.logprobs is None else sample.logprobs[sent.tokens :],
-            text_offset=sent.text,
+            previous_token_ids=sample.token_ids[: sent.tokens],
             finish_reason=sample.finish_reason,
         )
         sent.text, sent.tokens, sent.finished = len(sample.text), len(sample.token_ids), sample.finished()

@@ -37,6 +37,12 @@ def nmse(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 @pytest.fixture(scope="session")
+def nmse_of() -> Callable[[torch.Tensor, torch.Tensor], float]:
+    """`nmse` for tests that call the two backends with different arguments."""
+    return nmse
+
+
+@pytest.fixture(scope="session")
 def assert_matches_reference(
     cpu_ops: OpDispatcher, reference_ops: OpDispatcher
 ) -> Callable[..., tuple[Any, Any]]:

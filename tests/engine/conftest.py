@@ -53,5 +53,5 @@ def every_block_is_freed_after_the_test():
     """After every engine test the free-block count is back to the total."""
     yield
     for llm in _ENGINES.values():
-        manager = llm.llm_engine.block_manager
+        manager = llm.llm_engine.scheduler.block_manager
         assert manager.num_free_blocks == manager.num_blocks, f"{manager.num_used_blocks} KV blocks leaked"

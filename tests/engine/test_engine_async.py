@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from engine_faults import POISON_TOKEN, poison_the_model
 
 from accord import AsyncLLM, SamplingParams
 
@@ -90,36 +91,33 @@ def test_abort_ends_the_stream_with_an_abort_output_and_frees_its_blocks(async_l
     assert async_llm.get_stats().num_running == 0, "gauges are refreshed by the abort"
 
 
-def test_a_failing_step_fails_its_requests_and_the_engine_serves_the_next(
+def test_a_step_failing_because_of_one_request_fails_only_that_request(
     async_llm: AsyncLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from accord.core.async_engine import RequestFailedError
 
-    runner = async_llm.engine.runner
-    real_execute = runner.execute
-    calls = {"n": 0}
-
-    def execute_failing_once(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("injected kernel failure")
-        return real_execute(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "execute", execute_failing_once)
     params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+    healthy_prompt = {"prompt_token_ids": [5, 6, 7, 8]}
 
-    async def main() -> tuple[BaseException | None, list]:
-        failure = None
+    async def consume(prompt, request_id):
         try:
-            async for _ in async_llm.generate({"prompt_token_ids": [5, 6, 7]}, params, "unlucky"):
-                pass
+            return [o async for o in async_llm.generate(prompt, params, request_id)]
         except RequestFailedError as error:
-            failure = error
-        served = [o async for o in async_llm.generate({"prompt_token_ids": [5, 6, 7]}, params, "next")]
-        await async_llm.shutdown()
-        return failure, served
+            return error
 
-    failure, served = asyncio.run(main())
-    assert failure is not None and "injected kernel failure" in repr(failure.__cause__)
-    assert served[-1].finished and len(served[-1].outputs[0].token_ids) == 3
+    async def main():
+        alone = await consume(healthy_prompt, "alone")
+        poison_the_model(async_llm.engine, monkeypatch)
+        results = await asyncio.gather(
+            consume({"prompt_token_ids": [5, 6, POISON_TOKEN]}, "unlucky"), consume(healthy_prompt, "lucky")
+        )
+        served = await consume(healthy_prompt, "next")
+        await async_llm.shutdown()
+        return (alone[-1].outputs[0].token_ids, *results, served)
+
+    alone, unlucky, lucky, served = asyncio.run(main())
+    assert isinstance(unlucky, RequestFailedError) and "injected kernel failure" in str(unlucky)
+    assert lucky[-1].finished and lucky[-1].outputs[0].token_ids == alone
+    assert served[-1].finished and served[-1].outputs[0].token_ids == alone
     assert async_llm.num_allocated_blocks == 0
+    assert not async_llm.errored

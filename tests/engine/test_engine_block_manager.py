@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from accord.core.block_manager import BlockManager
+from accord.core.block_manager import PREFIX_HASH_ALGOS, ROOT_KEY, BlockManager
 
 BLOCK_SIZE = 4
 
@@ -111,9 +112,11 @@ class BlockManagerMachine(RuleBasedStateMachine):
             for index, block in enumerate(table):
                 if self.manager.ref_counts[block] > 1:
                     assert (index + 1) * BLOCK_SIZE <= len(tokens)
-                    assert self.manager._key_of_block[block][1] == tuple(
-                        tokens[index * BLOCK_SIZE : (index + 1) * BLOCK_SIZE]
-                    )
+                    # The shared block's key is the chain key of this sequence's prefix.
+                    key = ROOT_KEY
+                    for start in range(0, (index + 1) * BLOCK_SIZE, BLOCK_SIZE):
+                        key = PREFIX_HASH_ALGOS["sha256"](key, tokens[start : start + BLOCK_SIZE])
+                    assert self.manager._key_of_block[block] == key
 
     def teardown(self) -> None:
         for seq_id in list(self.tokens):
@@ -123,3 +126,37 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 TestBlockManagerProperties = BlockManagerMachine.TestCase
 TestBlockManagerProperties.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+
+
+class _CollidingInt(int):
+    """An int whose Python hash is forced, to stage the CVE-2025-25183 attack: two
+    different prefixes whose builtin chain hashes are equal."""
+
+    def __hash__(self) -> int:
+        return 7
+
+
+def test_sha256_keys_do_not_alias_prefixes_whose_builtin_hashes_collide() -> None:
+    # Two different first blocks; a parent key's Python hash is all the builtin chain
+    # keeps of it, so if those hashes collide, equal second blocks share one key.
+    first_a, first_b, second = [1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]
+    builtin, sha256 = PREFIX_HASH_ALGOS["builtin"], PREFIX_HASH_ALGOS["sha256"]
+    # Stand-ins for two different parent keys whose Python hashes collide.
+    assert builtin(_CollidingInt(1), second) == builtin(_CollidingInt(2), second)  # the attack works on builtin
+    key_a, key_b = sha256(ROOT_KEY, first_a), sha256(ROOT_KEY, first_b)
+    assert sha256(key_a, second) != sha256(key_b, second)
+
+
+def test_sha256_prefix_cache_reuses_equal_prefixes_only() -> None:
+    manager = BlockManager(num_blocks=8, block_size=BLOCK_SIZE, hash_algo="sha256")
+    prompt = list(range(1, 2 * BLOCK_SIZE + 2))
+    assert manager.allocate("a", len(prompt))
+    manager.cache_full_blocks("a", prompt, len(prompt))
+    assert manager.find_cached_prefix(prompt, len(prompt) - 1) == manager.block_table("a")[:2]
+    other = [prompt[0] + 1, *prompt[1:]]  # differs in the first block only
+    assert manager.find_cached_prefix(other, len(other) - 1) == []
+
+
+def test_unknown_prefix_hash_algo_is_refused() -> None:
+    with pytest.raises(ValueError, match="prefix_caching_hash_algo"):
+        BlockManager(num_blocks=2, block_size=BLOCK_SIZE, hash_algo="md5")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_faults import POISON_TOKEN, poison_the_model
 
 from accord import LLM, SamplingParams
 from accord.core.sampler import step_seed
@@ -165,10 +166,10 @@ def test_abort_frees_every_block(llm: LLM) -> None:
     engine = llm.llm_engine
     engine.add_request("to-abort", {"prompt_token_ids": random_prompt(300, seed=9)}, greedy(max_tokens=50))
     engine.step()
-    assert engine.block_manager.num_used_blocks > 0
+    assert engine.scheduler.block_manager.num_used_blocks > 0
     engine.abort_request("to-abort")
     assert not engine.has_unfinished_requests()
-    assert engine.block_manager.num_used_blocks == 0
+    assert engine.scheduler.block_manager.num_used_blocks == 0
 
 
 def test_seeded_sampling_is_the_same_alone_and_in_a_batch(llama_dir: Path, make_llm) -> None:
@@ -190,6 +191,23 @@ def test_step_seeds_depend_only_on_seed_and_position() -> None:
 def test_an_fp8_kv_cache_is_stored_in_the_backends_fp8_format(llama_dir: Path, make_llm) -> None:
     llm = make_llm(llama_dir, backend="cpu", max_model_len=256, num_gpu_blocks_override=32, kv_cache_dtype="fp8")
     engine = llm.llm_engine
-    assert {cache.dtype for layer in engine.runner.kv_caches for cache in layer} == {engine.backend.fp8_dtype()}
+    worker = engine.executor.driver_worker
+    assert {cache.dtype for layer in worker.runner.kv_caches for cache in layer} == {worker.backend.fp8_dtype()}
     completion = run(llm, random_prompt(20, seed=21), greedy(max_tokens=4)).outputs[0]
     assert len(completion.token_ids) == 4
+
+
+def test_a_request_that_breaks_its_step_fails_alone_and_the_llm_stays_usable(
+    llm: LLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    healthy = [random_prompt(30, seed=31), random_prompt(45, seed=32), random_prompt(12, seed=33)]
+    alone = [run(llm, prompt, greedy(max_tokens=5)).outputs[0].token_ids for prompt in healthy]
+    poison_the_model(llm.llm_engine, monkeypatch)
+    poisoned = random_prompt(20, seed=34) + [POISON_TOKEN]
+    prompts = [healthy[0], poisoned, healthy[1], healthy[2]]
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], greedy(max_tokens=5), use_tqdm=False)
+    failed = outputs[1].outputs[0]
+    assert failed.finish_reason == "error" and "injected kernel failure" in failed.stop_reason
+    assert [outputs[i].outputs[0].token_ids for i in (0, 2, 3)] == alone
+    assert [o.outputs[0].finish_reason for o in outputs] == ["length", "error", "length", "length"]
+    assert run(llm, healthy[0], greedy(max_tokens=5)).outputs[0].token_ids == alone[0]

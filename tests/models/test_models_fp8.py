@@ -5,25 +5,21 @@ model in bf16 as transformers runs it: logits within a bound, perplexity within 
 from __future__ import annotations
 
 import functools
-import json
 import math
 from pathlib import Path
 from typing import Callable
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from accord.backends import get_backend
 from accord.core.models import load_model
 from accord.op_contracts import OpDispatcher
-from tiny_models import build_tiny_model, load_transformers
+from tiny_models import build_tiny_model, load_transformers, write_block_fp8
 from single_sequence import SingleSequenceRunner
 
 BACKENDS = ("reference", "cpu")
 STREAM_LEN = 96
-BLOCK = 128
-E4M3_MAX = 448.0
 #: fp8 e4m3 keeps 3 mantissa bits (a weight moves up to 1/16 of itself). Measured on
 #: these models, a token's logits sit within ~2-4% of the logits' scale of bf16's; MoE
 #: routing is discrete, so a few tokens whose expert choice flips under that noise move
@@ -39,30 +35,6 @@ EMBEDDING_SCALE = 20.0
 HEAD_SCALE = 3.0
 #: Fused block-fp8 parts must be whole 128-row tiles, so the MLPs here are 128 wide.
 DEEPSEEK_FP8 = dict(moe_intermediate_size=128)
-
-
-def is_quantised_in_deepseek_checkpoints(name: str, tensor: torch.Tensor) -> bool:
-    """Linear weights of attention and MLPs; not embeddings, head, norms or the router."""
-    return (
-        name.startswith("model.layers.") and name.endswith("proj.weight") and tensor.dim() == 2
-        and "norm" not in name
-    )
-
-
-def quantise_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(e4m3fn weight, weight_scale_inv) with one scale per 128x128 tile, as DeepSeek's
-    conversion script writes them (written here independently of accord's quantiser)."""
-    rows, cols = weight.shape
-    scales = torch.empty(-(-rows // BLOCK), -(-cols // BLOCK))
-    quantised = torch.empty(rows, cols, dtype=torch.float8_e4m3fn)
-    for i in range(scales.shape[0]):
-        for j in range(scales.shape[1]):
-            tile = weight[i * BLOCK : (i + 1) * BLOCK, j * BLOCK : (j + 1) * BLOCK].float()
-            scales[i, j] = tile.abs().max().clamp_min(1e-12) / E4M3_MAX
-            quantised[i * BLOCK : (i + 1) * BLOCK, j * BLOCK : (j + 1) * BLOCK] = (tile / scales[i, j]).to(
-                torch.float8_e4m3fn
-            )
-    return quantised, scales
 
 
 def save_conditioned_bf16(name: str, directory: Path, **overrides) -> Path:
@@ -84,20 +56,7 @@ def bf16_deepseek(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def fp8_deepseek(bf16_deepseek, tmp_path_factory) -> Path:
     """The same model with its linear weights block-quantised to fp8, config declaring it."""
-    directory = tmp_path_factory.mktemp("deepseek_fp8")
-    tensors = {}
-    for name, tensor in load_file(bf16_deepseek / "model.safetensors").items():
-        if is_quantised_in_deepseek_checkpoints(name, tensor):
-            tensors[name], tensors[name.replace(".weight", ".weight_scale_inv")] = quantise_blocks(tensor)
-        else:
-            tensors[name] = tensor
-    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
-    config = json.loads((bf16_deepseek / "config.json").read_text())
-    config["quantization_config"] = {
-        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
-    }
-    (directory / "config.json").write_text(json.dumps(config))
-    return directory
+    return write_block_fp8(bf16_deepseek, tmp_path_factory.mktemp("deepseek_fp8"))
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import json
+
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 
+#: DeepSeek's fp8 checkpoints: e4m3fn weights, one scale per 128x128 tile.
+BLOCK = 128
+E4M3_MAX = 448.0
 PROMPT_LEN = 64
 NEW_TOKENS = 32
 VOCAB = 256
@@ -99,3 +105,45 @@ def fixed_prompt() -> list[int]:
 def load_transformers(directory: Path, dtype: torch.dtype) -> Any:
     """The checkpoint as transformers loads it, in `dtype`."""
     return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).eval()
+
+
+def is_quantised_in_deepseek_checkpoints(name: str, tensor: torch.Tensor) -> bool:
+    """Linear weights of attention and MLPs; not embeddings, head, norms or the router."""
+    return (
+        name.startswith("model.layers.") and name.endswith("proj.weight") and tensor.dim() == 2
+        and "norm" not in name
+    )
+
+
+def quantise_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3fn weight, weight_scale_inv) with one scale per 128x128 tile, as DeepSeek's
+    conversion script writes them (written here independently of accord's quantiser)."""
+    rows, cols = weight.shape
+    scales = torch.empty(-(-rows // BLOCK), -(-cols // BLOCK))
+    quantised = torch.empty(rows, cols, dtype=torch.float8_e4m3fn)
+    for i in range(scales.shape[0]):
+        for j in range(scales.shape[1]):
+            tile = weight[i * BLOCK : (i + 1) * BLOCK, j * BLOCK : (j + 1) * BLOCK].float()
+            scales[i, j] = tile.abs().max().clamp_min(1e-12) / E4M3_MAX
+            quantised[i * BLOCK : (i + 1) * BLOCK, j * BLOCK : (j + 1) * BLOCK] = (tile / scales[i, j]).to(
+                torch.float8_e4m3fn
+            )
+    return quantised, scales
+
+
+def write_block_fp8(source: Path, directory: Path) -> Path:
+    """`source`'s checkpoint with its linear weights block-quantised to fp8 in
+    `directory`, config.json declaring it, as DeepSeek ships its checkpoints."""
+    tensors = {}
+    for name, tensor in load_file(source / "model.safetensors").items():
+        if is_quantised_in_deepseek_checkpoints(name, tensor):
+            tensors[name], tensors[name.replace(".weight", ".weight_scale_inv")] = quantise_blocks(tensor)
+        else:
+            tensors[name] = tensor
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((source / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+    }
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory

@@ -44,7 +44,7 @@ def make_int32_router_backend(seen: list[torch.dtype]) -> CountingBackend:
         claims={"topk_ids": (torch.int32,)},
         adapters=(CastAdapter("topk_ids", torch.int32),),
     )
-    def fused_moe(hidden, w13, w2, topk_weights, topk_ids, expert_map, w13_scale, w2_scale, activation, out):
+    def fused_moe(hidden, w13, w2, topk_weights, topk_ids, expert_map, w13_scale, w2_scale, activation, swiglu_limit, out):
         seen.append(topk_ids.dtype)
         out.zero_()
 

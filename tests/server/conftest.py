@@ -58,6 +58,6 @@ def http(server: ServerProcess) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="session")
 def offline_llm(demo_model: Path):
     """The offline `LLM` API over the same model and engine settings as the server."""
-    from accord.core.llm import LLM
+    from accord import LLM
 
     return LLM(str(demo_model), **ENGINE_ARGS)

@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from accord.demo.model import DEMO_MODEL_NAME
+
 API_KEY = "test-key"
 #: Small limits keep startup fast and the KV cache small on a shared CI machine.
 ENGINE_ARGS = {"max_model_len": 256, "kv_cache_memory": 16 << 20, "max_num_seqs": 64, "max_num_batched_tokens": 512}
@@ -39,7 +41,9 @@ class ServerProcess:
     def __init__(self, *flags: str, cache_dir: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "accord", "serve", "--port", str(self.port), *flags]
+        # The random demo model unless a test names one: fast, and no download.
+        model = () if "--model" in flags else ("--model", DEMO_MODEL_NAME)
+        command = [sys.executable, "-m", "accord", "serve", "--port", str(self.port), *model, *flags]
         env = {**os.environ, "ACCORD_CACHE_DIR": str(cache_dir)}
         # A file, not a pipe: nobody reads a pipe while tests run, and a full one blocks the server.
         self.log = tempfile.NamedTemporaryFile(mode="w+", prefix="accord-serve-", suffix=".log")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 
 import httpx
@@ -21,10 +22,18 @@ MODEL = ServedModel(name="stub", root="/nowhere", max_model_len=64, vocab_size=1
 
 
 class StubTokenizer:
-    """Characters are tokens."""
+    """Characters are tokens; records the threads that tokenise."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        self.threads.append(threading.current_thread())
         return [ord(char) % 100 for char in text]
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, tokenize: bool = False,
+                            **options) -> list[int]:
+        return self.encode("".join(message["content"] for message in messages))
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return "".join(chr(token) for token in token_ids)
@@ -100,7 +109,9 @@ def test_an_engine_failure_fails_that_request_and_the_next_one_succeeds() -> Non
 
     failed, served = asyncio.run(scenario())
     assert failed.status_code == 500
-    assert "the kernel failed" in failed.json()["error"]["message"]
+    # The cause is logged, never sent: exception text can name internals.
+    assert failed.json()["error"]["code"] == "engine_error"
+    assert "the kernel failed" not in failed.text
     assert served.status_code == 200
 
 
@@ -115,5 +126,48 @@ def test_an_engine_failure_mid_stream_ends_the_stream_with_an_error_event() -> N
 
     first, error, done = asyncio.run(scenario())
     assert json.loads(first.removeprefix("data: "))["choices"][0]["text"] == "A"
-    assert "the kernel failed late" in json.loads(error.removeprefix("data: "))["error"]["message"]
+    assert json.loads(error.removeprefix("data: "))["error"]["code"] == "engine_error"
+    assert "the kernel failed late" not in error
     assert done == "data: [DONE]"
+
+
+def test_a_request_that_could_never_be_admitted_gets_400_not_429() -> None:
+    async def scenario() -> httpx.Response:
+        engine = StubEngine()
+        engine.release.set()
+        async with client_for(engine, max_waiting_requests=2) as client:
+            return await client.post("/v1/completions", json={"prompt": ["a", "b", "c"]})
+
+    response = asyncio.run(scenario())
+    assert response.status_code == 400 and response.json()["error"]["code"] == "too_many_prompts"
+
+
+def test_429_says_when_to_retry_and_is_counted() -> None:
+    async def scenario() -> tuple[httpx.Response, str]:
+        engine = StubEngine()
+        async with client_for(engine, max_waiting_requests=1) as client:
+            waiting = asyncio.create_task(client.post("/v1/completions", json={"prompt": "a"}))
+            await asyncio.wait_for(engine.started.wait(), timeout=10)
+            refused = await client.post("/v1/completions", json={"prompt": "b"})
+            engine.release.set()
+            await waiting
+            return refused, (await client.get("/metrics")).text
+
+    refused, metrics = asyncio.run(scenario())
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert 'accord:request_rejected_total{model_name="stub",reason="too_many_waiting_requests"} 1.0' in metrics
+
+
+def test_prompts_and_chat_templates_are_tokenised_off_the_event_loop() -> None:
+    async def scenario() -> list[threading.Thread]:
+        engine = StubEngine()
+        engine.release.set()
+        async with client_for(engine) as client:
+            assert (await client.post("/v1/completions", json={"prompt": "a"})).status_code == 200
+            chat = {"messages": [{"role": "user", "content": "b"}]}
+            assert (await client.post("/v1/chat/completions", json=chat)).status_code == 200
+            assert (await client.post("/tokenize", json={"prompt": "c"})).status_code == 200
+        return engine.tokenizer.threads
+
+    threads = asyncio.run(scenario())  # the event loop runs in this (the main) thread
+    assert len(threads) == 3 and threading.main_thread() not in threads

@@ -15,7 +15,7 @@ MAX_TOKENS = 4
 async def stream_one(client: openai.AsyncOpenAI, index: int) -> tuple[int, int]:
     """Stream one completion; return (tokens streamed, usage.completion_tokens)."""
     stream = await client.completions.create(
-        model="accord-demo-llama", prompt=f"Request number {index} says", max_tokens=MAX_TOKENS, logprobs=0, stream=True,
+        model="accord-demo-random", prompt=f"Request number {index} says", max_tokens=MAX_TOKENS, logprobs=0, stream=True,
         stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
     )
     streamed, usage = 0, None

@@ -10,7 +10,7 @@ import pytest
 
 from accord.core.sampling_params import SamplingParams
 
-MODEL = "accord-demo-llama"
+MODEL = "accord-demo-random"
 PROMPT = "The capital of France is"
 MESSAGES = [{"role": "user", "content": "Tell me a joke."}]
 #: ignore_eos: exact token counts (the random weights may emit EOS anywhere);

@@ -4,6 +4,8 @@ process exits with status 0."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -26,5 +28,32 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_zero(demo_model: P
         assert sum(len(chunk["choices"][0]["logprobs"]["tokens"]) for chunk in chunks) == MAX_TOKENS
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
         assert server.process.wait(timeout=60) == 0
+    finally:
+        server.stop()
+
+
+def test_requests_that_outlive_a_short_drain_end_cleanly(demo_model: Path, cache_dir: Path) -> None:
+    server = ServerProcess(*ENGINE_FLAGS, "--shutdown-timeout", "1", cache_dir=cache_dir)
+    long = {"prompt": "Once upon a time", "max_tokens": 240, "ignore_eos": True}
+    whole: dict[str, httpx.Response] = {}
+    try:
+        waiter = threading.Thread(
+            target=lambda: whole.update(r=httpx.post(f"{server.url}/v1/completions", json=long, timeout=60))
+        )
+        with httpx.stream("POST", f"{server.url}/v1/completions", json={**long, "stream": True}, timeout=60) as response:
+            events = response.iter_lines()
+            assert next(events).startswith("data: ")
+            waiter.start()
+            time.sleep(0.3)  # the whole request is in flight too
+            server.terminate()
+            rest = [line for line in events if line]
+        waiter.join(timeout=60)
+        assert rest[-1] == "data: [DONE]"
+        error = json.loads(rest[-2].removeprefix("data: "))["error"]
+        assert error["code"] == "server_shutting_down"
+        assert whole["r"].status_code == 503
+        assert whole["r"].json()["error"]["code"] == "server_shutting_down"
+        assert server.process.wait(timeout=60) == 0
+        assert "Traceback" not in server.output()
     finally:
         server.stop()

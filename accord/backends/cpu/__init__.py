@@ -41,6 +41,7 @@ class CpuBackend(Backend):
     name = "cpu"
     device_type = "cpu"
     priority = 10
+    dist_backend = "gloo"
     description = "fast CPU kernels (the embedded default)"
 
     def load_kernels(self) -> KernelSet:
@@ -58,3 +59,9 @@ class CpuBackend(Backend):
         if requested in (torch.bfloat16, torch.float16) and not cpu_has_native_bf16():
             return torch.float32
         return requested
+
+    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """Prepack into oneDNN's blocked layout where this CPU computes the dtype natively."""
+        from .kernels.linear import prepack
+
+        return prepack(weight)

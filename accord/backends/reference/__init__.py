@@ -13,6 +13,7 @@ class ReferenceBackend(Backend):
     name = "reference"
     device_type = "cpu"
     priority = 0
+    dist_backend = "gloo"
     description = "plain torch, fp32/fp64 accumulation: the golden for conformance"
 
     def batch_variant_ops(self) -> frozenset[str]:

@@ -16,6 +16,9 @@ class RocmBackend(GpuBackend):
     priority = 40
     # RCCL; torch.distributed reaches it through its "nccl" backend name on ROCm builds.
     dist_backend = "rccl"
+
+    def process_group_backend(self) -> str:
+        return "nccl"
     vendor = "AMD"
     description = "AMD GPUs (Triton kernels on HIP, torch._scaled_mm)"
 

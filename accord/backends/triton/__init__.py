@@ -36,6 +36,11 @@ class TritonBackend(GpuBackend):
     def device_type(self) -> str:  # type: ignore[override]
         return "cpu" if triton_interpreter_enabled() else "cuda"
 
+    @property
+    def dist_backend(self) -> str:  # type: ignore[override]
+        # Interpreted kernels keep their tensors on the CPU, where nccl cannot reach.
+        return "gloo" if triton_interpreter_enabled() else "nccl"
+
     def availability(self) -> Availability:
         if importlib.util.find_spec("triton") is None:
             return Availability(False, "triton is not installed (pip install 'accord[triton]')")

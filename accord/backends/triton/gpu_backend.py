@@ -24,6 +24,7 @@ class GpuBackend(Backend):
     vendor fast paths join the Triton kernels (`use_torch_fast_paths`)."""
 
     device_type = "cuda"
+    dist_backend = "nccl"
     #: Whether vendor fast paths (torch._scaled_mm) replace Triton kernels where they fit.
     use_torch_fast_paths: bool = True
     #: How the availability message names this backend's GPUs ("NVIDIA", "AMD").

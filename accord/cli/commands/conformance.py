@@ -2,7 +2,8 @@
 against the reference backend; print the matrix and exit non-zero on any failure.
 `--deploy deploy.yaml` runs the rollout gate for a production config instead,
 `--report-dir` writes report.json, junit.xml and report.html, and
-`accord conformance merge a.json b.json ...` builds the cross-vendor matrix."""
+`accord conformance merge a.json b.json ...` builds the cross-vendor matrix.
+`--world-size N` runs the collective contracts' cases on N ranks instead."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 from ...backends import BackendUnavailableError, UnknownBackendError, default_registry
 from ...conformance import ConformanceRunner, cases_for
+from ...conformance.collectives import render_collectives, run_collective_conformance
 from ...gate.gate_command import print_op_progress, run_deploy, run_merge, write_op_reports
 from ...conformance.table import render
 from ...op_contracts import CONTRACTS
@@ -35,6 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for the op checks (default 1: the cases are small, and a thread "
                         "pool on a busy host costs more than it gives; --deploy keeps production's threading)")
+    parser.add_argument("--world-size", type=int, default=1, metavar="N",
+                        help="run the collective cases (all_reduce, all_gather, reduce_scatter, all_to_all over the "
+                        "backend's communicator and dtype contract) on N spawned ranks instead of the op cases")
     parser.add_argument("--deploy", metavar="YAML",
                         help="run the rollout gate for this deploy config (docs/rollout_gate.md)")
     parser.add_argument("--report-dir", metavar="DIR", help="write report.json, junit.xml and report.html into DIR")
@@ -79,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"accord conformance: {error}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
+    if args.world_size > 1:
+        results = run_collective_conformance(backend.name, args.world_size, args.seed)
+        print(render_collectives(results))
+        return 1 if any(r.status == "failed" for r in results) else 0
     report = ConformanceRunner(backend, reference, args.seed).run(ops, progress=print_op_progress)
     print(render(report))
     if args.report_dir:

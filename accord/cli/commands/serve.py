@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from ...core.config import EngineConfig
+from ...server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 
 #: Environment variable that supplies --api-key (keeps the key out of `ps` output).
 API_KEY_ENV = "ACCORD_API_KEY"
@@ -17,7 +18,7 @@ API_KEY_ENV = "ACCORD_API_KEY"
 ENGINE_FLAG_FIELDS = (
     "backend", "tokenizer", "dtype", "quantization", "max_model_len", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "enable_prefix_caching", "kv_cache_dtype", "gpu_memory_utilization",
-    "scheduling_policy", "seed",
+    "scheduling_policy", "seed", "tensor_parallel_size", "distributed_executor_backend", "prefix_caching_hash_algo",
 )
 
 
@@ -55,16 +56,27 @@ def _add_server_flags(group: argparse._ArgumentGroup) -> None:
         "--shutdown-timeout", type=float, default=30.0,
         help="seconds SIGTERM waits for in-flight requests before aborting them (default: %(default)s)",
     )
+    group.add_argument(
+        "--max-request-body-bytes", type=int, default=DEFAULT_MAX_REQUEST_BODY_BYTES,
+        help="answer 413 to request bodies larger than this (default: %(default)s, 16 MiB)",
+    )
+    group.add_argument(
+        "--tool-call-parser", default="hermes",
+        help="how tool calls are read from the model's output with tool_choice auto, and written for required or "
+        "named choices: hermes (also qwen: <tool_call> JSON blocks) (default: %(default)s)",
+    )
     group.add_argument("--uvicorn-log-level", default="warning", help="uvicorn's log level (default: %(default)s)")
 
 
 def _add_engine_flags(group: argparse._ArgumentGroup) -> None:
     defaults = {field.name: field.default for field in dataclasses.fields(EngineConfig)}
 
-    def engine_flag(field: str, description: str, **options: Any) -> None:
+    def engine_flag(field: str, description: str, *aliases: str, **options: Any) -> None:
         # Default from EngineConfig, shown in the help.
         flag = "--" + field.replace("_", "-")
-        group.add_argument(flag, default=defaults[field], help=f"{description} (default: %(default)s)", **options)
+        group.add_argument(
+            flag, *aliases, default=defaults[field], help=f"{description} (default: %(default)s)", **options
+        )
 
     group.add_argument("--model", default=None, help="Hugging Face model directory (default: the built-in demo model)")
     group.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
@@ -89,6 +101,17 @@ def _add_engine_flags(group: argparse._ArgumentGroup) -> None:
     engine_flag("gpu_memory_utilization", "fraction of accelerator memory the engine may use", type=float)
     engine_flag("scheduling_policy", "order of waiting requests", choices=["fcfs", "priority"])
     engine_flag("seed", "random seed of unseeded sampling", type=int)
+    engine_flag(
+        "prefix_caching_hash_algo", "hash of prefix-cache block keys; builtin is faster but not collision-resistant",
+        choices=["sha256", "builtin"],
+    )
+    engine_flag("tensor_parallel_size", "ranks (devices) one model is sharded over", "-tp", type=int)
+    engine_flag(
+        "distributed_executor_backend",
+        "how the ranks run: uni (in the server process), mp (a process per rank) or ray; None means uni for "
+        "one rank, mp for more",
+        choices=["uni", "mp", "ray"],
+    )
 
 
 def engine_config(args: argparse.Namespace, model_dir: str) -> EngineConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from ..case import Case
-from . import attention, cache, elementwise, fp8, moe, sampling
+from . import attention, cache, deepseek_v4, elementwise, fp8, linear, moe, sampling
 from .illegal import illegal_cases
 
 CaseGenerator = Callable[[int], Iterable[Case]]
@@ -14,11 +14,13 @@ CaseGenerator = Callable[[int], Iterable[Case]]
 #: Each op's legal-case generator, called with the run's seed.
 GENERATORS: dict[str, CaseGenerator] = {
     **elementwise.CASES,
+    **linear.CASES,
     **cache.CASES,
     **attention.CASES,
     **moe.CASES,
     **fp8.CASES,
     **sampling.CASES,
+    **deepseek_v4.CASES,  # its own ops, and V4's calls added to the MoE ops' cases
 }
 
 

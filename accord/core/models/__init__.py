@@ -11,6 +11,8 @@ from typing import Callable
 import torch
 
 from ...op_contracts import OpDispatcher
+from ..distributed import ParallelContext
+from ..gguf import is_gguf, open_gguf_model
 from ..loader import CheckpointError, SafetensorsCheckpoint, read_json
 from ..model_config import DTYPES_BY_NAME, ModelConfig, ModelConfigError
 from .causal_lm import CausalLM
@@ -34,32 +36,45 @@ def load_model(
     dtype: torch.dtype | str = "auto",
     quantization: str | None = None,
     compute_dtype: Callable[[torch.dtype], torch.dtype] | None = None,
+    parallel: ParallelContext | None = None,
 ) -> LoadedModel:
-    """Load a Hugging Face model directory onto `ops`'s backend.
+    """Load a Hugging Face model directory (or a GGUF file) onto `ops`'s backend.
 
     `dtype` "auto" takes config.json's dtype; the result goes through `compute_dtype`
     (the backend's, e.g. bf16 -> fp32 on CPUs without bf16 GEMMs). `quantization`
     "fp8" quantises dense weights at load; block-fp8 checkpoints stay fp8 regardless.
+    `parallel` (one rank when None) says which tensor-parallel shard this rank loads.
     """
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir}: not a directory")
+    parallel = parallel or ParallelContext.single()
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization {quantization!r} is not supported; choose from {list(QUANTIZATIONS)}")
-    raw = read_json(model_dir, "config.json")
+    if is_gguf(model_dir):
+        source = open_gguf_model(model_dir)
+        raw, generation, checkpoint = source.config, source.generation, source.checkpoint
+    else:
+        model_dir = Path(model_dir)
+        if not model_dir.is_dir():
+            raise CheckpointError(f"{model_dir}: not a directory")
+        raw = read_json(model_dir, "config.json")
+        generation = read_json(model_dir, "generation_config.json", required=False)
+        checkpoint = SafetensorsCheckpoint(model_dir)
     architecture = check_supported(raw)
-    generation = read_json(model_dir, "generation_config.json", required=False)
     config = ModelConfig.from_hf(raw, generation)
     run_dtype = _resolve_dtype(dtype, config.dtype)
     if compute_dtype is not None:
         run_dtype = compute_dtype(run_dtype)
     config = dataclasses.replace(config, dtype=run_dtype)
     builder = family(architecture)
+    if parallel.tp_size > 1 and not builder.tensor_parallel:
+        raise ValueError(
+            f"{architecture} has no tensor-parallel graph yet; load it with tensor_parallel_size=1 "
+            f"(got {parallel.tp_size})"
+        )
     weights = WeightLoader(
-        SafetensorsCheckpoint(model_dir), ops, run_dtype, torch.device(ops.backend.device_type),
-        quantize_fp8=quantization == "fp8",
+        checkpoint, ops, run_dtype, torch.device(ops.backend.device_type),
+        quantize_fp8=quantization == "fp8", parallel=parallel,
     )
-    model = CausalLM.load(weights, config, builder.build_layer)
+    model = builder.load(weights, config)
     weights.finish(lambda name: builder.ignores(name, config))
     return LoadedModel(model, config)
 

@@ -1,18 +1,20 @@
 """The decoder-only skeleton every family shares: embedding, pre-norm decoder layers,
 final norm and the LM head. Families differ only in the attention and feed-forward
-blocks they put in each layer."""
+blocks they put in each layer. Under tensor parallelism the embedding and the head hold
+this rank's vocabulary rows."""
 
 from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ...op_contracts import OpDispatcher
 from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ..distributed.sharding import rank_shard
 from ..model_config import ModelConfig
 from .layers import RMSNorm, RotaryEmbedding
+from .layers.parallel import ParallelLMHead, VocabParallelEmbedding
 from .weights import WeightLoader
 
 
@@ -61,29 +63,43 @@ class CausalLM:
     """A decoder-only language model on the paged KV cache: the engine's view of a model."""
 
     def __init__(
-        self, config: ModelConfig, ops: OpDispatcher, embed: torch.Tensor, layers: Sequence[DecoderLayer],
-        norm: RMSNorm, lm_head: torch.Tensor,
+        self, config: ModelConfig, ops: OpDispatcher, embedding: VocabParallelEmbedding,
+        layers: Sequence[DecoderLayer], norm: RMSNorm, head: ParallelLMHead,
     ) -> None:
         self.config = config
         self.ops = ops
-        self.embed = embed
+        self.embedding = embedding
         self.layers = list(layers)
         self.norm = norm
-        self.lm_head = lm_head
+        self.head = head
+
+    @property
+    def embed(self) -> torch.Tensor:
+        """This rank's embedding rows [V_rank, H]."""
+        return self.embedding.weight
+
+    @property
+    def lm_head(self) -> torch.Tensor:
+        """This rank's LM head rows [V_rank, H] (the embedding's when tied)."""
+        return self.head.weight
 
     @classmethod
     def load(cls, weights: WeightLoader, config: ModelConfig, build_layer: LayerBuilder) -> CausalLM:
-        """Every tensor from the checkpoint; `build_layer` makes each decoder layer."""
-        hidden, vocab = config.hidden_size, config.vocab_size
+        """Every tensor (this rank's shard of it) from the checkpoint; `build_layer` makes
+        each decoder layer."""
+        hidden, vocab, parallel = config.hidden_size, config.vocab_size, weights.parallel
         rotary = RotaryEmbedding(weights.ops, config.rope, config.max_position_embeddings, weights.device)
-        embed = weights.tensor("model.embed_tokens.weight", (vocab, hidden))
+        rows = rank_shard(parallel)
+        embed = weights.tensor("model.embed_tokens.weight", (vocab, hidden), shard=rows)
         layers = [build_layer(weights, config, i, rotary) for i in range(config.num_layers)]
         norm = RMSNorm(weights.ops, weights.tensor("model.norm.weight", (hidden,)), config.rms_norm_eps)
         if config.tie_word_embeddings:
             lm_head = embed
         else:
-            lm_head = weights.tensor("lm_head.weight", (vocab, hidden))
-        return cls(config, weights.ops, embed, layers, norm, lm_head)
+            lm_head = weights.tensor("lm_head.weight", (vocab, hidden), shard=rows)
+        comm = parallel.tp_comm()
+        embedding = VocabParallelEmbedding(embed, rows.bounds(vocab)[0], comm)
+        return cls(config, weights.ops, embedding, layers, norm, ParallelLMHead(lm_head, rows.extents(vocab), comm))
 
     def kv_cache_specs(self) -> list[KVCacheSpec]:
         """One cache spec per decoder layer, in layer order."""
@@ -94,15 +110,16 @@ class CausalLM:
         kv_caches: Sequence[LayerKVCache],
     ) -> torch.Tensor:
         """Final hidden states [T, H] of one flattened step (writes its K/V to the caches)."""
-        hidden, residual = F.embedding(input_ids, self.embed), None
+        hidden, residual = self.embedding(input_ids), None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             hidden, residual = layer(positions, hidden, residual, attn, kv_cache)
         hidden, _ = self.norm(hidden, residual)
         return hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits [N, V] in fp32 for the rows of `hidden` [N, H] that need sampling."""
-        return F.linear(hidden, self.lm_head).float()
+        """Logits [N, V] in fp32 for the rows of `hidden` [N, H] that need sampling; under
+        tensor parallelism a collective (every rank calls it) leaves them on every rank."""
+        return self.head(hidden)
 
 
 def layer_norms(weights: WeightLoader, config: ModelConfig, prefix: str) -> tuple[RMSNorm, RMSNorm]:

@@ -13,11 +13,15 @@ import torch
 
 from ...op_contracts import OpDispatcher
 from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ..distributed.sharding import split_evenly
 from ..model_config import MlaConfig, ModelConfig
 from .causal_lm import DecoderLayer, layer_norms
 from .layers import GatedMLP, Linear, RMSNorm, RotaryEmbedding, SparseMoE
 from .layers.rotary import yarn_mscale
 from .weights import WeightLoader
+
+#: The graph shards heads, channels and vocabulary across tensor-parallel ranks.
+TENSOR_PARALLEL = True
 
 
 class MLAAttention:
@@ -56,32 +60,37 @@ class MLAAttention:
 
     @classmethod
     def load(cls, weights: WeightLoader, prefix: str, config: ModelConfig, rotary: RotaryEmbedding) -> MLAAttention:
-        """From DeepSeek's q_a/q_b (or q_proj), kv_a_proj_with_mqa, kv_b_proj and o_proj."""
+        """From DeepSeek's q_a/q_b (or q_proj), kv_a_proj_with_mqa, kv_b_proj and o_proj.
+        Under tensor parallelism this rank holds heads / tp heads (their rows of q_b and
+        kv_b, their columns of o_proj); the latent projections and the latent cache are
+        whole on every rank."""
         mla, heads, hidden, eps = config.mla, config.num_heads, config.hidden_size, config.rms_norm_eps
         assert mla is not None, "DeepseekV3 always parses an MlaConfig"
         qk_head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         q_out = [heads * qk_head_dim]
+        by_head = split_evenly(weights.parallel, heads, "num_attention_heads")
         if mla.q_lora_rank is None:
             q_a_proj, q_a_norm = None, None
-            q_proj = weights.linear([f"{prefix}.q_proj"], hidden, q_out)
+            q_proj = weights.linear([f"{prefix}.q_proj"], hidden, q_out, shards=[by_head])
         else:
             q_a_proj = weights.linear([f"{prefix}.q_a_proj"], hidden, [mla.q_lora_rank])
             q_a_norm = RMSNorm(weights.ops, weights.tensor(f"{prefix}.q_a_layernorm.weight", (mla.q_lora_rank,)), eps)
-            q_proj = weights.linear([f"{prefix}.q_b_proj"], mla.q_lora_rank, q_out)
+            q_proj = weights.linear([f"{prefix}.q_b_proj"], mla.q_lora_rank, q_out, shards=[by_head])
         kv_a_proj = weights.linear(
             [f"{prefix}.kv_a_proj_with_mqa"], hidden, [mla.kv_lora_rank + mla.qk_rope_head_dim]
         )
         kv_a_norm = RMSNorm(weights.ops, weights.tensor(f"{prefix}.kv_a_layernorm.weight", (mla.kv_lora_rank,)), eps)
         kv_b_proj = weights.dense_weight(
-            f"{prefix}.kv_b_proj", (heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank)
+            f"{prefix}.kv_b_proj", (heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank), by_head
         )
-        o_proj = weights.linear([f"{prefix}.o_proj"], heads * mla.v_head_dim, [hidden])
+        o_proj = weights.row_parallel_linear(f"{prefix}.o_proj", heads * mla.v_head_dim, hidden)
         scale = qk_head_dim**-0.5
         rope = config.rope
         if rope.rope_type != "default" and rope.mscale_all_dim:
             scale *= yarn_mscale(rope.factor, rope.mscale_all_dim) ** 2
         return cls(
-            weights.ops, mla, heads, q_proj, q_a_norm, q_a_proj, kv_a_proj, kv_a_norm, kv_b_proj, o_proj, rotary, scale
+            weights.ops, mla, by_head.extent(heads), q_proj, q_a_norm, q_a_proj, kv_a_proj, kv_a_norm, kv_b_proj,
+            o_proj, rotary, scale,
         )
 
     def kv_cache_spec(self) -> KVCacheSpec:
@@ -132,9 +141,11 @@ def build_layer(weights: WeightLoader, config: ModelConfig, layer: int, rotary: 
     shared = None
     if moe.num_shared_experts:
         shared = GatedMLP.load(
-            weights, f"{prefix}.mlp.shared_experts", hidden, moe.intermediate_size * moe.num_shared_experts
+            weights, f"{prefix}.mlp.shared_experts", hidden, moe.intermediate_size * moe.num_shared_experts,
+            reduce=False,
         )
-    return DecoderLayer(input_norm, attention, post_norm, SparseMoE(weights.ops, moe, router, experts, bias, shared))
+    feed_forward = SparseMoE(weights.ops, moe, router, experts, bias, shared, weights.parallel.tp_comm())
+    return DecoderLayer(input_norm, attention, post_norm, feed_forward)
 
 
 def is_unused_tensor(name: str, config: ModelConfig) -> bool:

@@ -9,6 +9,9 @@ from .causal_lm import DecoderLayer, layer_norms
 from .layers import GatedMLP, GQAAttention, RotaryEmbedding
 from .weights import WeightLoader
 
+#: The graph shards heads, channels and vocabulary across tensor-parallel ranks.
+TENSOR_PARALLEL = True
+
 
 def build_layer(weights: WeightLoader, config: ModelConfig, layer: int, rotary: RotaryEmbedding) -> DecoderLayer:
     """Decoder layer `layer`: GQA attention and a gated MLP."""

@@ -13,6 +13,9 @@ from .causal_lm import DecoderLayer, layer_norms
 from .layers import GatedMLP, GQAAttention, RotaryEmbedding, SparseMoE
 from .weights import WeightLoader
 
+#: The graph shards heads, channels and vocabulary across tensor-parallel ranks.
+TENSOR_PARALLEL = True
+
 #: Per architecture: (feed-forward prefix, expert weight names as gate, up, down).
 NAMING = {
     "MixtralForCausalLM": ("block_sparse_moe", ("w1", "w3", "w2")),
@@ -34,7 +37,7 @@ def build_layer(weights: WeightLoader, config: ModelConfig, layer: int, rotary: 
         experts = weights.experts(
             f"{prefix}.{ff_name}.experts", moe.num_experts, expert_names, config.hidden_size, moe.intermediate_size
         )
-        feed_forward = SparseMoE(weights.ops, moe, router, experts)
+        feed_forward = SparseMoE(weights.ops, moe, router, experts, comm=weights.parallel.tp_comm())
     else:
         feed_forward = GatedMLP.load(weights, f"{prefix}.mlp", config.hidden_size, config.intermediate_size)
     return DecoderLayer(input_norm, attention, post_norm, feed_forward)

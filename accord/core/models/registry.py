@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Mapping
 
 from ..model_config import ModelConfig
-from .causal_lm import LayerBuilder
+from .causal_lm import CausalLM, LayerBuilder
+from .weights import WeightLoader
 
-#: architecture -> module (under accord.core.models) holding its `build_layer`, and
+#: architecture -> module (under accord.core.models) holding its `build_layer` (or, for
+#: a graph that is not the shared decoder skeleton, `load(weights, config)`), and
 #: optionally `is_unused_tensor(name, config)` for tensors it knowingly leaves unread.
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -20,6 +23,7 @@ ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral",
     "Qwen3MoeForCausalLM": "mixtral",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
 }
 
 
@@ -29,11 +33,13 @@ class UnsupportedArchitectureError(ValueError):
 
 @dataclass(frozen=True)
 class ModelFamily:
-    """How to build one architecture: its decoder layer, and which checkpoint tensors it
-    knowingly leaves unread."""
+    """How to build one architecture: the model from the checkpoint, and which
+    checkpoint tensors it knowingly leaves unread."""
 
-    build_layer: LayerBuilder
+    load: Callable[[WeightLoader, ModelConfig], Any]
     ignores: Callable[[str, ModelConfig], bool]
+    #: Whether its graph shards across tensor-parallel ranks (module `TENSOR_PARALLEL`).
+    tensor_parallel: bool = False
 
 
 def supported_architectures() -> list[str]:
@@ -66,4 +72,5 @@ def family(architecture: str) -> ModelFamily:
             return True
         return family_ignores is not None and family_ignores(name, config)
 
-    return ModelFamily(module.build_layer, ignores)
+    load = getattr(module, "load", None) or partial(CausalLM.load, build_layer=module.build_layer)
+    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False))

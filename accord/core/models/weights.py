@@ -4,6 +4,10 @@
 Layers pull tensors by their Hugging Face names; whatever nobody pulled is an
 unexpected tensor, and a name that is absent is a missing one. Both are errors that
 name the tensor.
+
+Under tensor parallelism each rank reads only its shard of a tensor from disk (a
+safetensors slice, never the whole tensor); fp8 block scales are sliced with their
+weights, so a shard must start and end on a 128-wide tile.
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ import torch
 
 from ...op_contracts import FP8_DTYPES, OpDispatcher
 from .. import quantization
+from ..distributed import ParallelContext
+from ..distributed.sharding import WHOLE, Shard, split_evenly
 from ..loader import CheckpointError, SafetensorsCheckpoint
 from .layers.linear import DenseLinear, Linear
+from .layers.parallel import RowParallelLinear
 
 
 @dataclass(frozen=True)
@@ -33,69 +40,107 @@ class ExpertWeights:
 class WeightLoader:
     """Reads one checkpoint into layer weights of `dtype` on `device`. `quantize_fp8`
     turns dense linear weights into fp8 at load (per output channel; experts per
-    128x128 block, the one fp8 layout fused_moe takes)."""
+    128x128 block, the one fp8 layout fused_moe takes). `parallel` says which
+    tensor-parallel shard of each split tensor this rank holds."""
 
     def __init__(
         self, checkpoint: SafetensorsCheckpoint, ops: OpDispatcher, dtype: torch.dtype, device: torch.device,
-        quantize_fp8: bool = False,
+        quantize_fp8: bool = False, parallel: ParallelContext | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.ops = ops
         self.dtype = dtype
         self.device = device
         self.quantize_fp8 = quantize_fp8
+        self.parallel = parallel or ParallelContext.single()
+        #: The device's fp8 format: what load-time quantisation produces.
+        self.fp8_dtype = ops.backend.fp8_dtype()  # type: ignore[attr-defined]
 
-    def tensor(self, name: str, shape: Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
-        """One tensor as `dtype` (the model dtype by default), checked against `shape`."""
-        return self._read(name, shape).to(device=self.device, dtype=dtype or self.dtype).contiguous()
+    def tensor(
+        self, name: str, shape: Sequence[int], dtype: torch.dtype | None = None, shard: Shard = WHOLE
+    ) -> torch.Tensor:
+        """One tensor (this rank's `shard` of it) as `dtype` (the model dtype by
+        default), the whole checked against `shape`."""
+        return self._read(name, shape, shard).to(device=self.device, dtype=dtype or self.dtype).contiguous()
 
-    def dense_weight(self, prefix: str, shape: Sequence[int]) -> torch.Tensor:
-        """`prefix.weight` in the model dtype, dequantised if the checkpoint stores fp8."""
-        weight = self._read(f"{prefix}.weight", shape)
+    def dense_weight(self, prefix: str, shape: Sequence[int], shard: Shard = WHOLE) -> torch.Tensor:
+        """`prefix.weight` (this rank's `shard`) in the model dtype, dequantised if the
+        checkpoint stores fp8."""
+        weight = self._read(f"{prefix}.weight", shape, shard)
         if weight.dtype in FP8_DTYPES:
-            weight = quantization.dequantize_blocks(weight, self._block_scale(prefix, shape), self.dtype)
+            weight = quantization.dequantize_blocks(weight, self._block_scale(prefix, shape, shard), self.dtype)
         return weight.to(device=self.device, dtype=self.dtype).contiguous()
 
     def linear(
-        self, prefixes: Sequence[str], in_features: int, out_features: Sequence[int], bias: bool = False
+        self, prefixes: Sequence[str], in_features: int, out_features: Sequence[int], bias: bool = False,
+        shards: Sequence[Shard] | None = None,
     ) -> Linear:
         """One linear layer from the `prefix.weight` of each part, stacked along the output
-        dim (q/k/v or gate/up fused into one GEMM)."""
-        parts = [self._read(f"{p}.weight", (n, in_features)) for p, n in zip(prefixes, out_features)]
+        dim (q/k/v or gate/up fused into one GEMM). Column-parallel when `shards` gives
+        each part's output rows for this rank (no collective: the output stays split)."""
+        shards = shards or [WHOLE] * len(prefixes)
+        parts = [self._read(f"{p}.weight", (n, in_features), s) for p, n, s in zip(prefixes, out_features, shards)]
         biases = None
         if bias:
-            biases = torch.cat([self.tensor(f"{p}.bias", (n,)) for p, n in zip(prefixes, out_features)])
+            biases = torch.cat(
+                [self.tensor(f"{p}.bias", (n,), shard=s) for p, n, s in zip(prefixes, out_features, shards)]
+            )
         if parts[0].dtype in FP8_DTYPES:
-            weight, scale = self._stacked_blocks(prefixes, parts)
+            full_shapes = [(n, in_features) for n in out_features]
+            weight, scale = self._device_fp8(*self._stacked_blocks(prefixes, parts, full_shapes, shards))
             return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
-        weight = torch.cat(parts).to(device=self.device, dtype=self.dtype).contiguous()
-        if self.quantize_fp8:
-            fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight)
-            return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", biases)
-        return DenseLinear(weight, biases)
+        return self._local_linear(torch.cat(parts), biases)
+
+    def row_parallel_linear(self, prefix: str, in_features: int, out_features: int, reduce: bool = True) -> Linear:
+        """`prefix.weight` split along its input dim across the ranks (o_proj, down): each
+        rank multiplies its slice of the activations, and the partial products are summed
+        over the ranks (unless `reduce` is False: the caller sums several at once)."""
+        shard = split_evenly(self.parallel, in_features, f"{prefix} input features", dim=1)
+        weight = self._read(f"{prefix}.weight", (out_features, in_features), shard)
+        if weight.dtype in FP8_DTYPES:
+            fp8_weight, scale = self._device_fp8(
+                weight.to(self.device).contiguous(), self._block_scale(prefix, (out_features, in_features), shard)
+            )
+            local: Linear = quantization.Fp8Linear(self.ops, fp8_weight, scale, "block")
+        else:
+            local = self._local_linear(weight, None)
+        if self.parallel.tp_size == 1 or not reduce:
+            return local
+        return RowParallelLinear(local, self.parallel.comm())
 
     def experts(
         self, prefix: str, num_experts: int, names: tuple[str, str, str], hidden: int, intermediate: int
     ) -> ExpertWeights:
         """Experts `prefix.{e}.{gate,up,down}.weight` (names in that order) stacked for
-        fused_moe: kept fp8 with their block scales, quantised, or in the model dtype."""
+        fused_moe: kept fp8 with their block scales, quantised, or in the model dtype.
+        Under tensor parallelism each rank holds every expert's slice of the
+        intermediate dim (gate/up rows, down columns); the outputs sum over the ranks."""
         gate, up, down = names
+        rows = split_evenly(self.parallel, intermediate, f"{prefix} intermediate size")
+        cols = Shard(1, rows.index, rows.count)
         w13 = [[f"{prefix}.{e}.{gate}", f"{prefix}.{e}.{up}"] for e in range(num_experts)]
-        w13_parts = [[self._read(f"{p}.weight", (intermediate, hidden)) for p in pair] for pair in w13]
-        w2_parts = [self._read(f"{prefix}.{e}.{down}.weight", (hidden, intermediate)) for e in range(num_experts)]
+        w13_parts = [[self._read(f"{p}.weight", (intermediate, hidden), rows) for p in pair] for pair in w13]
+        w2_parts = [
+            self._read(f"{prefix}.{e}.{down}.weight", (hidden, intermediate), cols) for e in range(num_experts)
+        ]
         if w2_parts[0].dtype in FP8_DTYPES:
-            w13_stacked = [self._stacked_blocks(pair, parts) for pair, parts in zip(w13, w13_parts)]
-            w2_scales = [self._block_scale(f"{prefix}.{e}.{down}", (hidden, intermediate)) for e in range(num_experts)]
-            return ExpertWeights(
+            w13_stacked = [
+                self._stacked_blocks(pair, parts, [(intermediate, hidden)] * 2, [rows, rows])
+                for pair, parts in zip(w13, w13_parts)
+            ]
+            w2_scales = [
+                self._block_scale(f"{prefix}.{e}.{down}", (hidden, intermediate), cols) for e in range(num_experts)
+            ]
+            w13_fp8, w13_scale = self._device_fp8(
                 torch.stack([w for w, _ in w13_stacked]).to(self.device),
-                torch.stack(w2_parts).to(self.device),
                 torch.stack([s for _, s in w13_stacked]).to(self.device),
-                torch.stack(w2_scales).to(self.device),
             )
+            w2_fp8, w2_scale = self._device_fp8(torch.stack(w2_parts).to(self.device), torch.stack(w2_scales).to(self.device))
+            return ExpertWeights(w13_fp8, w2_fp8, w13_scale, w2_scale)
         w13_dense = torch.stack([torch.cat(parts) for parts in w13_parts]).to(device=self.device, dtype=self.dtype)
         w2_dense = torch.stack(w2_parts).to(device=self.device, dtype=self.dtype)
         if self.quantize_fp8:
-            (w13_q, w13_s), (w2_q, w2_s) = quantization.quantize_blocks(w13_dense), quantization.quantize_blocks(w2_dense)
+            (w13_q, w13_s), (w2_q, w2_s) = (quantization.quantize_blocks(w, self.fp8_dtype) for w in (w13_dense, w2_dense))
             return ExpertWeights(w13_q, w2_q, w13_s, w2_s)
         return ExpertWeights(w13_dense.contiguous(), w2_dense.contiguous())
 
@@ -109,7 +154,15 @@ class WeightLoader:
                 "is config.json for this checkpoint?"
             )
 
-    def _read(self, name: str, shape: Sequence[int]) -> torch.Tensor:
+    def _local_linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+        """This rank's dense weight as a linear: in the model dtype, or fp8 per channel."""
+        weight = weight.to(device=self.device, dtype=self.dtype).contiguous()
+        if self.quantize_fp8:
+            fp8_weight, scale = quantization.quantize_per_channel(self.ops, weight, self.fp8_dtype)
+            return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", bias)
+        return DenseLinear(self.ops, weight, bias)
+
+    def _read(self, name: str, shape: Sequence[int], shard: Shard = WHOLE) -> torch.Tensor:
         if name not in self.checkpoint:
             raise CheckpointError(
                 f"{self.checkpoint.model_dir}: tensor {name!r} (shape {tuple(shape)}) is missing from the checkpoint"
@@ -120,23 +173,45 @@ class WeightLoader:
                 f"{self.checkpoint.model_dir}: tensor {name!r} has shape {stored}, but config.json implies "
                 f"{tuple(shape)}"
             )
-        return self.checkpoint.read(name)
+        if shard.whole:
+            return self.checkpoint.read(name)
+        return self.checkpoint.read_slice(name, shard.dim, *shard.bounds(shape[shard.dim]))
 
-    def _block_scale(self, prefix: str, shape: Sequence[int]) -> torch.Tensor:
+    def _device_fp8(self, weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A checkpoint's e4m3fn weight and scale as the device stores them: the backend
+        converts at load time where its format differs (e4m3fnuz on gfx94x)."""
+        return self.ops.backend.prepare_fp8_weight(weight, scale)  # type: ignore[attr-defined]
+
+    def _block_scale(self, prefix: str, shape: Sequence[int], shard: Shard = WHOLE) -> torch.Tensor:
+        """The 128x128 block scales of `prefix.weight`, sliced like the weight's `shard`
+        (which must start and end on tile edges, so chunk i of the tiles is chunk i of
+        the scales)."""
         rows, cols = shape
         block = quantization.BLOCK
-        return self.tensor(f"{prefix}.weight_scale_inv", (-(-rows // block), -(-cols // block)), torch.float32)
+        if not shard.whole:
+            extent = shape[shard.dim]
+            start, stop = shard.bounds(extent)
+            if start % block or (stop % block and stop != extent):
+                raise CheckpointError(
+                    f"{self.checkpoint.model_dir}: fp8 tensor {prefix}.weight cannot be split for tensor parallel: "
+                    f"this rank's slice [{start}:{stop}] of dim {shard.dim} does not fall on {block}-wide scale tiles"
+                )
+        scale_shape = (-(-rows // block), -(-cols // block))
+        return self.tensor(f"{prefix}.weight_scale_inv", scale_shape, torch.float32, shard)
 
     def _stacked_blocks(
-        self, prefixes: Sequence[str], parts: Sequence[torch.Tensor]
+        self, prefixes: Sequence[str], parts: Sequence[torch.Tensor], shapes: Sequence[Sequence[int]],
+        shards: Sequence[Shard],
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block-fp8 parts (this rank's shards of weights of full `shapes`) stacked along
+        the output dim, with their scales."""
         # Stacking block-scaled parts keeps every 128-row tile inside one part only when
         # each part but the last is a whole number of tiles (true of real checkpoints).
         for prefix, part in zip(prefixes[:-1], parts[:-1]):
             if part.shape[0] % quantization.BLOCK:
                 raise CheckpointError(
-                    f"{self.checkpoint.model_dir}: fp8 tensor {prefix}.weight has {part.shape[0]} rows; fusing "
-                    f"block-quantised weights needs a multiple of {quantization.BLOCK}"
+                    f"{self.checkpoint.model_dir}: fp8 tensor {prefix}.weight has {part.shape[0]} rows on this rank; "
+                    f"fusing block-quantised weights needs a multiple of {quantization.BLOCK}"
                 )
-        scales = [self._block_scale(p, tuple(w.shape)) for p, w in zip(prefixes, parts)]
+        scales = [self._block_scale(p, shape, s) for p, shape, s in zip(prefixes, shapes, shards)]
         return torch.cat(parts).to(self.device).contiguous(), torch.cat(scales).contiguous()

@@ -95,8 +95,9 @@ def _weights_quantised_consistently(call: Mapping[str, Any]) -> tuple[str, str, 
 FUSED_MOE = OpContract(
     name="fused_moe",
     doc=(
-        "out[t] = sum_k topk_weights[t, k] * w2[e] @ (silu(w13[e, :I] @ x) * "
-        "w13[e, I:] @ x) with e = topk_ids[t, k], mapped through expert_map (global -> "
+        "out[t] = sum_k topk_weights[t, k] * w2[e] @ (silu(g) * u) with g = w13[e, :I] @ "
+        "x and u = w13[e, I:] @ x (with swiglu_limit L > 0, DeepSeek-V4's clipping: g = "
+        "min(g, L), u = clamp(u, -L, L)) and e = topk_ids[t, k], mapped through expert_map (global -> "
         "local id, -1: not on this rank, contributes nothing) when one is given. fp8 "
         "weights are dequantised as w * scale[i // 128, j // 128] (DeepSeek's "
         "weight_scale_inv). Accumulation in fp32, rounded once to hidden's dtype. With "
@@ -116,7 +117,10 @@ FUSED_MOE = OpContract(
         TensorSpec("w13_scale", (torch.float32,), ("E", "cdiv(2*I,128)", "cdiv(H,128)"), optional=True),
         TensorSpec("w2_scale", (torch.float32,), ("E", "cdiv(H,128)", "cdiv(I,128)"), optional=True),
     ),
-    params=(ParamSpec("activation", str, "silu", choices=("silu",)),),
+    params=(
+        ParamSpec("activation", str, "silu", choices=("silu",)),
+        ParamSpec("swiglu_limit", float, 0.0, doc="clip of the pre-activations; 0: none"),
+    ),
     outputs=(OutputSpec("out", ("T", "H"), "like:hidden"),),
     primary="hidden",
     tolerance=REDUCTION,

@@ -36,6 +36,7 @@ def fused_moe(
     w13_scale: torch.Tensor | None,
     w2_scale: torch.Tensor | None,
     activation: str,
+    swiglu_limit: float,
     out: torch.Tensor,
 ) -> None:
     """Weighted sum of each token's chosen experts' SwiGLU MLPs, accumulated in fp32."""
@@ -62,7 +63,10 @@ def fused_moe(
         picks = order[ends[expert] : ends[expert + 1]]
         tokens = picks // top_k
         gate_up = F.linear(x.index_select(0, tokens), _expert_weight(w13, w13_scale, expert, dtype))
-        activated = F.silu(gate_up[:, :intermediate]).mul_(gate_up[:, intermediate:])
+        gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
+        if swiglu_limit > 0:
+            gate, up = gate.clamp(max=swiglu_limit), up.clamp(-swiglu_limit, swiglu_limit)
+        activated = F.silu(gate).mul_(up)
         expert_out = F.linear(activated, _expert_weight(w2, w2_scale, expert, dtype)).float()
         total.index_add_(0, tokens, expert_out.mul_(pick_weights.index_select(0, picks)[:, None]))
     if total is not out:

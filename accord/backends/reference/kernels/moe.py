@@ -87,6 +87,7 @@ def fused_moe(
     w13_scale: torch.Tensor | None,
     w2_scale: torch.Tensor | None,
     activation: str,
+    swiglu_limit: float,
     out: torch.Tensor,
 ) -> None:
     """Weighted sum of each token's chosen experts' SwiGLU MLPs."""
@@ -101,7 +102,10 @@ def fused_moe(
             continue
         tokens, slots = (local_ids == expert).nonzero(as_tuple=True)
         gate_up = x[tokens] @ _expert_weight(w13, w13_scale, expert).T
-        act = torch.nn.functional.silu(gate_up[:, :intermediate]) * gate_up[:, intermediate:]
+        gate, up = gate_up[:, :intermediate], gate_up[:, intermediate:]
+        if swiglu_limit > 0:
+            gate, up = gate.clamp(max=swiglu_limit), up.clamp(-swiglu_limit, swiglu_limit)
+        act = torch.nn.functional.silu(gate) * up
         expert_out = act @ _expert_weight(w2, w2_scale, expert).T
         total.index_add_(0, tokens, expert_out * topk_weights[tokens, slots].double()[:, None])
     out.copy_(total)

@@ -80,8 +80,8 @@ def _weight_tile(w_ptr, scale_ptr, expert, rows, cols, row_count, col_count, row
 @triton.jit
 def _gate_up_kernel(
     hidden_ptr, w13_ptr, w13_scale_ptr, slots_ptr, block_experts_ptr, act_ptr,
-    num_slots, top_k, hidden_size, intermediate,
-    IS_FP8: tl.constexpr, DOT_FP32: tl.constexpr,
+    num_slots, top_k, hidden_size, intermediate, swiglu_limit,
+    IS_FP8: tl.constexpr, DOT_FP32: tl.constexpr, CLIP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     expert = tl.load(block_experts_ptr + tl.program_id(0)).to(tl.int64)
@@ -104,6 +104,9 @@ def _gate_up_kernel(
                                 hidden_size, row_blocks, col_blocks, x.dtype, IS_FP8)
             gate = dot(x, w_gate, gate, DOT_FP32)
             up = dot(x, w_up, up, DOT_FP32)
+        if CLIP:  # DeepSeek-V4's swiglu_limit
+            gate = tl.minimum(gate, swiglu_limit)
+            up = tl.minimum(tl.maximum(up, -swiglu_limit), swiglu_limit)
         act = gate / (1.0 + tl.exp(-gate)) * up
         tl.store(act_ptr + rows[:, None] * intermediate + cols[None, :], act, mask=cols[None, :] < intermediate)
 
@@ -148,6 +151,7 @@ def fused_moe(
     w13_scale: torch.Tensor | None,
     w2_scale: torch.Tensor | None,
     activation: str,
+    swiglu_limit: float,
     out: torch.Tensor,
 ) -> None:
     """Weighted sum of each token's chosen experts' SwiGLU MLPs."""
@@ -165,8 +169,8 @@ def fused_moe(
     block_n_up, block_k_up = block_size(min(intermediate, MAX_TILE)), block_size(min(hidden_size, MAX_TILE))
     _gate_up_kernel[(blocks, triton.cdiv(intermediate, block_n_up))](
         hidden, w13, w13_scale if is_fp8 else w13, order.slots, order.block_experts, act,
-        order.num_slots, topk_ids.shape[1], hidden_size, intermediate,
-        IS_FP8=is_fp8, DOT_FP32=dot_fp32, BLOCK_M=BLOCK_M, BLOCK_N=block_n_up, BLOCK_K=block_k_up,
+        order.num_slots, topk_ids.shape[1], hidden_size, intermediate, float(swiglu_limit),
+        IS_FP8=is_fp8, DOT_FP32=dot_fp32, CLIP=swiglu_limit > 0, BLOCK_M=BLOCK_M, BLOCK_N=block_n_up, BLOCK_K=block_k_up,
     )
     block_n_down, block_k_down = block_size(min(hidden_size, MAX_TILE)), block_size(min(intermediate, MAX_TILE))
     _down_kernel[(blocks, triton.cdiv(hidden_size, block_n_down))](

@@ -6,6 +6,7 @@ import torch
 
 from ....op_contracts import OpDispatcher
 from ...attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ...distributed.sharding import kv_head_shard, split_evenly
 from ...model_config import ModelConfig
 from ..weights import WeightLoader
 from .linear import Linear
@@ -46,21 +47,29 @@ class GQAAttention:
     def load(
         cls, weights: WeightLoader, prefix: str, config: ModelConfig, layer: int, rotary: RotaryEmbedding
     ) -> GQAAttention:
-        """The attention of decoder layer `layer` from `prefix.{q,k,v,o}_proj` (+ q/k norms)."""
+        """The attention of decoder layer `layer` from `prefix.{q,k,v,o}_proj` (+ q/k norms).
+        Under tensor parallelism this rank holds heads / tp query heads and their key/value
+        heads (replicated when there are fewer than ranks); o_proj sums over the ranks."""
         heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        q_shard = split_evenly(weights.parallel, heads, "num_attention_heads")
+        kv_shard = kv_head_shard(weights.parallel, kv_heads)
         qkv = weights.linear(
             [f"{prefix}.q_proj", f"{prefix}.k_proj", f"{prefix}.v_proj"],
             config.hidden_size,
             [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim],
             bias=config.attention_bias,
+            shards=[q_shard, kv_shard, kv_shard],
         )
-        o_proj = weights.linear([f"{prefix}.o_proj"], heads * head_dim, [config.hidden_size])
+        o_proj = weights.row_parallel_linear(f"{prefix}.o_proj", heads * head_dim, config.hidden_size)
         q_norm = k_norm = None
         if config.qk_norm:
             q_norm = RMSNorm(weights.ops, weights.tensor(f"{prefix}.q_norm.weight", (head_dim,)), config.rms_norm_eps)
             k_norm = RMSNorm(weights.ops, weights.tensor(f"{prefix}.k_norm.weight", (head_dim,)), config.rms_norm_eps)
         window = config.sliding_windows[layer] if config.sliding_windows else 0
-        return cls(weights.ops, qkv, o_proj, rotary, heads, kv_heads, head_dim, q_norm, k_norm, window)
+        return cls(
+            weights.ops, qkv, o_proj, rotary, q_shard.extent(heads), kv_shard.extent(kv_heads), head_dim,
+            q_norm, k_norm, window,
+        )
 
     def kv_cache_spec(self) -> KVCacheSpec:
         """Separate key and value caches of (num_kv_heads, head_dim) per token."""

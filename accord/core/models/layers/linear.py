@@ -1,13 +1,15 @@
 """Linear layers as the graphs see them: anything callable on [T, K] activations that
-knows its output width. Dense GEMMs are plain torch (not a contract op); fp8 ones live in
-accord.core.quantization and go through ops.quantize_fp8 + ops.scaled_mm."""
+knows its output width. Dense GEMMs go through ops.linear on a weight the backend
+prepared once at load; fp8 ones live in accord.core.quantization and go through
+ops.quantize_fp8 + ops.scaled_mm."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
+
+from ....op_contracts import OpDispatcher
 
 
 class Linear(Protocol):
@@ -19,12 +21,15 @@ class Linear(Protocol):
 
 
 class DenseLinear:
-    """y = x @ W^T (+ bias) in the weight's dtype."""
+    """y = x @ W^T (+ bias) in the weight's dtype, through the `linear` contract. The
+    weight is handed to the backend once (`prepare_linear_weight`), which may repack it
+    into its GEMM library's layout; the layer keeps only that form."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        self.weight = weight
+    def __init__(self, ops: OpDispatcher, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.ops = ops
+        self.weight = ops.prepare_linear_weight(weight)
         self.bias = bias
         self.out_features = weight.shape[0]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self.ops.linear(x, self.weight, self.bias)

@@ -6,13 +6,17 @@ import torch
 import torch.nn.functional as F
 
 from ....op_contracts import OpDispatcher
+from ...distributed.communicator import Communicator
+from ...distributed.sharding import split_evenly
 from ...model_config import MoeConfig
 from ..weights import ExpertWeights, WeightLoader
 from .linear import Linear
 
 
 class GatedMLP:
-    """down(silu(gate(x)) * up(x)), with gate and up fused into one GEMM."""
+    """down(silu(gate(x)) * up(x)), with gate and up fused into one GEMM. Under tensor
+    parallelism gate/up are column-parallel and down row-parallel over the intermediate
+    channels."""
 
     def __init__(self, ops: OpDispatcher, gate_up: Linear, down: Linear) -> None:
         self.ops = ops
@@ -22,12 +26,16 @@ class GatedMLP:
     @classmethod
     def load(
         cls, weights: WeightLoader, prefix: str, hidden: int, intermediate: int,
-        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
+        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"), reduce: bool = True,
     ) -> GatedMLP:
-        """From `prefix.{gate,up,down}` (names in that order)."""
+        """From `prefix.{gate,up,down}` (names in that order). `reduce` False leaves the
+        sum over the ranks to the caller (shared experts join the routed ones' sum)."""
         gate, up, down = names
-        gate_up = weights.linear([f"{prefix}.{gate}", f"{prefix}.{up}"], hidden, [intermediate, intermediate])
-        return cls(weights.ops, gate_up, weights.linear([f"{prefix}.{down}"], intermediate, [hidden]))
+        channels = split_evenly(weights.parallel, intermediate, f"{prefix} intermediate size")
+        gate_up = weights.linear(
+            [f"{prefix}.{gate}", f"{prefix}.{up}"], hidden, [intermediate, intermediate], shards=[channels, channels]
+        )
+        return cls(weights.ops, gate_up, weights.row_parallel_linear(f"{prefix}.{down}", intermediate, hidden, reduce))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.ops.silu_and_mul(self.gate_up(x)))
@@ -36,7 +44,9 @@ class GatedMLP:
 class SparseMoE:
     """Routed experts through ops.moe_route and ops.fused_moe, plus shared experts
     (DeepSeek) added on top. The router GEMM runs in the router weight's dtype (fp32 for
-    DeepSeek, whose router Hugging Face keeps in fp32)."""
+    DeepSeek, whose router Hugging Face keeps in fp32). Under tensor parallelism every
+    rank routes alike and holds each expert's slice of the intermediate dim; routed and
+    shared partial outputs are summed over the ranks in one all_reduce (`comm`)."""
 
     def __init__(
         self,
@@ -46,6 +56,7 @@ class SparseMoE:
         experts: ExpertWeights,
         correction_bias: torch.Tensor | None = None,
         shared: GatedMLP | None = None,
+        comm: Communicator | None = None,
     ) -> None:
         self.ops = ops
         self.config = config
@@ -53,6 +64,7 @@ class SparseMoE:
         self.experts = experts
         self.correction_bias = correction_bias
         self.shared = shared
+        self.comm = comm
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         cfg, experts = self.config, self.experts
@@ -64,4 +76,6 @@ class SparseMoE:
         out = self.ops.fused_moe(
             x, experts.w13, experts.w2, topk_weights, topk_ids, None, experts.w13_scale, experts.w2_scale
         )
-        return out if self.shared is None else out + self.shared(x)
+        if self.shared is not None:
+            out = out + self.shared(x)
+        return out if self.comm is None else self.comm.all_reduce(out)

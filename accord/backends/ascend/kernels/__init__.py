@@ -1,0 +1,23 @@
+"""The ascend backend's kernels, one module per contract family, built around the
+operator namespace they call: torch_npu on an Ascend node, the emulator under
+ACCORD_NPU_EMULATE=1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....op_contracts import KernelSet
+from . import attention, cache, elementwise, fp8, moe, sampling
+
+
+def build_kernels(npu: Any) -> KernelSet:
+    """Every contract's kernel, calling torch-npu's operators on `npu`."""
+    kernels = KernelSet()
+    for family in (elementwise, cache, attention, moe):
+        family.register(kernels, npu)
+    fp8.register(kernels)
+    sampling.register(kernels)
+    return kernels
+
+
+__all__ = ["build_kernels"]

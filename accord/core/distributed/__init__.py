@@ -1,0 +1,80 @@
+"""Tensor parallelism's process layout: which rank this process is, its tensor-parallel
+group and the communicator the parallel layers reduce and gather through.
+
+A worker calls `init_parallel` once (torch.distributed with the backend's communicator)
+and hands the resulting `ParallelContext` to `load_model`; one rank uses
+`ParallelContext.single()` and touches no torch.distributed at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from .communicator import Communicator, CommunicatorProvider
+
+
+@dataclass(frozen=True)
+class ParallelContext:
+    """Where this process sits: global rank and world size, its tensor-parallel rank and
+    group size, and the communicator over that group (None for a single rank)."""
+
+    rank: int = 0
+    world_size: int = 1
+    tp_rank: int = 0
+    tp_size: int = 1
+    communicator: Communicator | None = None
+
+    @classmethod
+    def single(cls) -> ParallelContext:
+        """One process, no collectives."""
+        return cls()
+
+    @property
+    def is_driver(self) -> bool:
+        """Whether this rank samples and reports (tensor-parallel rank 0)."""
+        return self.tp_rank == 0
+
+    def comm(self) -> Communicator:
+        """The tensor-parallel communicator; only parallel layers (tp_size > 1) ask."""
+        if self.communicator is None:
+            raise RuntimeError("this ParallelContext has no communicator (a single rank runs no collectives)")
+        return self.communicator
+
+    def tp_comm(self) -> Communicator | None:
+        """The communicator a layer reduces through, or None when the layer is whole on
+        this rank (tp_size 1: no collective at all)."""
+        return self.comm() if self.tp_size > 1 else None
+
+
+def init_parallel(
+    backend: CommunicatorProvider, rank: int, world_size: int, tp_size: int, init_method: str
+) -> ParallelContext:
+    """Join the torch.distributed world (`init_method` e.g. tcp://host:port) with the
+    backend's communicator and build this rank's tensor-parallel group: consecutive
+    ranks form a group of `tp_size`. Every rank of the world must call it."""
+    if tp_size < 1 or world_size % tp_size:
+        raise ValueError(f"world size {world_size} is not a multiple of tensor_parallel_size {tp_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside a world of {world_size}")
+    dist.init_process_group(
+        backend.process_group_backend(), init_method=init_method, rank=rank, world_size=world_size
+    )
+    group = None
+    for start in range(0, world_size, tp_size):
+        # new_group is collective: every rank creates every group, keeps its own.
+        ranks = list(range(start, start + tp_size))
+        created = dist.new_group(ranks) if world_size > tp_size else dist.group.WORLD
+        if rank in ranks:
+            group = created
+    return ParallelContext(rank, world_size, rank % tp_size, tp_size, backend.communicator(group))
+
+
+def destroy_parallel() -> None:
+    """Leave the torch.distributed world (a no-op when none was joined)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+__all__ = ["Communicator", "CommunicatorProvider", "ParallelContext", "destroy_parallel", "init_parallel"]

@@ -1,0 +1,96 @@
+"""A GGUF file's tensors under Hugging Face names, dequantised on read with the `gguf`
+package's own dequantisation: the same interface as SafetensorsCheckpoint, so the
+model graphs and WeightLoader load GGUF files unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+
+from .reader import GgufError, GgufFile
+
+#: llama.cpp's tensor names -> Hugging Face's, for the tensors outside the layers.
+GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+#: ... and inside layer N (`blk.N.<gguf>` -> `model.layers.N.<hf>`).
+LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """The Hugging Face name of a llama.cpp tensor name (None when it has none here)."""
+    stem, _, kind = gguf_name.rpartition(".")
+    if stem.startswith("blk."):
+        _, layer, part = stem.split(".", 2)
+        hf = LAYER_NAMES.get(part)
+        return None if hf is None else f"model.layers.{layer}.{hf}.{kind}"
+    hf = GLOBAL_NAMES.get(stem)
+    return None if hf is None else f"{hf}.{kind}"
+
+
+class GgufCheckpoint:
+    """The tensors of one GGUF file, read one at a time by Hugging Face name.
+
+    llama.cpp's converter permutes the q/k projections of `llama` models for its
+    interleaved rotary layout; reading undoes that, so the weights match the
+    Hugging Face (rotate-half) graph. A tensor with no Hugging Face name keeps its GGUF
+    name, so an unexpected tensor is reported as the file spells it.
+    """
+
+    def __init__(self, file: GgufFile, num_heads: int, num_kv_heads: int) -> None:
+        self.model_dir: Path = file.path
+        self._tensors = {hf_name(t.name) or t.name: t for t in file.tensors()}
+        self._heads = {}
+        if file.architecture == "llama":
+            self._heads = {"q_proj": num_heads, "k_proj": num_kv_heads}
+        self._read: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def names(self) -> list[str]:
+        """Every tensor name, sorted."""
+        return sorted(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """A tensor's shape in PyTorch's order (GGUF lists dims fastest-first)."""
+        return tuple(int(d) for d in reversed(self._tensor(name).shape))
+
+    def read(self, name: str) -> torch.Tensor:
+        """A tensor dequantised to fp32 (F16/BF16 exactly), marked as used."""
+        tensor = self._tensor(name)
+        self._read.add(name)
+        values = torch.from_numpy(np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
+        values = values.reshape(self.shape(name))
+        heads = self._heads.get(name.rsplit(".", 2)[-2]) if name.startswith("model.layers.") else None
+        return _unpermute_rotary(values, heads) if heads else values
+
+    def unread(self) -> list[str]:
+        """Names nobody has read yet, sorted."""
+        return sorted(set(self._tensors) - self._read)
+
+    def _tensor(self, name: str) -> gguf.ReaderTensor:
+        if name not in self._tensors:
+            raise GgufError(f"{self.model_dir}: tensor {name!r} is missing from the GGUF file")
+        return self._tensors[name]
+
+
+def _unpermute_rotary(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    # llama.cpp stores each head's rows as (pairs, 2) interleaved; Hugging Face keeps the
+    # two halves of the rotated dims apart. Rows are [heads * head_dim] (weight or bias).
+    rows = weight.shape[0]
+    half = rows // num_heads // 2
+    return weight.reshape(num_heads, half, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape).contiguous()

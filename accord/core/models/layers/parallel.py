@@ -1,0 +1,66 @@
+"""The tensor-parallel pieces that need a collective: a row-parallel linear (partial
+products summed over the ranks) and the vocabulary-parallel embedding and LM head.
+Column-parallel linears need none (their output stays split by heads or channels), so
+they are plain local linears over this rank's rows.
+
+Each wraps whatever local computation this rank does (a dense or fp8 linear over its
+weight shard) and adds only the collective; at one rank the graphs build none of these.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ...distributed.communicator import Communicator
+from .linear import Linear
+
+
+class RowParallelLinear:
+    """y = sum over ranks of local(x_rank): `local` holds this rank's input columns of the
+    weight, and `x` is this rank's slice of the activations (as a column-parallel layer
+    or split heads leave it)."""
+
+    def __init__(self, local: Linear, comm: Communicator) -> None:
+        self.local = local
+        self.comm = comm
+        self.out_features = local.out_features
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.comm.all_reduce(self.local(x))
+
+
+class VocabParallelEmbedding:
+    """Embedding rows [start, stop) of the vocabulary on this rank: a token outside the
+    range looks up nothing here (zeros), and the sum over the ranks is every token's row."""
+
+    def __init__(self, weight: torch.Tensor, start: int, comm: Communicator | None) -> None:
+        self.weight = weight
+        self.start = start
+        self.stop = start + weight.shape[0]
+        self.comm = comm
+
+    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.comm is None:
+            return F.embedding(input_ids, self.weight)
+        outside = (input_ids < self.start) | (input_ids >= self.stop)
+        local_ids = (input_ids - self.start).masked_fill(outside, 0)
+        rows = F.embedding(local_ids, self.weight).masked_fill(outside.unsqueeze(-1), 0)
+        return self.comm.all_reduce(rows)
+
+
+class ParallelLMHead:
+    """Logits for this rank's vocabulary rows, gathered along the vocabulary so every rank
+    (the sampling one included) holds the full fp32 logits; `vocab_sizes` are the ranks'
+    row counts in rank order."""
+
+    def __init__(self, weight: torch.Tensor, vocab_sizes: list[int], comm: Communicator | None) -> None:
+        self.weight = weight
+        self.vocab_sizes = vocab_sizes
+        self.comm = comm
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(hidden, self.weight).float()
+        if self.comm is None:
+            return logits
+        return self.comm.all_gather(logits, dim=-1, sizes=self.vocab_sizes)

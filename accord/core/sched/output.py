@@ -1,0 +1,83 @@
+"""What crosses from the scheduler to the workers and back each step: plain, picklable
+data (ids, token ids, block ids, counts; never a live Sequence).
+
+The runner keeps its own copy of every running request (a persistent batch), so a
+request's prompt, settings and blocks are sent once, when it is (re)admitted; after
+that a step sends only the diff: blocks newly allocated and the computed-token count.
+A steady decode step is thus O(batch) ids and ints, no token lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..outputs import Logprob
+from ..sampling_params import SamplingParams
+from ..structured_output import GrammarBitmask
+
+
+@dataclass
+class NewRequestData:
+    """A request the runner does not hold: admitted for the first time, or resumed after
+    a preemption (which dropped the runner's copy, so everything is sent again)."""
+
+    req_id: str
+    prompt_token_ids: list[int]
+    #: Tokens generated before a preemption (empty for a first admission).
+    output_token_ids: list[int]
+    sampling_params: SamplingParams
+    block_ids: list[int]
+    num_computed_tokens: int
+    #: Top-N prompt logprobs the runner computes for this request (None: none), and how
+    #: many prompt positions already have theirs (a resumed request skips those).
+    num_prompt_logprobs: int | None = None
+    num_prompt_logprobs_done: int = 0
+
+
+@dataclass
+class CachedRequestData:
+    """Requests the runner already holds, as diffs (parallel lists, one entry each)."""
+
+    req_ids: list[str] = field(default_factory=list)
+    #: Blocks appended to each request's table since the last step (usually none).
+    new_block_ids: list[list[int]] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's work for the workers."""
+
+    scheduled_new_reqs: list[NewRequestData]
+    scheduled_cached_reqs: CachedRequestData
+    #: Tokens each request computes this step; its order is the batch order.
+    num_scheduled_tokens: dict[str, int]
+    #: Requests that ended (finished, aborted, failed) since the last step: drop them.
+    finished_req_ids: set[str] = field(default_factory=set)
+    #: Requests preempted while building this step: drop them (they come back as new).
+    preempted_req_ids: set[str] = field(default_factory=set)
+    #: Allowed tokens of the constrained requests that sample this step (structured output).
+    grammar_bitmask: GrammarBitmask | None = None
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to compute (there may still be finished ids for the runner to drop)."""
+        return not self.num_scheduled_tokens
+
+
+@dataclass
+class ModelRunnerOutput:
+    """One step's results from the sampling rank: a token for every request that reached
+    the end of its known tokens, and the prompt logprobs computed this step."""
+
+    #: Requests that sampled, in batch order, with their token, its logprob and (when
+    #: asked) the logprob entry of top candidates.
+    req_ids: list[str] = field(default_factory=list)
+    sampled_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, Logprob] | None] = field(default_factory=list)
+    prompt_logprobs: dict[str, list[dict[int, Logprob]]] = field(default_factory=dict)

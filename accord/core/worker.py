@@ -1,0 +1,108 @@
+"""One rank of the engine: its backend, its place in the tensor-parallel world, its
+shard of the model and the model runner. Executors create workers (in this process or
+one process per rank) and call their methods by name."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ..op_contracts import OpDispatcher
+from .config import EngineConfig
+from .device import BackendFactory
+from .distributed import ParallelContext, destroy_parallel, init_parallel
+from .model_config import ModelConfig
+from .model_runner import ModelRunner
+from .models import load_model
+from .sched.output import ModelRunnerOutput, SchedulerOutput
+
+logger = logging.getLogger("accord.worker")
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker reports once its model is loaded."""
+
+    rank: int
+    backend_name: str
+    model_config: ModelConfig
+    max_model_len: int
+    kv_cache_dtype: str
+    bytes_per_block: int
+
+
+class Worker:
+    """Rank `rank` of `world_size`: joins torch.distributed through the backend's
+    communicator (more than one rank), loads its shard of the model and runs steps."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        backend_factory: BackendFactory,
+        rank: int = 0,
+        world_size: int = 1,
+        init_method: str | None = None,
+    ) -> None:
+        self.config = config
+        self.rank = rank
+        backend = backend_factory()
+        supported = backend.supported_block_sizes()
+        if supported is not None and config.block_size not in supported:
+            raise ValueError(f"block_size={config.block_size} is not one backend {backend.name!r} takes: {supported}")
+        self.backend = backend
+        if world_size > 1:
+            assert init_method is not None, "several ranks need an init_method to meet at"
+            self.parallel = init_parallel(backend, rank, world_size, config.tensor_parallel_size, init_method)  # type: ignore[arg-type]
+        else:
+            self.parallel = ParallelContext.single()
+        self.ops = OpDispatcher(backend)
+        loaded = load_model(
+            config.model,
+            self.ops,
+            dtype=config.dtype,
+            quantization=config.quantization,
+            compute_dtype=backend.compute_dtype,
+            parallel=self.parallel,
+        )
+        self.model_config = loaded.config
+        self.max_model_len = config.resolve_max_model_len(loaded.config.max_position_embeddings)
+        self.runner = ModelRunner(
+            config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver
+        )
+
+    def info(self) -> WorkerInfo:
+        """This rank's backend, model config, context length and KV block cost."""
+        return WorkerInfo(
+            rank=self.rank,
+            backend_name=self.backend.name,
+            model_config=self.model_config,
+            max_model_len=self.max_model_len,
+            kv_cache_dtype=str(self.runner.kv_cache_dtype).removeprefix("torch."),
+            bytes_per_block=self.runner.bytes_per_block,
+        )
+
+    def determine_num_blocks(self) -> int:
+        """Run profile_run at the configured maxima, then say how many KV blocks this
+        rank's budget holds (the engine takes the minimum over ranks)."""
+        config = self.config
+        self.runner.profile_run(
+            config.max_num_seqs, min(config.max_num_batched_tokens, config.max_num_seqs * self.max_model_len)
+        )
+        return self.runner.num_blocks_for_budget()
+
+    def initialize_cache(self, num_blocks: int) -> None:
+        """Allocate the KV cache with the block count the engine chose."""
+        self.runner.allocate_kv_cache(num_blocks)
+
+    def execute_model(self, step: SchedulerOutput) -> ModelRunnerOutput | None:
+        """Run one step (the driver rank returns its results)."""
+        return self.runner.execute_model(step)
+
+    def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
+        """Run the last step again for only these requests (failure isolation)."""
+        return self.runner.execute_subset(req_ids)
+
+    def shutdown(self) -> None:
+        """Leave the torch.distributed world."""
+        if self.parallel.world_size > 1:
+            destroy_parallel()

@@ -1,0 +1,56 @@
+"""The public entry points (`accord.LLM`, `accord.AsyncLLM`, `accord.LLMEngine`): the
+core's classes with the backend looked up by name in the backend registry.
+
+Core never picks a backend; this is where a name (`backend="cpu"`, the `--backend`
+flag) becomes one. The lookup travels as a picklable factory, so worker processes
+find the same backend in their own registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends import Backend, get_backend
+from ..core import async_engine, engine, llm
+from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_NAME, demo_model_dir
+
+
+@dataclass(frozen=True)
+class RegistryBackend:
+    """A backend factory: the default registry's backend called `name` ("auto" picks
+    the best available), found in whichever process calls it."""
+
+    name: str = "auto"
+
+    def __call__(self) -> Backend:
+        return get_backend(self.name)
+
+
+class LLMEngine(engine.LLMEngine):
+    """`accord.core.engine.LLMEngine` whose `from_engine_args` takes `backend` by name."""
+
+    @classmethod
+    def from_engine_args(cls, model: str, **kwargs: Any) -> engine.LLMEngine:  # type: ignore[override]
+        """Build from keyword engine arguments (vLLM's names, `backend` a registry name)."""
+        return engine.LLMEngine.from_engine_args(model, RegistryBackend(kwargs.get("backend", "auto")), **kwargs)
+
+
+class LLM(llm.LLM):
+    """vLLM's offline API (`LLM(model=..., backend="cpu", tensor_parallel_size=2, ...)`);
+    `model="accord-demo-llama"` is the built-in random demo model, as `accord serve` names it."""
+
+    def __init__(self, model: str, **engine_args: Any) -> None:
+        if model == DEMO_MODEL_NAME:
+            model = str(demo_model_dir())
+            engine_args.setdefault("kv_cache_memory", DEMO_KV_CACHE_BYTES)
+        super().__init__(model, RegistryBackend(engine_args.get("backend", "auto")), **engine_args)
+
+
+class AsyncLLM(async_engine.AsyncLLM):
+    """The asyncio engine front, with `from_engine_args` taking `backend` by name."""
+
+    @classmethod
+    def from_engine_args(cls, model: str, **kwargs: Any) -> AsyncLLM:  # type: ignore[override]
+        """Build the engine from keyword engine arguments (as `LLM(...)` takes them)."""
+        return cls(LLMEngine.from_engine_args(model, **kwargs))

@@ -1,0 +1,16 @@
+"""Tool-call parsers by name: each reads tool calls out of a model family's output
+(whole or streamed) and writes the grammar that forces calls in that format, so
+`tool_choice` "required" and named choices are enforced by structured generation.
+
+Add a parser by subclassing ToolParser and decorating it with `@register("name")`.
+"""
+
+from __future__ import annotations
+
+from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, get_tool_parser, register
+from .hermes import HermesToolParser
+
+__all__ = [
+    "ExtractedToolCalls", "HermesToolParser", "ParsedToolCall", "StreamingToolCalls", "ToolParser",
+    "get_tool_parser", "register",
+]

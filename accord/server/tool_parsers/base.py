@@ -1,0 +1,77 @@
+"""The tool-parser interface and its registry."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_REGISTRY: dict[str, type[ToolParser]] = {}
+
+
+@dataclass(frozen=True)
+class ParsedToolCall:
+    """One call found in the output: the function's name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ExtractedToolCalls:
+    """A finished output split into the text around the calls and the calls."""
+
+    content: str | None
+    calls: list[ParsedToolCall]
+
+
+@dataclass(frozen=True)
+class StreamingToolCalls:
+    """What a piece of streamed output adds: plain text, and calls now complete."""
+
+    content: str
+    calls: list[ParsedToolCall]
+
+
+class ToolParser(ABC):
+    """Reads one model family's tool-call format; a fresh instance per choice (the
+    streaming state is the instance's)."""
+
+    @abstractmethod
+    def extract(self, text: str) -> ExtractedToolCalls:
+        """The calls in a whole output."""
+
+    @abstractmethod
+    def feed(self, delta: str) -> StreamingToolCalls:
+        """Take the next piece of streamed output; text that may still turn out to be
+        part of a call is held back until it is known."""
+
+    @abstractmethod
+    def finish(self) -> StreamingToolCalls:
+        """The end of the stream: whatever was held back (an unfinished call is text)."""
+
+    @classmethod
+    @abstractmethod
+    def grammar(cls, tools: Sequence[dict[str, Any]], parallel: bool) -> str:
+        """A Lark grammar (llguidance's dialect) whose every output is one call (more
+        when `parallel`) in this format, to one of `tools` (OpenAI function
+        definitions: name, parameters) with arguments matching its schema."""
+
+
+def register(name: str) -> Callable[[type[ToolParser]], type[ToolParser]]:
+    """Class decorator adding a parser to the registry under `name`."""
+
+    def add(parser: type[ToolParser]) -> type[ToolParser]:
+        _REGISTRY[name] = parser
+        return parser
+
+    return add
+
+
+def get_tool_parser(name: str) -> type[ToolParser]:
+    """The parser registered as `name`; ValueError listing the known ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown tool call parser {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
