@@ -55,6 +55,7 @@ def _rows(case: Case, device: torch.device) -> list[Unit]:
 def _sequences(case: Case, device: torch.device) -> list[Unit]:
     """Sequence b alone: its query rows, table row and length; the caches unchanged."""
     aligned = row_aligned_tensors(case.contract, case.args)
+    outputs = row_aligned_outputs(case.contract, case.args)
     starts = case.args["query_start_loc"].tolist()
 
     def unit(b: int) -> Unit:
@@ -64,7 +65,8 @@ def _sequences(case: Case, device: torch.device) -> list[Unit]:
         args["block_tables"] = args["block_tables"][b : b + 1]
         args["seq_lens"] = args["seq_lens"][b : b + 1]
         args["query_start_loc"] = torch.tensor([0, last - first], dtype=args["query_start_loc"].dtype, device=device)
-        return Unit(f"sequence {b}", args, lambda full, alone: same_bits(alone["out"], full["out"][first:last]))
+        return Unit(f"sequence {b}", args, lambda full, alone: all(
+            same_bits(alone[name], full[name][first:last]) for name in outputs))
 
     return [unit(b) for b in range(len(starts) - 1)]
 
