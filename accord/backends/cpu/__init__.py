@@ -53,7 +53,7 @@ class CpuBackend(Backend):
         # Grouping tokens by expert and torch's GEMMs pick their blocking by the number
         # of rows, so a row's rounding depends on its batch mates; routing scores go
         # through the same vectorised reductions.
-        return frozenset({"moe_route", "fused_moe", "scaled_mm"})
+        return frozenset({"moe_route", "fused_moe", "scaled_mm", "linear"})
 
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
         if requested in (torch.bfloat16, torch.float16) and not cpu_has_native_bf16():
