@@ -124,6 +124,19 @@ class Backend:
         """A declared tolerance widening for (op, primary dtype), or None."""
         return None
 
+    def nondeterministic_ops(self) -> frozenset[str]:
+        """Ops whose identical calls may give different bits here (atomics, split-K
+        reductions). Conformance reports the declaration and fails every other op that
+        is not bit-deterministic."""
+        return frozenset()
+
+    def batch_variant_ops(self) -> frozenset[str]:
+        """Ops whose row, sequence or token results may depend on their batch mates here
+        (a kernel that picks its split or tile by batch size). Conformance reports the
+        declaration and fails every other op that is not batch invariant; a deploy can
+        require invariance even of these."""
+        return frozenset()
+
     # -- collectives -----------------------------------------------------------------
     def process_group_backend(self) -> str:
         """The name torch.distributed.init_process_group takes for `dist_backend` (RCCL,
