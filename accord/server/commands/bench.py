@@ -12,6 +12,7 @@ only): by default a 152M-parameter Llama (hidden 1024, 12 layers, GQA 16/4, voca
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -126,6 +127,7 @@ def run_accord(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argp
         max_num_batched_tokens=args.max_num_batched_tokens,
     )
     startup = time.perf_counter() - started
+    print(f"accord ready in {startup:.1f} s", flush=True)
     results, decode = {}, None
     for name, trace in loads.items():
         prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in trace]
@@ -134,6 +136,7 @@ def run_accord(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argp
         outputs = llm.generate(prompts, params, use_tqdm=True)
         seconds = time.perf_counter() - start
         results[name] = Result("accord", len(trace), sum(len(o.outputs[0].token_ids) for o in outputs), seconds)
+        print(f"accord {name}: {results[name].output_tokens_per_s:.1f} out tok/s", flush=True)
         if len(trace) == 1:
             times = outputs[0].metrics
             decode = (trace[0].output_len - 1) / (times.finished_time - times.first_token_time)
@@ -177,8 +180,10 @@ if __name__ == "__main__":  # vLLM may spawn its engine process, which re-import
     # On CPU, gpu_memory_utilization is the fraction of host memory vLLM reserves; its
     # default (0.92) is refused when anything else runs on the machine.
     llm = LLM(model=spec["model"], max_model_len=1024, max_num_seqs=spec["max_num_seqs"],
-              max_num_batched_tokens=spec["max_num_batched_tokens"], gpu_memory_utilization=0.5)
+              max_num_batched_tokens=spec["max_num_batched_tokens"],
+              gpu_memory_utilization=spec["memory_fraction"])
     startup = time.perf_counter() - started
+    print(f"vLLM-CPU ready in {startup:.1f} s", file=sys.stderr, flush=True)
     results = {}
     for name, load in spec["workloads"].items():
         prompts = [{"prompt_token_ids": p} for p in load["prompts"]]
@@ -187,6 +192,7 @@ if __name__ == "__main__":  # vLLM may spawn its engine process, which re-import
         outputs = llm.generate(prompts, params, use_tqdm=True)
         seconds = time.perf_counter() - start
         results[name] = {"seconds": seconds, "tokens": sum(len(o.outputs[0].token_ids) for o in outputs)}
+        print(f"vLLM-CPU {name}: {results[name]['tokens'] / seconds:.1f} out tok/s", file=sys.stderr, flush=True)
     print("RESULT " + json.dumps({"startup": startup, "results": results}), flush=True)
 """
 
@@ -221,6 +227,7 @@ def run_vllm(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argpar
                     "model": str(model_dir),
                     "max_num_seqs": args.max_num_seqs,
                     "max_num_batched_tokens": args.max_num_batched_tokens,
+                    "memory_fraction": args.vllm_memory_fraction,
                     "workloads": {
                         name: {"prompts": [r.prompt_token_ids for r in trace], "output_lens": [r.output_len for r in trace]}
                         for name, trace in loads.items()
@@ -317,6 +324,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="virtualenv with vllm-cpu installed (skipped when absent)",
     )
     parser.add_argument(
+        "--vllm-memory-fraction",
+        type=float,
+        default=0.5,
+        help="host memory fraction vLLM-CPU reserves (its gpu_memory_utilization; lower it on a busy machine)",
+    )
+    parser.add_argument(
         "--skip", nargs="*", default=[], choices=["accord", "transformers", "vllm", "roofline"], help="parts to skip"
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads per engine (default: all cores)")
@@ -336,6 +349,7 @@ def run(args: argparse.Namespace) -> int:
     engines: dict[str, EngineRun] = {}
     if "accord" not in args.skip:
         engines[f"accord {args.backend}"] = run_accord(model_dir, loads, args)
+    gc.collect()  # accord's engine and KV cache go before vLLM reserves its share of memory
     if "vllm" not in args.skip:
         measured = run_vllm(model_dir, loads, args)
         if isinstance(measured, str):
