@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "core": {"op_contracts"},
     "conformance": {"op_contracts", "backends"},
     "demo": set(),
-    "entrypoints": {"op_contracts", "backends", "core"},
+    "entrypoints": {"op_contracts", "backends", "core", "demo"},
     "server": {"op_contracts", "backends", "core"},
     "gate": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server"},
     "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo"},
