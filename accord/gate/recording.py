@@ -91,7 +91,7 @@ class CallRecorder:
         with torch.inference_mode(False):
             seen[shapes] = {
                 name: CacheSignature(v.dtype, tuple(v.shape[1:])) if name in caches
-                else v.to("cpu", copy=True) if isinstance(v, torch.Tensor) else v
+                else _host_copy(v) if isinstance(v, torch.Tensor) else v
                 for name, v in inputs.items()
             }
 
@@ -112,6 +112,15 @@ class CallRecorder:
             kernel.fn(**call)
 
         return dataclasses.replace(kernel, fn=fn)
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A strided host copy of a recorded argument. A weight a backend prepacked into an
+    opaque layout (oneDNN's, for the cpu linear) is recorded as its plain values: the
+    contract's argument is the [N, K] matrix, and replay hands kernels plain tensors."""
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    return tensor.to("cpu", copy=True)
 
 
 def replay_args(op: str, recorded: dict[str, Any], generator: torch.Generator) -> dict[str, Any]:

@@ -105,6 +105,11 @@ class AscendBackend(Backend):
         vLLM serves fp32 checkpoints in bf16 by default); fp16 and bf16 as asked."""
         return torch.bfloat16 if requested == torch.float32 else requested
 
+    def batch_variant_ops(self) -> frozenset[str]:
+        # Grouped matmuls and GEMMs pick their tiling by the number of rows, and the
+        # routing operators sort tokens by expert: a row's rounding depends on its batch.
+        return frozenset({"moe_route", "fused_moe", "linear"})
+
     def collective_support(self) -> CollectiveSupport:
         """HCCL's dtype contract as CANN documents it for Atlas A2/A3 (communicator.py)."""
         return HCCL

@@ -43,7 +43,8 @@ def sample_outputs(
 ) -> dict[CaseKey, OutputSample]:
     """Re-run every case that ran (passed or failed on its numbers) on both backends and
     sample the outputs. Cases refused, unsupported or crashing have nothing to sample."""
-    ran = {(r.op, r.combo, r.case) for r in results if r.status in (Status.PASS, Status.FAIL)}
+    # A shared kernel still produced outputs: a merge compares them like any other.
+    ran = {(r.op, r.combo, r.case) for r in results if r.status in (Status.PASS, Status.FAIL, Status.SHARED)}
     ops, golden = OpDispatcher(backend, strict=True), OpDispatcher(reference, strict=True)
     samples: dict[CaseKey, OutputSample] = {}
     for case in cases:
