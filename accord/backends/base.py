@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Mapping, TypeVar
+from typing import Callable, ClassVar, Mapping
 
 import torch
+import torch.distributed as dist
 
 from ..op_contracts import Kernel, KernelSet
 from .communicator import SUPPORT_BY_BACKEND, CollectiveSupport, TorchCommunicator
 
-F = TypeVar("F", bound=Callable[..., object])
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,7 @@ class Backend:
 
     #: Public members core does not call yet, each with why a plugin may still set it;
     #: every other public member is part of what core calls (a test holds both).
-    OPTIONAL_HOOKS: ClassVar[Mapping[str, str]] = {
-        "graph_capture": "the step wrapper for device graph capture (issue 16); eager execution never calls it",
-    }
+    OPTIONAL_HOOKS: ClassVar[Mapping[str, str]] = {}
 
     name: str = ""
     device_type: str = "cpu"
@@ -124,11 +122,36 @@ class Backend:
         """A declared tolerance widening for (op, primary dtype), or None."""
         return None
 
+    def nondeterministic_ops(self) -> frozenset[str]:
+        """Ops whose identical calls may give different bits here (atomics, split-K
+        reductions). Conformance reports the declaration and fails every other op that
+        is not bit-deterministic."""
+        return frozenset()
+
+    def batch_variant_ops(self) -> frozenset[str]:
+        """Ops whose row, sequence or token results may depend on their batch mates here
+        (a kernel that picks its split or tile by batch size). Conformance reports the
+        declaration and fails every other op that is not batch invariant; a deploy can
+        require invariance even of these."""
+        return frozenset()
+
     # -- collectives -----------------------------------------------------------------
     def process_group_backend(self) -> str:
         """The name torch.distributed.init_process_group takes for `dist_backend` (RCCL,
         say, is reached through torch's "nccl")."""
         return self.dist_backend
+
+    def join_world(self, rank: int, world_size: int, init_method: str) -> None:
+        """Join a torch.distributed world of `world_size` ranks as `rank` (`init_method`
+        e.g. tcp://host:port) through this device's communicator, bound to this rank's
+        device first."""
+        # Every rank of one world lives on one host for now: the local rank is the rank.
+        self.select_device(rank)
+        dist.init_process_group(self.process_group_backend(), init_method=init_method, rank=rank, world_size=world_size)
+
+    def select_device(self, local_rank: int) -> None:
+        """Make the device of local rank `local_rank` this process's default before it
+        joins the world (one GPU per rank); a no-op where ranks share the device (CPUs)."""
 
     def collective_support(self) -> CollectiveSupport:
         """The dtype contract of this device's communicator: what each collective carries
@@ -145,9 +168,10 @@ class Backend:
         of an initialised torch.distributed world."""
         return TorchCommunicator(group, self.collective_support())
 
-    def graph_capture(self, fn: F) -> F:
-        """Optional: wrap a step function in this device's graph capture (identity by
-        default; see OPTIONAL_HOOKS)."""
+    def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        """Capture a no-argument step over persistent buffers into a replay that returns
+        its (static) output (accord.core.graph_capture keeps the books); by default the
+        replay runs the step again, which is what a device without graphs does."""
         return fn
 
     def synchronize(self) -> None:

@@ -46,11 +46,6 @@ class Case:
             k: v.to(device or v.device, copy=True) if isinstance(v, torch.Tensor) else v for k, v in self.args.items()
         }
 
-    def first_rows(self, rows: int, device: torch.device | None = None) -> dict[str, Any]:
-        """Fresh arguments cut to the first `rows` rows of every row-aligned tensor."""
-        aligned = row_aligned_tensors(self.contract, self.args)
-        return {k: v[:rows] if k in aligned else v for k, v in self.fresh_args(device).items()}
-
     def row_count(self) -> int:
         """How many rows the primary tensor has (tokens, sequences or matrix rows)."""
         return int(self.args[self.contract.primary].shape[0])

@@ -18,7 +18,6 @@ from typing import Sequence
 import torch
 
 from ..backends.communicator import COLLECTIVES, REDUCTIONS, TorchCommunicator
-from ..core.distributed import ParallelContext
 from ..op_contracts import ContractError, dtype_name
 from .ranks import spawn_ranks
 
@@ -162,9 +161,9 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.uint8) if x.dtype.is_floating_point and x.element_size() == 1 else x
 
 
-def _run_cases(parallel: ParallelContext, seed: int) -> list[CollectiveResult]:
+def _run_cases(comm: TorchCommunicator, seed: int) -> list[CollectiveResult]:
     """Every case on one rank."""
-    return [run_case(parallel.comm(), case, seed) for case in collective_cases()]  # type: ignore[arg-type]
+    return [run_case(comm, case, seed) for case in collective_cases()]
 
 
 def run_collective_conformance(backend_name: str, world_size: int = 2, seed: int = 0) -> list[CollectiveResult]:

@@ -1,9 +1,10 @@
 """Run a function on N local ranks of a backend's torch.distributed world: the harness
 of the collective conformance cases and of the tensor-parallel tests.
 
-Each rank is a spawned process that joins the world through `init_parallel` (the
-backend's communicator), calls `fn(parallel, *args)` and hands back what it returned
-(pickled through a temporary directory); the caller gets the results in rank order.
+Each rank is a spawned process that joins the world through its backend
+(`Backend.join_world`), calls `fn(communicator, *args)` with the communicator over the
+whole world and hands back what it returned (pickled through a temporary directory);
+the caller gets the results in rank order.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..backends import default_registry
-from ..core.distributed import destroy_parallel, init_parallel
 
 
 def free_port() -> int:
@@ -31,17 +32,17 @@ def _rank_main(
     rank: int, fn: Callable[..., Any], args: tuple, backend_name: str, world_size: int, init_method: str, out_dir: str
 ) -> None:
     backend = default_registry().get(backend_name)
-    parallel = init_parallel(backend, rank, world_size, world_size, init_method)
+    backend.join_world(rank, world_size, init_method)
     try:
-        result = fn(parallel, *args)
+        result = fn(backend.communicator(dist.group.WORLD), *args)
     finally:
-        destroy_parallel()
+        dist.destroy_process_group()
     Path(out_dir, f"rank{rank}.pkl").write_bytes(pickle.dumps(result))
 
 
 def spawn_ranks(fn: Callable[..., Any], *args: Any, backend_name: str = "cpu", world_size: int = 2) -> list[Any]:
-    """`fn(parallel, *args)` on each of `world_size` ranks (one tensor-parallel group);
-    their results in rank order. `fn` must be importable by name (spawn pickles it)."""
+    """`fn(communicator, *args)` on each of `world_size` ranks; their results in rank
+    order. `fn` must be importable by name (spawn pickles it)."""
     with tempfile.TemporaryDirectory() as out_dir:
         init_method = f"tcp://127.0.0.1:{free_port()}"
         mp.spawn(

@@ -10,12 +10,14 @@ from enum import Enum
 
 class Status(str, Enum):
     """A case's outcome. `refused` is an illegal call refused as its contract declares;
-    `unsupported` a legal call the backend declines (never counted as passed)."""
+    `unsupported` a legal call the backend declines; `shared` a case that passed with
+    the reference's own kernel, which checks nothing (neither counts as passed)."""
 
     PASS = "pass"
     FAIL = "fail"
     REFUSED = "refused"
     UNSUPPORTED = "unsupported"
+    SHARED = "shared"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class ConformanceReport:
     def failed(self) -> bool:
         """Whether any case failed (the run's exit status)."""
         return any(r.status is Status.FAIL for r in self.results)
+
+    def unsupported_ops(self) -> list[str]:
+        """Ops with at least one case the backend declined, in run order."""
+        return list(dict.fromkeys(r.op for r in self.results if r.status is Status.UNSUPPORTED))
 
     def counts(self) -> Counter[Status]:
         """How many cases ended in each status."""

@@ -11,7 +11,8 @@ import torch
 
 from ..backends import Backend
 from ..op_contracts import CONTRACTS, ContractError, OpDispatcher
-from .case import Case, row_aligned_outputs
+from .batches import units
+from .case import Case
 from .cases import GENERATORS, cases_for
 from .compare import compare_outputs, same_bits
 from .execute import Execution, execute
@@ -86,20 +87,52 @@ class ConformanceRunner:
         tolerance, note = self._tolerance(case, want)
         comparison = compare_outputs(case.contract, case.args, got.outputs, want.outputs, tolerance)
         reference_problems = [f"reference: {problem}" for problem in want.problems]
-        problems = [*reference_problems, *got.problems, *comparison.failures]
+        deterministic = self._deterministic(case, got)
+        # Bits that change from call to call say nothing about batch mates.
+        variant_units = self._batch_variant_units(case, got) if deterministic else None
+        problems = [*reference_problems, *got.problems, *comparison.failures,
+                    *self._undeclared(case.op, deterministic, variant_units)]
+        passed = Status.SHARED if self.shares_reference_kernel(case.op) else Status.PASS
         return CaseResult(
             op=case.op,
             case=case.name,
             combo=case.combo,
-            status=Status.FAIL if problems else Status.PASS,
-            message="; ".join(problems),
+            status=Status.FAIL if problems else passed,
+            message="; ".join(problems) or self._declarations(case.op, deterministic, variant_units),
             error=comparison.worst_error,
             tolerance=tolerance,
-            deterministic=self._deterministic(case, got),
-            batch_invariant=self._batch_invariant(case, got),
+            deterministic=deterministic,
+            batch_invariant=None if variant_units is None else not variant_units,
             tolerance_note=note,
             adapters=self._adapters(case),
         )
+
+    def shares_reference_kernel(self, op: str) -> bool:
+        """Whether the backend runs the reference's own kernel for `op` (a comparison
+        of the reference with itself, reported as `shared`, never as a pass)."""
+        mine, golden = self.backend.kernel_for(op), self.reference.kernel_for(op)
+        return mine is not None and golden is not None and mine.fn is golden.fn
+
+    def _undeclared(self, op: str, deterministic: bool, variant_units: list[str] | None) -> list[str]:
+        """Determinism and batch invariance fail a case unless the backend declares the
+        op nondeterministic or batch-variant."""
+        problems = []
+        if not deterministic and op not in self.backend.nondeterministic_ops():
+            problems.append("two identical calls gave different bits, and the backend does not declare "
+                            "the op nondeterministic (Backend.nondeterministic_ops)")
+        if variant_units and op not in self.backend.batch_variant_ops():
+            problems.append(f"{', '.join(variant_units)} alone gave other bits than in the batch, and the backend "
+                            "does not declare the op batch-variant (Backend.batch_variant_ops)")
+        return problems
+
+    def _declarations(self, op: str, deterministic: bool, variant_units: list[str] | None) -> str:
+        """For a passing case: the declared exceptions this case made use of."""
+        notes = []
+        if not deterministic:
+            notes.append("nondeterministic (declared by the backend)")
+        if variant_units:
+            notes.append(f"batch-variant (declared by the backend): {', '.join(variant_units)}")
+        return "; ".join(notes)
 
     def _adapters(self, case: Case) -> str:
         """The declared casts the dispatcher applies to this case's signature."""
@@ -126,19 +159,22 @@ class ConformanceRunner:
             return False
         return all(same_bits(first.outputs[name], second.outputs[name]) for name in first.outputs)
 
-    def _batch_invariant(self, case: Case, full: Execution) -> bool | None:
-        """Whether the first row alone gives the bits it got among its batch mates
-        (None when rows are not independent or there is only one)."""
-        if not case.row_independent or case.row_count() < 2:
+    def _batch_variant_units(self, case: Case, full: Execution) -> list[str] | None:
+        """The rows, sequences or tokens whose output alone differs from theirs in the
+        batch (None when the case has no independent units to check)."""
+        checked = units(case, self._device)
+        if not checked:
             return None
-        try:
-            alone = execute(self._ops, case, case.first_rows(1, self._device))
-        except Exception:  # noqa: BLE001 - refusing a sub-batch is a variance
-            return False
-        return all(
-            same_bits(alone.outputs[name], full.outputs[name][:1])
-            for name in row_aligned_outputs(case.contract, case.args)
-        )
+        variant = []
+        for unit in checked:
+            try:
+                alone = execute(self._ops, case, unit.args)
+            except Exception:  # noqa: BLE001 - refusing a sub-batch is a variance
+                variant.append(unit.label)
+                continue
+            if not unit.agrees(full.outputs, alone.outputs):
+                variant.append(unit.label)
+        return variant
 
 
 def _result(case: Case, status: Status, message: str) -> CaseResult:

@@ -10,7 +10,12 @@ from .results import CaseResult, ConformanceReport, Status
 
 HEADER = ("op", "dtypes", "cases", "result", "worst err / tol", "determ.", "batch-inv.")
 #: How each status other than a failure reads in the result column.
-LABELS = {Status.PASS: "pass", Status.REFUSED: "refused as declared", Status.UNSUPPORTED: "unsupported"}
+LABELS = {
+    Status.PASS: "pass",
+    Status.REFUSED: "refused as declared",
+    Status.UNSUPPORTED: "unsupported",
+    Status.SHARED: "shared with reference",
+}
 #: Failure lines printed before the rest are summarised as a count.
 MAX_FAILURE_LINES = 30
 
@@ -96,6 +101,19 @@ def _unsupported_notes(report: ConformanceReport) -> list[str]:
     return _section("unsupported (declared by the backend, not counted as passed):", lines)
 
 
+def _exception_notes(report: ConformanceReport) -> list[str]:
+    """Kernels shared with the reference (nothing was checked), and the ops a backend
+    declares nondeterministic or batch-variant that made use of it."""
+    shared = dict.fromkeys(r.op for r in report.results if r.status is Status.SHARED)
+    declared = dict.fromkeys(f"  {r.op}: {r.message}" for r in report.results
+                             if r.status is not Status.FAIL and "declared by the backend" in r.message)
+    return [
+        *_section("shared with the reference (the reference's own kernel: not an independent pass):",
+                  [f"  {op}" for op in shared]),
+        *_section("declared exceptions (determinism, batch invariance):", list(declared)),
+    ]
+
+
 def _failure_notes(report: ConformanceReport) -> list[str]:
     failures = [r for r in report.results if r.status is Status.FAIL]
     lines = [f"  {r.op} [{r.combo}] {r.case}: {r.message}" for r in failures[:MAX_FAILURE_LINES]]
@@ -109,14 +127,19 @@ def render(report: ConformanceReport) -> str:
     counts = report.counts()
     summary = ", ".join(f"{status.value} {counts[status]}" for status in Status)
     outcome = "FAILED" if report.failed else "OK"
+    unsupported = report.unsupported_ops()
+    headline = [f"UNSUPPORTED: {counts[Status.UNSUPPORTED]} cases declined, in ops {', '.join(unsupported)} "
+                "(not passed; --require-all fails on them)"] if unsupported else []
     lines = [
         f"conformance of backend '{report.backend}' against '{report.reference}' (seed {report.seed})",
         "",
         *_aligned([HEADER, *rows(report)]),
         *_declared_notes(report),
         *_unsupported_notes(report),
+        *_exception_notes(report),
         *_failure_notes(report),
         "",
+        *headline,
         f"{outcome}: {len(report.results)} cases over {len(report.ops())} ops in {report.seconds:.1f}s ({summary})",
     ]
     return "\n".join(lines)

@@ -150,7 +150,12 @@ class AsyncLLM:
         """Hear of the engine's death between steps too (a worker that dies while idle):
         call from the event loop that serves the requests."""
         loop = asyncio.get_running_loop()
-        self.engine.executor.on_dead = lambda: loop.call_soon_threadsafe(self._wake.set)
+
+        def wake() -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._wake.set)
+
+        self.engine.executor.on_dead = wake
 
     def _dead_message(self) -> str:
         reason = self.engine.executor.dead_reason

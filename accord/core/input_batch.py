@@ -13,7 +13,8 @@ import torch
 from .sampling_params import SamplingParams
 from .sched.output import CachedRequestData, NewRequestData
 
-#: Token ids are held as int32 (a vocabulary fits; half the memory of int64).
+#: Token and block ids are held as int32 (a vocabulary and a block pool fit; half the
+#: memory of int64: the token rows are max_num_seqs x max_model_len).
 TOKEN_DTYPE = torch.int32
 
 
@@ -55,7 +56,7 @@ class InputBatch:
 
     def __init__(self, max_num_reqs: int, max_model_len: int, max_blocks_per_req: int) -> None:
         self.token_ids = torch.zeros(max_num_reqs, max_model_len, dtype=TOKEN_DTYPE)
-        self.block_table = torch.zeros(max_num_reqs, max_blocks_per_req, dtype=torch.int64)
+        self.block_table = torch.zeros(max_num_reqs, max_blocks_per_req, dtype=TOKEN_DTYPE)
         self.requests: dict[str, CachedRequestState] = {}
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
 
@@ -66,7 +67,7 @@ class InputBatch:
         row = self._free_rows.pop()
         tokens = new.prompt_token_ids + new.output_token_ids
         self.token_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=TOKEN_DTYPE)
-        self.block_table[row, : len(new.block_ids)] = torch.tensor(new.block_ids, dtype=torch.int64)
+        self.block_table[row, : len(new.block_ids)] = torch.tensor(new.block_ids, dtype=TOKEN_DTYPE)
         self.requests[new.req_id] = CachedRequestState(
             req_id=new.req_id,
             row=row,
@@ -86,7 +87,7 @@ class InputBatch:
             state.num_computed_tokens = num_computed
             if new_blocks:
                 end = state.num_blocks + len(new_blocks)
-                self.block_table[state.row, state.num_blocks : end] = torch.tensor(new_blocks, dtype=torch.int64)
+                self.block_table[state.row, state.num_blocks : end] = torch.tensor(new_blocks, dtype=TOKEN_DTYPE)
                 state.num_blocks = end
 
     def remove(self, req_id: str) -> None:

@@ -38,7 +38,7 @@ class LLMEngine(engine.LLMEngine):
 
 class LLM(llm.LLM):
     """vLLM's offline API (`LLM(model=..., backend="cpu", tensor_parallel_size=2, ...)`);
-    `model="accord-demo-llama"` is the built-in random demo model, as `accord serve` names it."""
+    `model=DEMO_MODEL_NAME` ("accord-demo-random") is the built-in random demo model, as `accord serve` names it."""
 
     def __init__(self, model: str, **engine_args: Any) -> None:
         if model == DEMO_MODEL_NAME:

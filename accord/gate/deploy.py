@@ -24,7 +24,7 @@ from .recording import recording_calls
 from .reports import Check, CheckStatus, GateReport
 from .reports.environment import capture_environment
 from .reports.samples import sample_outputs
-from ..conformance.results import CaseResult, ConformanceReport
+from ..conformance.results import CaseResult, ConformanceReport, Status
 from ..conformance.runner import ConformanceRunner, OpProgress
 from .server_checks import server_checks
 from .smoke import PASSAGE, Prompt, compare_streams, prompt_set
@@ -216,9 +216,13 @@ def _op_conformance(
 
 
 def requirement_checks(gate: GateSettings, results: Sequence[CaseResult]) -> list[Check]:
-    """Determinism and batch invariance over the op results: always reported (`warn`
-    naming the ops that break them), failing the gate only where the config requires."""
+    """Determinism, batch invariance and support over the op results: always reported
+    (`warn` naming the ops that break them, which the backend declared: undeclared ones
+    already failed their cases), failing the gate only where the config requires."""
     return [
+        _property_check("all ops supported", "every case of the ops this deploy calls runs",
+                        {r.op for r in results if r.status is Status.UNSUPPORTED}, gate.require_all_ops,
+                        switch="gate.require_all_ops"),
         _property_check("determinism", "two identical calls give identical bits",
                         {r.op for r in results if r.deterministic is False}, gate.require_determinism),
         _property_check("batch invariance", "a row's output does not depend on its batch mates",
@@ -226,13 +230,13 @@ def requirement_checks(gate: GateSettings, results: Sequence[CaseResult]) -> lis
     ]
 
 
-def _property_check(name: str, meaning: str, violating: set[str], required: bool) -> Check:
+def _property_check(name: str, meaning: str, violating: set[str], required: bool, switch: str = "") -> Check:
     figures = {"ops_violating": len(violating)}
     if not violating:
         return Check(name, "requirements", CheckStatus.PASS, f"every checked op: {meaning}", figures)
     listed = ", ".join(sorted(violating))
     if required:
         return Check(name, "requirements", CheckStatus.FAIL, f"required, but not true of: {listed}", figures)
-    switch = f"gate.require_{name.replace(' ', '_')}"
+    switch = switch or f"gate.require_{name.replace(' ', '_')}"
     return Check(name, "requirements", CheckStatus.WARN,
                  f"not true of: {listed} (reported only; set {switch} to fail on it)", figures)

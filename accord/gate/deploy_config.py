@@ -35,8 +35,12 @@ class GateSettings:
     min_token_agreement: float = 0.9
     #: Largest |logprob difference| allowed on tokens both backends chose.
     max_logprob_diff: float = 0.1
+    #: Fail on ops the backend declares nondeterministic (undeclared ones always fail).
     require_determinism: bool = False
+    #: Fail on ops the backend declares batch-variant (undeclared ones always fail).
     require_batch_invariance: bool = False
+    #: Fail when the backend declines (unsupported) any case of an op the deploy calls.
+    require_all_ops: bool = False
     #: Run the TEST06-style checks through the OpenAI server path.
     server_checks: bool = True
 

@@ -45,14 +45,18 @@ def run_deploy(
     backend: str | None = None,
     ops: Sequence[str] | None = None,
     list_only: bool = False,
+    require_all: bool = False,
 ) -> int:
     """`accord conformance --deploy deploy.yaml`: `backend` overrides the config's
     (bisecting across backends), `ops` narrows op conformance, `list_only` prints the
-    stages and standard cases without running anything."""
+    stages and standard cases without running anything, `require_all` turns on
+    gate.require_all_ops."""
     try:
         config = load_deploy_config(deploy)
         if backend is not None:
             config = dataclasses.replace(config, engine=dataclasses.replace(config.engine, backend=backend))
+        if require_all:
+            config = dataclasses.replace(config, gate=dataclasses.replace(config.gate, require_all_ops=True))
     except DeployConfigError as error:
         return _error(str(error))
     if list_only:

@@ -77,7 +77,7 @@ def test_accord_backends_says_cann_is_missing(torch_npu_site):
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stdout.splitlines() if line.startswith("ascend"))
     assert "unavailable" in line and "is installed but the CANN runtime is not" in line
-    assert "libascendcl.so" in line  # the loader's own message names the missing library
+    assert "cannot open shared object file" in line  # the loader's own message names the library
 
 
 def test_a_users_autoload_setting_is_left_alone(torch_npu_site):
@@ -93,7 +93,6 @@ def test_without_torch_npu_the_reason_says_it_is_not_installed(monkeypatch):
 
 def test_a_failing_torch_npu_import_is_reported_not_raised(monkeypatch):
     monkeypatch.setattr(ascend_module, "torch_npu_installed", lambda: True)
-    monkeypatch.setattr(ascend_module, "cann_runtime_missing", lambda: None)
     monkeypatch.setitem(sys.modules, "torch_npu", None)  # import torch_npu now raises
     availability = AscendBackend(emulate=False).availability()
     assert not availability.available and "failed to import: ModuleNotFoundError" in availability.reason
@@ -101,7 +100,6 @@ def test_a_failing_torch_npu_import_is_reported_not_raised(monkeypatch):
 
 def test_no_visible_npu_is_its_own_reason(monkeypatch):
     monkeypatch.setattr(ascend_module, "torch_npu_installed", lambda: True)
-    monkeypatch.setattr(ascend_module, "cann_runtime_missing", lambda: None)
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
     monkeypatch.setattr(torch, "npu", types.SimpleNamespace(is_available=lambda: False), raising=False)
     availability = AscendBackend(emulate=False).availability()

@@ -50,9 +50,9 @@ def test_unsupported_cases_name_a_documented_limit(report):
 
 
 def test_int64_indices_reach_the_kernels_through_declared_adapters(report):
-    adapted = {r.op: r.adapters for r in report.results if r.status is Status.PASS and r.adapters}
-    assert "cast block_tables int64->int32" in adapted["paged_attention"]
-    assert "cast topk_ids int64->int32" in adapted["fused_moe"]
+    adapted = {(r.op, r.adapters) for r in report.results if r.status is Status.PASS and r.adapters}
+    assert ("paged_attention", "cast block_tables int64->int32") in adapted
+    assert ("fused_moe", "cast topk_ids int64->int32") in adapted
 
 
 def test_conformance_command_runs_the_emulated_backend():

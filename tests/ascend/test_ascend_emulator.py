@@ -38,7 +38,7 @@ def test_the_glue_without_its_declared_adapter_fails_in_the_emulator():
     hidden, w13, w2 = torch.randn(2, 16), torch.randn(4, 8, 16), torch.randn(4, 16, 4)
     ids = torch.tensor([[0, 1], [2, 3]], dtype=torch.int64)
     with pytest.raises(NpuOperatorError, match="expert_idx must be int32"):
-        moe_kernels.fused_moe(emulator, hidden, w13, w2, torch.rand(2, 2), ids, None, None, None, "silu",
+        moe_kernels.fused_moe(emulator, hidden, w13, w2, torch.rand(2, 2), ids, None, None, None, "silu", 0.0,
                               torch.empty(2, 16))
 
 
@@ -168,3 +168,12 @@ def test_block_sizes_off_the_16_grid_are_refused_at_the_boundary(emulated):
     query, cache = torch.randn(1, 2, 16, dtype=torch.float16), torch.randn(2, 8, 2, 16, dtype=torch.float16)
     with pytest.raises(ContractError, match="key_cache expected a block size that is a multiple of 16"):
         ops.paged_attention(query, cache, cache, **_paged_metadata(1), scale=0.25)
+
+
+def test_clipped_swiglu_in_its_plain_form_is_the_contracts_clipped_silu():
+    x = torch.randn(3, 8) * 4
+    out = emulator.npu_clipped_swiglu(x, dim=-1, alpha=1.0, limit=2.0, bias=0.0, interleaved=False)
+    gate, up = x[:, :4].clamp(max=2.0), x[:, 4:].clamp(-2.0, 2.0)
+    torch.testing.assert_close(out, torch.nn.functional.silu(gate) * up)
+    with pytest.raises(NpuOperatorError, match="x must be contiguous"):
+        emulator.npu_clipped_swiglu(x.t(), dim=-1, limit=2.0)

@@ -4,6 +4,7 @@ caught and everything else still passes."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -17,20 +18,42 @@ class PatchedReference(Backend):
 
     device_type = "cpu"
 
-    def __init__(self, name: str, *replacements: Kernel, missing: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *replacements: Kernel,
+        missing: tuple[str, ...] = (),
+        nondeterministic: tuple[str, ...] = (),
+        batch_variant: tuple[str, ...] = (),
+    ) -> None:
         super().__init__()
         self.name = name
         self._replacements = replacements
         self._missing = missing
+        self._nondeterministic = frozenset(nondeterministic)
+        self._batch_variant = frozenset(batch_variant)
 
     def load_kernels(self) -> KernelSet:
+        # Each kernel runs through its own function, so conformance judges the double
+        # as a backend of its own rather than reporting the reference's kernels shared.
         kernels = KernelSet()
         for op, kernel in get_backend("reference").kernels().as_dict().items():
             if op not in self._missing:
-                kernels.add(kernel)
+                kernels.add(dataclasses.replace(kernel, fn=own_function(kernel.fn)))
         for kernel in self._replacements:
-            kernels.add(kernel)
+            kernels.add(dataclasses.replace(kernel, fn=own_function(kernel.fn)))
         return kernels
+
+    def nondeterministic_ops(self) -> frozenset[str]:
+        return self._nondeterministic
+
+    def batch_variant_ops(self) -> frozenset[str]:
+        return get_backend("reference").batch_variant_ops() | self._batch_variant
+
+
+def own_function(fn: Any) -> Any:
+    """`fn` behind a function object of its own (same behaviour, another identity)."""
+    return lambda **call: fn(**call)
 
 
 def reference_fn(op: str) -> Any:
@@ -93,6 +116,105 @@ class WideToleranceBackend(PatchedReference):
         return None
 
 
-def broken(name: str, op: str, fn: Any, **claims: tuple[torch.dtype, ...]) -> PatchedReference:
-    """The reference backend with `op`'s kernel replaced by `fn` (claiming `claims`)."""
-    return PatchedReference(name, Kernel(op, fn, claims))
+def broken(name: str, op: str, fn: Any, declares: str = "", **claims: tuple[torch.dtype, ...]) -> PatchedReference:
+    """The reference backend with `op`'s kernel replaced by `fn` (claiming `claims`);
+    `declares` may name `nondeterministic` or `batch_variant` for the op."""
+    return PatchedReference(name, Kernel(op, fn, claims), **({declares: (op,)} if declares else {}))
+
+
+def attention_with_default_scale(**call: Any) -> None:
+    """Derives the softmax scale from the head size, ignoring the `scale` argument."""
+    reference_fn("paged_attention")(**{**call, "scale": call["query"].shape[-1] ** -0.5})
+
+
+def attention_with_k_scale_for_values(**call: Any) -> None:
+    """Dequantises the value cache with k_scale (one scale for both)."""
+    reference_fn("paged_attention")(**{**call, "v_scale": call["k_scale"]})
+
+
+def attention_dropping_the_block_edge_key(**call: Any) -> None:
+    """A prefill whose cached length ends on a block edge loses its last key (a block
+    count of seq_len // block_size on the prefill path; decodes are right)."""
+    block_size = call["key_cache"].shape[1]
+    query_lens = call["query_start_loc"].diff()
+    on_edge = (query_lens > 1) & (call["seq_lens"] % block_size == 0)
+    reference_fn("paged_attention")(**{**call, "seq_lens": call["seq_lens"] - on_edge.to(call["seq_lens"].dtype)})
+
+
+def cache_store_without_saturation(**call: Any) -> None:
+    """Stores value / scale into an fp8 cache by a plain cast: out-of-range values
+    become NaN instead of the largest finite value."""
+    slots = call["slot_mapping"].long()
+    written = slots >= 0
+    for name, source, scale in (("key_cache", "key", "k_scale"), ("value_cache", "value", "v_scale")):
+        cache = call[name]
+        flat = cache.view(-1, *cache.shape[2:])
+        flat[slots[written]] = (call[source][written].float() / call[scale]).to(cache.dtype)
+
+
+def rms_norm_with_fixed_eps(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
+    """Ignores the eps argument (1e-6 hard-coded)."""
+    reference_fn("rms_norm")(x=x, weight=weight, eps=1e-6, out=out)
+
+
+def quantize_without_amax_floor(**call: Any) -> None:
+    """Scales by amax / FP8_MAX without the floor: an all-zero granule gets scale 0
+    and 0 / 0 = NaN values."""
+    reference_fn("quantize_fp8")(**call)
+    x, scales, q = call["x"], call["scales"], call["q"]
+    if call["scale"] is None:
+        group = x.shape[1] if scales.shape[1] == 1 else call["group_size"]
+        padded = torch.nn.functional.pad(x.float().abs(), (0, -x.shape[1] % group))
+        amax = padded.view(x.shape[0], -1, group).amax(-1)
+        zero = (amax.max() == 0).view(1, 1) if call["mode"] == "per_tensor" else amax == 0
+        scales[zero] = 0
+        per_element = zero.repeat_interleave(group, 1)[:, : x.shape[1]].expand_as(q)
+        nan = torch.tensor([float("nan")]).to(q.dtype).view(torch.uint8)
+        q.view(torch.uint8)[per_element] = nan
+
+
+def scaled_mm_reusing_the_last_full_k_scale(**call: Any) -> None:
+    """Block mode with a partial last K group: that group is scaled by the previous
+    group's scales (a K-group count of K // 128)."""
+    if call["scale_mode"] == "block" and call["a"].shape[1] % 128:
+        a_scale, b_scale = call["a_scale"].clone(), call["b_scale"].clone()
+        a_scale[:, -1], b_scale[:, -1] = a_scale[:, -2], b_scale[:, -2]
+        call = {**call, "a_scale": a_scale, "b_scale": b_scale}
+    reference_fn("scaled_mm")(**call)
+
+
+def route_scaling_only_when_renormalising(**call: Any) -> None:
+    """Applies routed_scaling_factor only on the renormalising path."""
+    factor = call["routed_scaling_factor"] if call["renormalize"] else 1.0
+    reference_fn("moe_route")(**{**call, "routed_scaling_factor": factor})
+
+
+def sampler(*, greedy_last: bool = False, temperature_last: bool = False, top_p_drops_boundary: bool = False) -> Any:
+    """A sampler with one boundary bug: greedy ties to the last index, temperature
+    applied after the filters, or top-p dropping the token that crosses top_p."""
+    from accord.backends.reference.kernels.sampling import _draw, _filtered, _renormalised
+
+    def fn(**call: Any) -> None:
+        reference_fn("sample")(**call)
+        for b, row in enumerate(call["logits"].float()):
+            temperature = float(call["temperature"][b])
+            top_k, top_p, min_p = int(call["top_k"][b]), float(call["top_p"][b]), float(call["min_p"][b])
+            if temperature < 1e-5:
+                token = row.numel() - 1 - int(torch.argmax(row.flip(0))) if greedy_last else int(torch.argmax(row))
+            else:
+                probs = torch.softmax(row if temperature_last else row / temperature, dim=0)
+                if top_p_drops_boundary and top_p < 1.0:
+                    ordered, order = probs.sort(descending=True, stable=True)
+                    keep = torch.zeros_like(probs, dtype=torch.bool)
+                    keep[order] = ordered.cumsum(0) < top_p
+                    keep[order[0]] = True
+                    probs = _filtered(_renormalised(probs, keep), top_k, 1.0, min_p)
+                else:
+                    probs = _filtered(probs, top_k, top_p, min_p)
+                if temperature_last:
+                    probs = _renormalised(probs ** (1 / temperature), probs > 0)
+                token = _draw(probs, int(call["seeds"][b]))
+            call["token_ids"][b] = token
+            call["logprobs"][b] = torch.log_softmax(row.double(), dim=0)[token]
+
+    return fn

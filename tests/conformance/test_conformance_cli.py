@@ -42,7 +42,7 @@ def test_a_failing_backend_exits_non_zero_and_names_the_failure(
     monkeypatch.setattr(command, "default_registry", lambda: FixedRegistry(half_writer, get_backend("reference")))
     assert main(["conformance", "--backend", "half-writer", "--op", "rms_norm"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL 2/2" in out and "never written" in out and out.splitlines()[-1].startswith("FAILED:")
+    assert "FAIL 3/3" in out and "never written" in out and out.splitlines()[-1].startswith("FAILED:")
 
 
 def test_unknown_backend_exits_2_with_the_known_names(capsys: pytest.CaptureFixture[str]) -> None:

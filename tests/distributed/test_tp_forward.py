@@ -66,8 +66,10 @@ def greedy_logits(model_dir: str, parallel: ParallelContext | None) -> tuple[tor
     return torch.cat(rows), tokens
 
 
-def rank_logits(parallel: ParallelContext, model_dirs: list[str]) -> list[tuple[torch.Tensor, list[int]]]:
-    """What one TP rank computes for every checkpoint (runs in a spawned rank)."""
+def rank_logits(comm: Any, model_dirs: list[str]) -> list[tuple[torch.Tensor, list[int]]]:
+    """What one TP rank computes for every checkpoint (runs in a spawned rank; the whole
+    world is one tensor-parallel group)."""
+    parallel = ParallelContext(comm.rank, comm.world_size, comm.rank, comm.world_size, comm)
     return [greedy_logits(d, parallel) for d in model_dirs]
 
 

@@ -26,7 +26,7 @@ MARGIN_BYTES = CACHE_TENSOR_BYTES // 2
 
 ENGINE_ALONE = """
 import sys, yaml
-from accord.core.llm import LLM
+from accord import LLM
 from accord.core.sampling_params import SamplingParams
 settings = yaml.safe_load(open(sys.argv[1]))
 settings.pop("gate")

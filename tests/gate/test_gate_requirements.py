@@ -18,7 +18,8 @@ def statuses(gate: GateSettings, *results: CaseResult) -> dict[str, CheckStatus]
 
 
 def test_ops_that_hold_both_properties_pass() -> None:
-    assert statuses(GateSettings(), STEADY) == {"determinism": CheckStatus.PASS, "batch invariance": CheckStatus.PASS}
+    assert statuses(GateSettings(), STEADY) == {
+        "all ops supported": CheckStatus.PASS, "determinism": CheckStatus.PASS, "batch invariance": CheckStatus.PASS}
 
 
 def test_a_batch_dependent_op_is_a_warning_when_not_required() -> None:
@@ -35,3 +36,11 @@ def test_a_batch_dependent_op_fails_when_required() -> None:
 def test_a_warning_does_not_fail_the_report() -> None:
     report = GateReport({"backend": "cpu"}, None, tuple(requirement_checks(GateSettings(), [BATCH_DEPENDENT])))
     assert report.passed
+
+
+DECLINED = CaseResult("scaled_mm", "M=5", "a,b=fp8e4m3fn", Status.UNSUPPORTED, "no fp8 here")
+
+
+def test_an_unsupported_op_is_a_warning_unless_all_ops_are_required() -> None:
+    assert statuses(GateSettings(), STEADY, DECLINED)["all ops supported"] is CheckStatus.WARN
+    assert statuses(GateSettings(require_all_ops=True), STEADY, DECLINED)["all ops supported"] is CheckStatus.FAIL

@@ -92,3 +92,10 @@ def test_hash_layers_hand_the_router_int64_token_ids_and_the_int32_table(engines
     plans = worker.ops._plans.values()
     routes = [plan.signature for plan in plans if plan.signature.op == "moe_route"]
     assert any(s.dtype("token_ids") == torch.int64 and s.dtype("hash_table") == torch.int32 for s in routes)
+
+
+def test_preemption_by_recompute_rebuilds_the_compressed_state(v4_dir, prompts, reference_tokens) -> None:
+    # 16 blocks of 4 tokens hold one long sequence but not all three: decodes preempt.
+    llm = LLM(str(v4_dir), backend="cpu", **{**ENGINE_ARGS, "num_gpu_blocks_override": 16, "max_model_len": 64})
+    assert greedy(llm, prompts) == reference_tokens
+    assert llm.llm_engine.stats.num_preemptions > 0

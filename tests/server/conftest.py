@@ -36,7 +36,7 @@ def demo_model(cache_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def server(demo_model: Path, cache_dir: Path) -> Iterator[ServerProcess]:
-    """The shared server: the demo model (no --model), API key required."""
+    """The shared server: the random demo model (the harness passes --model accord-demo-random), API key required."""
     process = ServerProcess("--api-key", API_KEY, *ENGINE_FLAGS, cache_dir=cache_dir)
     yield process
     process.stop()

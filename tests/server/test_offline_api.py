@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from accord import SamplingParams
+from accord.demo.model import DEMO_MODEL_NAME
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
 
@@ -53,7 +54,7 @@ def test_the_demo_model_is_found_by_name(cache_dir, monkeypatch) -> None:
     import accord
 
     monkeypatch.setenv("ACCORD_CACHE_DIR", str(cache_dir))
-    llm = accord.LLM("accord-demo-llama", max_model_len=64, max_num_seqs=2, backend="cpu")
+    llm = accord.LLM(DEMO_MODEL_NAME, max_model_len=64, max_num_seqs=2, backend="cpu")
     try:
         [output] = llm.generate("Hi", GREEDY, use_tqdm=False)
         assert len(output.outputs[0].token_ids) == 3

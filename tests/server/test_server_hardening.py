@@ -13,9 +13,10 @@ import threading
 import httpx
 import pytest
 from server_harness import API_KEY, ServerProcess
+from accord.demo.model import DEMO_MODEL_NAME
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
-MODEL = "accord-demo-llama"
+MODEL = DEMO_MODEL_NAME
 
 
 def post_raw(http: httpx.Client, route: str, body: str) -> httpx.Response:
@@ -195,7 +196,7 @@ def test_serve_on_a_port_in_use_fails_before_claiming_to_serve(server: ServerPro
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "accord", "serve", "--port", str(port), "--model", "accord-demo-llama"],
+            [sys.executable, "-m", "accord", "serve", "--port", str(port), "--model", DEMO_MODEL_NAME],
             capture_output=True, text=True, timeout=120,
         )
     assert result.returncode == 1

@@ -7,8 +7,9 @@ import math
 
 import httpx
 import openai
+from accord.demo.model import DEMO_MODEL_NAME
 
-MODEL = "accord-demo-llama"
+MODEL = DEMO_MODEL_NAME
 HELLO = [{"role": "user", "content": "hi"}]
 
 

@@ -11,8 +11,9 @@ import re
 import jsonschema
 import openai
 import pytest
+from accord.demo.model import DEMO_MODEL_NAME
 
-MODEL = "accord-demo-llama"
+MODEL = DEMO_MODEL_NAME
 HELLO = [{"role": "user", "content": "Describe a city."}]
 SCHEMA = {
     "type": "object",

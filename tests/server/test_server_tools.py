@@ -10,9 +10,10 @@ import jsonschema
 import openai
 import pytest
 
+from accord.demo.model import DEMO_MODEL_NAME
 from accord.server.tool_parsers import HermesToolParser, get_tool_parser
 
-MODEL = "accord-demo-llama"
+MODEL = DEMO_MODEL_NAME
 WEATHER_PARAMETERS = {
     "type": "object",
     "properties": {"city": {"enum": ["Paris", "Rome"]}, "unit": {"enum": ["c", "f"]}},

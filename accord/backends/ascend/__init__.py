@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..._npu_autoload import cann_runtime_missing, torch_npu_installed
+import importlib.util
 from ...op_contracts import KernelSet
 from ..base import Availability, Backend
 from ..communicator import CollectiveSupport
@@ -35,19 +35,27 @@ def _torch_npu_version() -> str:
         return "unknown"
 
 
+def torch_npu_installed() -> bool:
+    """Whether a torch_npu package is importable (found without importing it)."""
+    return importlib.util.find_spec("torch_npu") is not None
+
+
+#: What the dynamic loader says when one of CANN's shared libraries is absent.
+MISSING_LIBRARY = "cannot open shared object file"
+
+
 def torch_npu_unavailable() -> str | None:
     """Why torch-npu cannot drive an NPU here, precisely, or None when it can: not
     installed; installed without the CANN runtime; failing to import; or no NPU visible."""
     if not torch_npu_installed():
         return "torch-npu is not installed (pip install 'accord[ascend]'; it needs the CANN toolkit too)"
     version = _torch_npu_version()
-    missing = cann_runtime_missing()
-    if missing is not None:
-        return (f"torch-npu {version} is installed but the CANN runtime is not ({missing}); install the CANN "
-                "toolkit and kernels that match it and source its set_env.sh")
     try:
         import torch_npu  # noqa: F401  (registers the npu device with torch)
     except Exception as error:  # noqa: BLE001 - a broken install must not break listing
+        if MISSING_LIBRARY in str(error):
+            return (f"torch-npu {version} is installed but the CANN runtime is not ({error}); install the CANN "
+                    "toolkit and kernels that match it and source its set_env.sh")
         return f"torch-npu {version} failed to import: {type(error).__name__}: {error}"
     if not torch.npu.is_available():  # type: ignore[attr-defined]
         return (f"torch-npu {version} and CANN are present but no NPU is visible (torch.npu.is_available() is "

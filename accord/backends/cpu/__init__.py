@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cache
 
 import torch
@@ -10,10 +11,22 @@ from ...op_contracts import KernelSet
 from ..base import Backend
 
 
+#: Overrides the CPU check: `native` forces the bf16 compute path (emulated, slowly,
+#: where the CPU lacks the instructions: what tests use to exercise it on any host),
+#: `fp32` forces the fp32 path; unset or `auto` asks the CPU.
+BF16_PATH_VARIABLE = "ACCORD_CPU_BF16_PATH"
+
+
 @cache
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX); without
-    them torch's bf16 GEMMs are emulated and orders of magnitude slower than fp32."""
+    them torch's bf16 GEMMs are emulated and orders of magnitude slower than fp32.
+    `ACCORD_CPU_BF16_PATH` overrides the answer (see BF16_PATH_VARIABLE)."""
+    forced = os.environ.get(BF16_PATH_VARIABLE, "auto")
+    if forced in ("native", "fp32"):
+        return forced == "native"
+    if forced != "auto":
+        raise ValueError(f"{BF16_PATH_VARIABLE} must be native, fp32 or auto, got {forced!r}")
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             flags = cpuinfo.read()
@@ -35,6 +48,12 @@ class CpuBackend(Backend):
         from .kernels import KERNELS
 
         return KERNELS
+
+    def batch_variant_ops(self) -> frozenset[str]:
+        # Grouping tokens by expert and torch's GEMMs pick their blocking by the number
+        # of rows, so a row's rounding depends on its batch mates; routing scores go
+        # through the same vectorised reductions.
+        return frozenset({"moe_route", "fused_moe", "scaled_mm", "linear"})
 
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
         if requested in (torch.bfloat16, torch.float16) and not cpu_has_native_bf16():

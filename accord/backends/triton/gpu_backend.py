@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from functools import cached_property
+from typing import Callable
 
 import torch
 
@@ -29,6 +30,8 @@ class GpuBackend(Backend):
     use_torch_fast_paths: bool = True
     #: How the availability message names this backend's GPUs ("NVIDIA", "AMD").
     vendor: str = "CUDA/ROCm"
+    #: The CUDA graph memory pool every captured bucket shares (made on first capture).
+    _graph_pool: tuple[int, int] | None = None
 
     def runtime_missing(self) -> str | None:
         """Why this torch build cannot drive this backend's GPUs, or None when it can."""
@@ -52,6 +55,9 @@ class GpuBackend(Backend):
     def fp8_dtype(self) -> torch.dtype:
         return fp8_dtype_for_architecture(self.architecture)
 
+    def select_device(self, local_rank: int) -> None:
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+
     def prepare_fp8_weight(self, weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A checkpoint's e4m3fn weight and its scale as this device stores them:
         converted at load time where the device computes in e4m3fnuz, else unchanged."""
@@ -65,6 +71,28 @@ class GpuBackend(Backend):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
+
+    def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        """Capture `fn` into a CUDA graph: one warm-up run on a side stream first (lazy
+        initialisation and Triton autotuning must not happen inside the capture), then
+        the capture into a memory pool shared by every bucket; the replay returns the
+        output tensor the capture allocated, rewritten in place by each replay."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            output = fn()
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return output
+
+        return replay
 
     def versions(self) -> dict[str, str]:
         runtime = getattr(torch.version, "hip", None) or torch.version.cuda or "none"

@@ -43,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--deploy", metavar="YAML",
                         help="run the rollout gate for this deploy config (docs/rollout_gate.md)")
     parser.add_argument("--report-dir", metavar="DIR", help="write report.json, junit.xml and report.html into DIR")
+    parser.add_argument("--require-all", action="store_true",
+                        help="exit 1 when the backend declines any case (unsupported) of the ops checked; with "
+                        "--deploy, same as gate.require_all_ops")
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     merge = actions.add_parser("merge", help="merge report.json files of several nodes into one cross-vendor matrix",
@@ -69,7 +72,8 @@ def _merge(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.deploy:  # production threading: the thread count can change a reduction's rounding
-        return run_deploy(args.deploy, report_dir=args.report_dir, backend=args.backend, ops=args.op, list_only=args.list)
+        return run_deploy(args.deploy, report_dir=args.report_dir, backend=args.backend, ops=args.op,
+                          list_only=args.list, require_all=args.require_all)
     ops = args.op or list(CONTRACTS)
     if args.list:
         return _list_cases(ops, args.seed)
@@ -88,4 +92,4 @@ def run(args: argparse.Namespace) -> int:
     print(render(report))
     if args.report_dir:
         write_op_reports(report, backend, reference, args.report_dir)
-    return 1 if report.failed else 0
+    return 1 if report.failed or (args.require_all and report.unsupported_ops()) else 0

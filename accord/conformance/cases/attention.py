@@ -15,7 +15,13 @@ from .paged import BLOCK_SIZE, paged_batch
 BATCHES = {
     "first-token": ((1, 1),),
     "mixed": ((1, BLOCK_SIZE), (1, BLOCK_SIZE + 1), (5, 5), (3, 2 * BLOCK_SIZE + 4)),
+    # A whole prefill and a chunk whose cached length ends exactly on a block edge.
+    "prefill on block edge": ((BLOCK_SIZE, BLOCK_SIZE), (5, 2 * BLOCK_SIZE), (1, 3)),
 }
+#: A softmax scale other than the shape's default (Gemma-2's query_pre_attn_scalar,
+#: Granite's attention multiplier; YaRN's mscale^2 for MLA): a kernel that derives
+#: the scale from the head size shows.
+CUSTOM_SCALE_FACTOR = 1.44
 Q_HEADS, KV_HEADS, HEAD_DIM = 4, 2, 32
 MLA_HEADS, LATENT_DIM, ROPE_DIM = 2, 32, 16
 FP8_SCALE = 0.5
@@ -26,11 +32,13 @@ def _cache_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
     return (dtype, *FP8_DTYPES)
 
 
-def _variants() -> Iterator[tuple[str, tuple[tuple[int, int], ...], int]]:
-    """(name, batch, sliding window): every batch at full causal, the mixed one windowed."""
+def _variants() -> Iterator[tuple[str, tuple[tuple[int, int], ...], int, float]]:
+    """(name, batch, sliding window, scale factor): every batch at full causal, the
+    mixed one windowed and with a custom softmax scale."""
     for name, batch in BATCHES.items():
-        yield name, batch, 0
-    yield f"mixed window={SLIDING_WINDOW}", BATCHES["mixed"], SLIDING_WINDOW
+        yield name, batch, 0, 1.0
+    yield f"mixed window={SLIDING_WINDOW}", BATCHES["mixed"], SLIDING_WINDOW, 1.0
+    yield f"mixed scale x{CUSTOM_SCALE_FACTOR}", BATCHES["mixed"], 0, CUSTOM_SCALE_FACTOR
 
 
 def paged_attention_cases(seed: int) -> Iterator[Case]:
@@ -38,7 +46,7 @@ def paged_attention_cases(seed: int) -> Iterator[Case]:
     for dtype in FLOAT_DTYPES:
         for cache_dtype in _cache_dtypes(dtype):
             for index_dtype in INDEX_DTYPES:
-                for name, sequences, window in _variants():
+                for name, sequences, window, factor in _variants():
                     g = seeded(seed, "paged_attention", dtype, cache_dtype, index_dtype, name)
                     batch = paged_batch(g, sequences)
                     cache_shape = (batch.num_blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
@@ -48,10 +56,11 @@ def paged_attention_cases(seed: int) -> Iterator[Case]:
                         "key_cache": randn(g, cache_shape, cache_dtype),
                         "value_cache": randn(g, cache_shape, cache_dtype),
                         **batch.metadata(index_dtype),
-                        "scale": HEAD_DIM**-0.5,
+                        "scale": factor * HEAD_DIM**-0.5,
                         "sliding_window": window,
+                        # Distinct, so a kernel that applies one to both shows.
                         "k_scale": scale,
-                        "v_scale": scale,
+                        "v_scale": scale / 2 if cache_dtype in FP8_DTYPES else 1.0,
                     }
                     yield Case("paged_attention", name, args)
 
@@ -61,7 +70,9 @@ def mla_attention_cases(seed: int) -> Iterator[Case]:
     for dtype in FLOAT_DTYPES:
         for cache_dtype in _cache_dtypes(dtype):
             for index_dtype in INDEX_DTYPES:
-                for name, sequences in BATCHES.items():
+                for name, sequences, _window, factor in _variants():
+                    if _window:
+                        continue  # MLA has no sliding window
                     g = seeded(seed, "mla_attention", dtype, cache_dtype, index_dtype, name)
                     batch = paged_batch(g, sequences)
                     tokens = batch.num_tokens
@@ -70,7 +81,7 @@ def mla_attention_cases(seed: int) -> Iterator[Case]:
                         "q_pe": randn(g, (tokens, MLA_HEADS, ROPE_DIM), dtype),
                         "kv_cache": randn(g, (batch.num_blocks, BLOCK_SIZE, LATENT_DIM + ROPE_DIM), cache_dtype),
                         **batch.metadata(index_dtype),
-                        "scale": (LATENT_DIM + ROPE_DIM) ** -0.5,
+                        "scale": factor * (LATENT_DIM + ROPE_DIM) ** -0.5,
                         "kv_scale": FP8_SCALE if cache_dtype in FP8_DTYPES else 1.0,
                     }
                     yield Case("mla_attention", name, args)

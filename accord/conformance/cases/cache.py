@@ -7,12 +7,15 @@ from typing import Iterator
 
 import torch
 
-from ...op_contracts import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES
+from ...op_contracts import FLOAT_DTYPES, FP8_DTYPES, FP8_MAX, INDEX_DTYPES
 from ..case import Case, randn, seeded
 from .paged import BLOCK_SIZE, slot_mapping
 
 NUM_BLOCKS = 4
 TOKEN_COUNTS = (1, BLOCK_SIZE, BLOCK_SIZE + 1)
+#: Values this many times an fp8 cache's largest finite value (after the scale): a
+#: store must saturate them, never produce NaN or inf.
+BEYOND_FP8_RANGE = 4.0
 KV_HEADS, HEAD_DIM = 2, 16
 LATENT_DIM, ROPE_DIM = 32, 16
 #: fp8 caches store value / scale; a scale != 1 checks that it is applied.
@@ -43,6 +46,28 @@ def reshape_and_cache_cases(seed: int) -> Iterator[Case]:
                         "v_scale": scale / 2,
                     }
                     yield Case("reshape_and_cache", f"T={tokens} BS={BLOCK_SIZE}", args)
+                if cache_dtype in FP8_DTYPES:
+                    yield _saturating_case(seed, dtype, cache_dtype)
+
+
+def _saturating_case(seed: int, dtype: torch.dtype, cache_dtype: torch.dtype) -> Case:
+    """Every other element beyond the fp8 range (both signs), at int64 slots."""
+    tokens = BLOCK_SIZE
+    g = seeded(seed, "reshape_and_cache saturating", dtype, cache_dtype)
+    cache_shape = (NUM_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
+    big = BEYOND_FP8_RANGE * FP8_MAX[cache_dtype] * FP8_SCALE
+    outliers = torch.zeros(tokens, KV_HEADS, HEAD_DIM)
+    outliers[..., ::2] = big * torch.randn(tokens, KV_HEADS, HEAD_DIM // 2, generator=g).sign()
+    args = {
+        "key": (randn(g, (tokens, KV_HEADS, HEAD_DIM), torch.float32) + outliers).to(dtype),
+        "value": (randn(g, (tokens, KV_HEADS, HEAD_DIM), torch.float32) - outliers).to(dtype),
+        "key_cache": randn(g, cache_shape, cache_dtype),
+        "value_cache": randn(g, cache_shape, cache_dtype),
+        "slot_mapping": slot_mapping(g, tokens, NUM_BLOCKS * BLOCK_SIZE, torch.int64),
+        "k_scale": FP8_SCALE,
+        "v_scale": FP8_SCALE,
+    }
+    return Case("reshape_and_cache", f"T={tokens} beyond fp8 range", args)
 
 
 def concat_and_cache_mla_cases(seed: int) -> Iterator[Case]:

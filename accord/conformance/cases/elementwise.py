@@ -12,6 +12,10 @@ from ..case import Case, randint, randn, seeded
 
 #: (tokens, hidden): a single token, an odd count, and a width that is not a power of two.
 TOKEN_SHAPES = ((1, 64), (7, 96))
+#: An eps other than the default, and rows whose mean square is about eps (padding
+#: and near-silent tokens): an ignored or hard-coded eps changes them visibly.
+SMALL_EPS = 1e-3
+SMALL_ROW_SCALE = SMALL_EPS**0.5
 
 
 def rms_norm_cases(seed: int) -> Iterator[Case]:
@@ -21,6 +25,9 @@ def rms_norm_cases(seed: int) -> Iterator[Case]:
             g = seeded(seed, "rms_norm", dtype, tokens, hidden)
             args = {"x": randn(g, (tokens, hidden), dtype, 2.0), "weight": randn(g, (hidden,), dtype), "eps": 1e-6}
             yield Case("rms_norm", f"T={tokens} H={hidden}", args, row_independent=True)
+        g = seeded(seed, "rms_norm small rows", dtype)
+        args = {"x": randn(g, (4, 64), dtype, SMALL_ROW_SCALE), "weight": randn(g, (64,), dtype), "eps": SMALL_EPS}
+        yield Case("rms_norm", f"T=4 H=64 mean square ~ eps={SMALL_EPS:g}", args, row_independent=True)
 
 
 def fused_add_rms_norm_cases(seed: int) -> Iterator[Case]:
@@ -35,6 +42,14 @@ def fused_add_rms_norm_cases(seed: int) -> Iterator[Case]:
                 "eps": 1e-5,
             }
             yield Case("fused_add_rms_norm", f"T={tokens} H={hidden}", args, row_independent=True)
+        g = seeded(seed, "fused_add_rms_norm small rows", dtype)
+        args = {
+            "x": randn(g, (4, 64), dtype, SMALL_ROW_SCALE / 2),
+            "residual": randn(g, (4, 64), dtype, SMALL_ROW_SCALE / 2),
+            "weight": randn(g, (64,), dtype),
+            "eps": SMALL_EPS,
+        }
+        yield Case("fused_add_rms_norm", f"T=4 H=64 mean square ~ eps={SMALL_EPS:g}", args, row_independent=True)
 
 
 def _cos_sin_cache(positions: int, rotary_dim: int) -> torch.Tensor:

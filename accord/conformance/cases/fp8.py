@@ -39,10 +39,25 @@ def quantize_fp8_cases(seed: int) -> Iterator[Case]:
                     }
                     independent = mode != "per_tensor" or static
                     yield Case("quantize_fp8", f"{name} T={tokens} H={hidden}", args, row_independent=independent)
+                g = seeded(seed, "quantize_fp8 zeros", dtype, fp8_dtype, name)
+                yield Case("quantize_fp8", f"{name} zero rows and groups", {
+                    "x": _with_zeros(randn(g, (4, 2 * GROUP), dtype, 3.0)),
+                    "scale": torch.full((1, 1), STATIC_SCALE) if static else None,
+                    "mode": mode, "group_size": GROUP, "fp8_dtype": fp8_dtype,
+                }, row_independent=mode != "per_tensor" or static)
 
 
-#: (rows, output columns, inner): N and K past one 128 block, so block scales are partial.
-MM_SHAPES = ((1, 160, 256), (5, 160, 256))
+def _with_zeros(x: torch.Tensor) -> torch.Tensor:
+    """Padding tokens: row 1 all zero, and row 3's second 128 group zero (the scale's
+    amax floor keeps them finite)."""
+    x[1] = 0
+    x[3, GROUP:] = 0
+    return x
+
+
+#: (rows, output columns, inner): N past one 128 block, and K both a whole number of
+#: 128 groups and not (a partial last K group), so block scales are partial.
+MM_SHAPES = ((1, 160, 256), (5, 160, 256), (5, 160, 200))
 
 
 def _scales(
@@ -66,7 +81,7 @@ def scaled_mm_cases(seed: int) -> Iterator[Case]:
             for out_dtype in FLOAT_DTYPES:
                 for bias_dtype in (None, *FLOAT_DTYPES):
                     for rows, cols, inner in MM_SHAPES:
-                        g = seeded(seed, "scaled_mm", fp8_dtype, mode, out_dtype, bias_dtype, rows)
+                        g = seeded(seed, "scaled_mm", fp8_dtype, mode, out_dtype, bias_dtype, rows, inner)
                         a_scale, b_scale = _scales(g, mode, rows, cols, inner)
                         args = {
                             "a": randn(g, (rows, inner), fp8_dtype, 4.0),

@@ -27,6 +27,31 @@ TOPK_ROUTES: dict[str, dict[str, Any]] = {
     "sqrt_softplus top3": {"top_k": 3, "scoring": "sqrt_softplus", "renormalize": True},
 }
 HASH_VOCAB, HASH_TOP_K = 32, 2
+#: routed_scaling_factor other than 1 (DeepSeek-V3's 2.5), with and without renormalising.
+SCALING = 2.5
+
+
+def _flag_combinations() -> dict[str, dict[str, Any]]:
+    """Every scoring function x renormalise x routed scaling (1 and not) x grouped
+    selection (for sigmoid, with and without a correction bias): each flag on its own,
+    so a kernel that gets one combination wrong cannot hide behind a bundled variant."""
+    combos = {}
+    for scoring in ("softmax", "sigmoid", "sqrt_softplus"):
+        for renormalize in (False, True):
+            for scaling in (1.0, SCALING):
+                for grouped in (False, True):
+                    for bias in ((False, True) if scoring == "sigmoid" else (False,)):
+                        name = (f"{scoring} renorm={renormalize} scale={scaling:g}"
+                                + (" grouped" if grouped else "") + (" +bias" if bias else ""))
+                        combos[name] = {
+                            "top_k": 4, "scoring": scoring, "renormalize": renormalize,
+                            "routed_scaling_factor": scaling, "n_group": 4 if grouped else 1,
+                            "topk_group": 2 if grouped else 1, "bias": bias,
+                        }
+    return combos
+
+
+FLAG_COMBINATIONS = _flag_combinations()
 
 
 def _router_logits(generator: torch.Generator, tokens: int, dtype: torch.dtype) -> torch.Tensor:
@@ -46,6 +71,18 @@ def _topk_route_cases(seed: int) -> Iterator[Case]:
                     if params["scoring"] == "sigmoid":
                         args["correction_bias"] = randn(g, (EXPERTS,), torch.float32, 0.1)
                     yield Case("moe_route", f"{name} T={tokens} E={EXPERTS}", args, row_independent=True)
+
+
+def _flag_combination_cases(seed: int) -> Iterator[Case]:
+    """Each flag combination at each logits dtype (int64 ids: widths are covered above)."""
+    for dtype in FLOAT_DTYPES:
+        for name, flags in FLAG_COMBINATIONS.items():
+            g = seeded(seed, "moe_route flags", dtype, name)
+            params = {k: v for k, v in flags.items() if k != "bias"}
+            args = {"router_logits": _router_logits(g, 9, dtype), **params, "ids_dtype": torch.int64}
+            if flags["bias"]:
+                args["correction_bias"] = randn(g, (EXPERTS,), torch.float32, 0.1)
+            yield Case("moe_route", f"{name} T=9", args, row_independent=True)
 
 
 def _hash_route_cases(seed: int) -> Iterator[Case]:
@@ -71,6 +108,7 @@ def moe_route_cases(seed: int) -> Iterator[Case]:
     """Top-k variants at each logits dtype and id width; hash routing over every mix
     of token-id, table and output id widths (the motivating crash's territory)."""
     yield from _topk_route_cases(seed)
+    yield from _flag_combination_cases(seed)
     yield from _hash_route_cases(seed)
 
 

@@ -65,17 +65,15 @@ def init_parallel(
     backend: CommunicatorProvider, rank: int, world_size: int, tp_size: int, init_method: str,
     expert_parallel: bool = False,
 ) -> ParallelContext:
-    """Join the torch.distributed world (`init_method` e.g. tcp://host:port) with the
-    backend's communicator and build this rank's tensor-parallel group: consecutive
-    ranks form a group of `tp_size`. Every rank of the world must call it.
+    """Join the torch.distributed world (`init_method` e.g. tcp://host:port) through the
+    backend (its device and communicator) and build this rank's tensor-parallel group:
+    consecutive ranks form a group of `tp_size`. Every rank of the world must call it.
     `expert_parallel` splits routed experts across the group (the same group: EP = TP)."""
     if tp_size < 1 or world_size % tp_size:
         raise ValueError(f"world size {world_size} is not a multiple of tensor_parallel_size {tp_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside a world of {world_size}")
-    dist.init_process_group(
-        backend.process_group_backend(), init_method=init_method, rank=rank, world_size=world_size
-    )
+    backend.join_world(rank, world_size, init_method)
     group = None
     for start in range(0, world_size, tp_size):
         # new_group is collective: every rank creates every group, keeps its own.

@@ -38,14 +38,14 @@ class Communicator(Protocol):
 
 
 class CommunicatorProvider(Protocol):
-    """The backend facts `init_parallel` needs: the process-group name and a factory for
-    the communicator over a group."""
+    """The backend facts `init_parallel` needs: how a rank joins the world, and the
+    communicator over a group of it."""
 
     name: str
     dist_backend: str
 
-    def process_group_backend(self) -> str:
-        """The name torch.distributed.init_process_group takes."""
+    def join_world(self, rank: int, world_size: int, init_method: str) -> None:
+        """Join the torch.distributed world through the device's communicator."""
         ...
 
     def communicator(self, group: object) -> Communicator:

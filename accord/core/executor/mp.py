@@ -143,7 +143,10 @@ class MultiprocExecutor(Executor):
                     self._procs[rank].join(0.5)
                     code = self._procs[rank].exitcode
                     if starting:
-                        raise WorkerStartupError(f"worker rank {rank} died while starting (exit code {code})")
+                        raise WorkerStartupError(
+                            f"worker rank {rank} died while starting (exit code {code}; its output is above; a "
+                            "script that starts workers needs an `if __name__ == '__main__':` guard)"
+                        )
                     raise self._die(f"worker rank {rank} died (exit code {code})")
         if errors:
             raise errors[0]

@@ -56,6 +56,7 @@ def load_model(
         if not model_dir.is_dir():
             raise CheckpointError(f"{model_dir}: not a directory")
         raw = read_json(model_dir, "config.json")
+        check_supported(raw)  # an unknown architecture is the error to report, not missing weights
         generation = read_json(model_dir, "generation_config.json", required=False)
         checkpoint = SafetensorsCheckpoint(model_dir)
     architecture = check_supported(raw)

@@ -40,6 +40,8 @@ def _node_suites(parent: ET.Element, label: str, report: GateReport) -> None:
             _mark(testcase, "failure", result.message)
         elif result.status is Status.UNSUPPORTED:
             _mark(testcase, "skipped", f"unsupported: {result.message}")
+        elif result.status is Status.SHARED:
+            _mark(testcase, "skipped", "shared with reference: the reference's own kernel, not checked")
     checks = _suite(parent, f"gate.{label}", report)
     for check in report.checks:
         testcase = _testcase(checks, f"{label}.{check.group}", check.name)

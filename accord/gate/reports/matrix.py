@@ -41,7 +41,7 @@ def cell_class(results: Sequence[CaseResult]) -> str:
     """The colour of a group: a failure wins, then unsupported (never shown as a pass),
     then pass; a group of refused illegal calls is `refused`."""
     counts = Counter(r.status for r in results)
-    for status in (Status.FAIL, Status.UNSUPPORTED, Status.PASS):
+    for status in (Status.FAIL, Status.UNSUPPORTED, Status.SHARED, Status.PASS):
         if counts[status]:
             return status.value
     return Status.REFUSED.value

@@ -100,7 +100,12 @@ FUSED_MOE = OpContract(
         "min(g, L), u = clamp(u, -L, L)) and e = topk_ids[t, k], mapped through expert_map (global -> "
         "local id, -1: not on this rank, contributes nothing) when one is given. fp8 "
         "weights are dequantised as w * scale[i // 128, j // 128] (DeepSeek's "
-        "weight_scale_inv). Accumulation in fp32, rounded once to hidden's dtype."
+        "weight_scale_inv). Accumulation in fp32, rounded once to hidden's dtype. With "
+        "fp8 weights every step is fp32 (the dequantised weights are not half values), so "
+        "the result is within fp32 accuracy before that one rounding. With fp16/bf16 "
+        "weights the expert GEMMs may run in that dtype, rounding the intermediates "
+        "(w13 @ x and the activation) to it, as vLLM's fused_moe does; the sum over experts "
+        "stays fp32."
     ),
     tensors=(
         TensorSpec("hidden", FLOAT_DTYPES, ("T", "H")),

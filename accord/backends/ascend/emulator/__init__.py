@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._checks import NpuOperatorError
 from .attention import npu_fused_infer_attention_score
 from .cache import npu_scatter_nd_update_, npu_scatter_pa_kv_cache
-from .elementwise import npu_add_rms_norm, npu_rms_norm, npu_rotary_mul, npu_swiglu
+from .elementwise import npu_add_rms_norm, npu_clipped_swiglu, npu_rms_norm, npu_rotary_mul, npu_swiglu
 from .moe import (
     npu_grouped_matmul,
     npu_moe_compute_expert_tokens,
@@ -28,6 +28,7 @@ __all__ = [
     "EMULATED_SOC",
     "NpuOperatorError",
     "npu_add_rms_norm",
+    "npu_clipped_swiglu",
     "npu_fused_infer_attention_score",
     "npu_grouped_matmul",
     "npu_moe_compute_expert_tokens",

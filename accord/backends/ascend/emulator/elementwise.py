@@ -1,4 +1,4 @@
-"""npu_rms_norm, npu_add_rms_norm, npu_rotary_mul and npu_swiglu as torch-npu documents
+"""npu_rms_norm, npu_add_rms_norm, npu_rotary_mul, npu_swiglu and npu_clipped_swiglu as torch-npu documents
 them: dtype sets, ranks and layouts checked first, then the formula in fp32, rounded
 once to the input's dtype."""
 
@@ -82,3 +82,29 @@ def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
     require(input.shape[dim] % 2 == 0, op, "input", f"even along dim {dim}", tuple(input.shape))
     gate, up = torch.chunk(input.float(), 2, dim=dim)
     return (torch.nn.functional.silu(gate) * up).to(input.dtype)
+
+
+def npu_clipped_swiglu(
+    x: torch.Tensor,
+    *,
+    group_index: torch.Tensor | None = None,
+    dim: int = -1,
+    alpha: float = 1.702,
+    limit: float = 7.0,
+    bias: float = 1.0,
+    interleaved: bool = True,
+) -> torch.Tensor:
+    """A * sigmoid(alpha * A) * (B + bias) with A = a.clamp(max=limit) and B =
+    b.clamp(-limit, limit), (a, b) the even/odd (interleaved) or first/second halves of
+    x along `dim`; x contiguous, at least 2-D, fp16/bf16/fp32, even along `dim`. The
+    group_index form is not emulated."""
+    op = "npu_clipped_swiglu"
+    require(group_index is None, op, "group_index", "None (the grouped form is not emulated)", "a tensor")
+    dtype_in(op, "x", x, FLOATS)
+    rank_in(op, "x", x, tuple(range(2, 9)))
+    contiguous(op, "x", x)
+    require(x.shape[dim] % 2 == 0, op, "x", f"even along dim {dim}", tuple(x.shape))
+    wide = x.float().movedim(dim, -1)
+    a, b = (wide[..., ::2], wide[..., 1::2]) if interleaved else torch.chunk(wide, 2, dim=-1)
+    a, b = a.clamp(max=limit), b.clamp(-limit, limit)
+    return (a * torch.sigmoid(alpha * a) * (b + bias)).movedim(-1, dim).to(x.dtype)

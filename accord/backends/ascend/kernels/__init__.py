@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....op_contracts import KernelSet
-from . import attention, cache, elementwise, fp8, moe, sampling
+from . import attention, cache, compressed, elementwise, fp8, linear, moe, sampling
 
 
 def build_kernels(npu: Any) -> KernelSet:
@@ -15,8 +15,8 @@ def build_kernels(npu: Any) -> KernelSet:
     kernels = KernelSet()
     for family in (elementwise, cache, attention, moe):
         family.register(kernels, npu)
-    fp8.register(kernels)
-    sampling.register(kernels)
+    for plain in (fp8, linear, sampling, compressed):
+        plain.register(kernels)
     return kernels
 
 

@@ -1,6 +1,7 @@
 """moe_route on the gating operators and fused_moe on torch-npu's routing pipeline:
 npu_moe_init_routing -> npu_moe_compute_expert_tokens -> npu_grouped_matmul (w13) ->
-npu_swiglu -> npu_grouped_matmul (w2) -> npu_moe_finalize_routing.
+npu_swiglu (npu_clipped_swiglu with DeepSeek-V4's swiglu_limit) -> npu_grouped_matmul
+(w2) -> npu_moe_finalize_routing.
 
 Declared restrictions: every expert id these operators take is int32, so topk_ids and
 expert_map narrow to int32 through declared adapters; the gating operators return
@@ -98,6 +99,15 @@ def moe_route(
     topk_ids.copy_(ids)  # the operators' int32 ids, at the width the caller asked for
 
 
+def _swiglu(npu: Any, gate_up: torch.Tensor, limit: float) -> torch.Tensor:
+    """silu(gate) * up; with DeepSeek-V4's limit, npu_clipped_swiglu in its plain form
+    (alpha 1, bias 0, halves not interleaved): gate clipped above at limit, up to
+    +-limit, as the contract clips."""
+    if limit <= 0:
+        return npu.npu_swiglu(gate_up, dim=-1)
+    return npu.npu_clipped_swiglu(gate_up, dim=-1, alpha=1.0, limit=limit, bias=0.0, interleaved=False)
+
+
 def fused_moe(
     npu: Any,
     hidden: torch.Tensor,
@@ -128,10 +138,7 @@ def fused_moe(
     group_list = npu.npu_moe_compute_expert_tokens(expanded_expert_idx, w13.shape[0]).to(torch.int64)
     grouped = partial(npu.npu_grouped_matmul, group_list=group_list, split_item=2, group_type=0, group_list_type=0)
     gate_up = grouped([expanded], [w13.transpose(1, 2)])[0]
-    if swiglu_limit > 0:  # DeepSeek-V4's clipping; npu_swiglu has none of its own
-        half = gate_up.shape[-1] // 2
-        gate_up = torch.cat([gate_up[:, :half].clamp(max=swiglu_limit), gate_up[:, half:].clamp(-swiglu_limit, swiglu_limit)], -1)
-    down = grouped([npu.npu_swiglu(gate_up, dim=-1)], [w2.transpose(1, 2)])[0]
+    down = grouped([_swiglu(npu, gate_up, swiglu_limit)], [w2.transpose(1, 2)])[0]
     combined = npu.npu_moe_finalize_routing(down.float(), None, None, None, weights, expanded_row_idx, ids, drop_pad_mode=0)
     out.copy_(combined)
 

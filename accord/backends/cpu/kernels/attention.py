@@ -4,6 +4,9 @@ Decodes are batched: the blocks of every decoding sequence of similar length are
 gathered into one padded tensor and a single scaled_dot_product_attention call attends
 them all under a length mask, each kv head's query group folded into the query axis.
 Prefill chunks take one SDPA call per sequence with their causal (and window) mask.
+Attention runs in fp32 on every host, as the contract's fp32 softmax requires: torch's
+masked bf16 SDPA rounds scores and probabilities to bf16 (on AVX512-BF16 hosts that
+broke the tiny Mixtral's logit parity with transformers).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from ._paged import PagedKV, StepLayout, decode_buckets, step_layout
-from ._precision import work_dtype
 from ._registry import KERNELS
 
 
@@ -37,7 +39,7 @@ def _attend_decodes(
     out: torch.Tensor,
 ) -> None:
     """One padded SDPA call for single-row sequences; query is [T, Hk, G, Dk] in the
-    work dtype, out is [T, Hq, Dv]."""
+    fp32, out is [T, Hq, Dv]."""
     seqs, rows, lens = (torch.tensor(column) for column in zip(*decodes))
     block_size = kv.block_size
     blocks = -(-int(lens.max()) // block_size)
@@ -106,8 +108,8 @@ def _attend_step(
     sliding_window: int,
     out: torch.Tensor,
 ) -> None:
-    """Attention of every sequence of the step; query is [T, Hk, G, Dk] in the work
-    dtype. Rows no sequence owns are zeroed."""
+    """Attention of every sequence of the step; query is [T, Hk, G, Dk] in fp32.
+    Rows no sequence owns are zeroed."""
     first, last = layout.owned_rows
     out[:first].zero_()
     out[last:].zero_()
@@ -134,7 +136,7 @@ def paged_attention(
     """Causal (optionally sliding-window) GQA attention of each sequence's new rows."""
     tokens, q_heads, head_dim = query.shape
     kv_heads = key_cache.shape[2]
-    grouped = query.to(work_dtype(query.dtype)).view(tokens, kv_heads, q_heads // kv_heads, head_dim)
+    grouped = query.float().view(tokens, kv_heads, q_heads // kv_heads, head_dim)
     kv = PagedKV(key_cache, value_cache, head_dim, k_scale, v_scale)
     _attend_step(grouped, kv, block_tables, step_layout(query_start_loc, seq_lens), scale, sliding_window, out)
 
@@ -153,7 +155,6 @@ def mla_attention(
 ) -> None:
     """Latent attention: one kv head whose key is concat(latent, rope) and whose value
     is the latent, so every query head is in one group."""
-    dtype = work_dtype(q_latent.dtype)
-    query = torch.cat([q_latent.to(dtype), q_pe.to(dtype)], dim=-1).unsqueeze(1)  # [T, 1, H, L+R]
+    query = torch.cat([q_latent.float(), q_pe.float()], dim=-1).unsqueeze(1)  # [T, 1, H, L+R]
     kv = PagedKV(kv_cache.unsqueeze(2), None, q_latent.shape[2], kv_scale, kv_scale)
     _attend_step(query, kv, block_tables, step_layout(query_start_loc, seq_lens), scale, 0, out)

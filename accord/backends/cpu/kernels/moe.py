@@ -48,7 +48,10 @@ def fused_moe(
     # ids shift by one so the -1s (experts on other ranks) sort into a bucket skipped.
     order = torch.argsort(experts, stable=True)
     ends = torch.bincount(experts + 1, minlength=w13.shape[0] + 1).cumsum(0).tolist()
-    dtype = work_dtype(hidden.dtype)
+    # fp8 weights dequantise to fp32 values that bf16 cannot hold: their GEMMs run in
+    # fp32, rounded once. Half weights run in the CPU's native dtype where it has one,
+    # rounding the intermediates as the contract allows.
+    dtype = torch.float32 if w13_scale is not None else work_dtype(hidden.dtype)
     x = hidden.to(dtype)
     total = out if out.dtype == torch.float32 else torch.empty(out.shape, dtype=torch.float32)
     total.zero_()

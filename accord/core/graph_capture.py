@@ -1,0 +1,114 @@
+"""Bucketed graph capture of the decode step: persistent input buffers sized for the
+largest bucket, one captured graph per batch-size bucket, replay of the smallest bucket
+that holds a batch (the rows past the batch padded), eager execution beyond the buckets.
+
+The device decides what capturing means (`Backend.graph_capture`: a CUDA graph on
+GPUs, plain re-execution on the CPU); this module only keeps the books: which sizes,
+which buffers, what to pad with, what to copy in and slice out. It runs on the CPU with
+a backend double in the tests. The step function must read only the buffers it is given
+and allocate nothing it returns outside the capture (the contract ops are validated at
+capture time: their signatures are fixed by the buffers).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol
+
+import torch
+
+#: A decode step over named input tensors (first dimension = batch rows) to one output
+#: tensor (first dimension = batch rows, e.g. logits).
+StepFn = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
+
+
+class GraphCapturer(Protocol):
+    """What the bookkeeping needs of a backend: capture a no-argument step into a
+    replayable callable that returns the same (static) output tensor on every replay."""
+
+    def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]: ...
+
+
+def capture_sizes(max_batch: int) -> tuple[int, ...]:
+    """The batch-size buckets captured for `max_batch` sequences: 1, 2, 4, then every
+    multiple of 8 up to the maximum (vLLM's default schedule), the maximum included."""
+    sizes = {size for size in (1, 2, 4) if size <= max_batch}
+    sizes |= set(range(8, max_batch + 1, 8))
+    sizes.add(max_batch)
+    return tuple(sorted(sizes))
+
+
+def bucket_for(batch: int, sizes: tuple[int, ...]) -> int | None:
+    """The smallest captured size that holds `batch` rows, or None (run eagerly)."""
+    index = bisect_left(sizes, batch)
+    return sizes[index] if index < len(sizes) else None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One persistent input buffer: the per-row shape after the batch dimension, its
+    dtype, and the value padding rows hold (a slot id of -1 writes no KV, say)."""
+
+    row_shape: tuple[int, ...]
+    dtype: torch.dtype
+    pad: float | int = 0
+
+
+class DecodeGraphs:
+    """Captured decode steps per batch-size bucket over one set of persistent buffers."""
+
+    def __init__(
+        self,
+        capturer: GraphCapturer,
+        step: StepFn,
+        inputs: Mapping[str, InputSpec],
+        sizes: tuple[int, ...],
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if not sizes or list(sizes) != sorted(set(sizes)) or sizes[0] < 1:
+            raise ValueError(f"capture sizes must be distinct positive sizes in ascending order, got {sizes}")
+        self.capturer = capturer
+        self.step = step
+        self.specs = dict(inputs)
+        self.sizes = sizes
+        largest = sizes[-1]
+        self.buffers = {
+            name: torch.full((largest, *spec.row_shape), spec.pad, dtype=spec.dtype, device=device)
+            for name, spec in self.specs.items()
+        }
+        self._graphs: dict[int, Callable[[], torch.Tensor]] = {}
+        #: How many steps replayed a graph, and how many ran eagerly (outside the buckets).
+        self.replays = 0
+        self.eager_runs = 0
+
+    def capture(self) -> None:
+        """Capture every bucket, the largest first (as CUDA graph pools like it)."""
+        for size in reversed(self.sizes):
+            views = {name: buffer[:size] for name, buffer in self.buffers.items()}
+            self._graphs[size] = self.capturer.graph_capture(lambda views=views: self.step(views))
+
+    @property
+    def captured(self) -> tuple[int, ...]:
+        """The bucket sizes captured so far."""
+        return tuple(sorted(self._graphs))
+
+    def run(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The step's output rows for `inputs` (every buffer's tensor, `batch` rows):
+        replayed in the smallest captured bucket that holds them, else run eagerly."""
+        if inputs.keys() != self.specs.keys():
+            raise ValueError(f"decode inputs must be exactly {sorted(self.specs)}, got {sorted(inputs)}")
+        rows = {int(t.shape[0]) for t in inputs.values()}
+        if len(rows) != 1:
+            raise ValueError(f"decode inputs disagree on the batch size: {sorted(rows)}")
+        batch = rows.pop()
+        size = bucket_for(batch, self.sizes)
+        if size is None or size not in self._graphs:
+            self.eager_runs += 1
+            return self.step(inputs)
+        for name, tensor in inputs.items():
+            buffer = self.buffers[name]
+            buffer[:batch].copy_(tensor)
+            buffer[batch:size].fill_(self.specs[name].pad)
+        self.replays += 1
+        return self._graphs[size]()[:batch]

@@ -1,0 +1,98 @@
+"""Each class of kernel bug the suite used to let through, as a deliberately broken
+double: it fails the cases added for it (and only where the bug shows), while the
+real cpu backend passes them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from conformance_doubles import (
+    attention_dropping_the_block_edge_key,
+    attention_with_default_scale,
+    attention_with_k_scale_for_values,
+    broken,
+    cache_store_without_saturation,
+    quantize_without_amax_floor,
+    rms_norm_with_fixed_eps,
+    route_scaling_only_when_renormalising,
+    sampler,
+    scaled_mm_reusing_the_last_full_k_scale,
+)
+
+from accord.backends import Backend, get_backend
+from accord.conformance import CaseResult, ConformanceRunner, Status, cases_for
+
+Selector = Callable[[CaseResult], bool]
+
+
+def results_of(backend: Backend, op: str, wanted: Selector) -> list[CaseResult]:
+    """The legal cases of `op` that `wanted` selects, run on `backend`."""
+    runner = ConformanceRunner(backend, get_backend("reference"))
+    results = []
+    for case in cases_for(op):
+        if case.expect_refusal:
+            continue
+        probe = CaseResult(op, case.name, case.combo, Status.PASS)
+        if wanted(probe):
+            results.append(runner.run_case(case))
+    return results
+
+
+def statuses(results: list[CaseResult]) -> set[Status]:
+    return {r.status for r in results}
+
+
+#: (op, bug, the cases that must catch it, other cases of the op it must pass).
+GAPS: dict[str, tuple[str, Any, Selector, Selector]] = {
+    "attention ignoring the scale argument": (
+        "paged_attention", attention_with_default_scale,
+        lambda r: "scale x" in r.case, lambda r: r.case == "mixed"),
+    "attention dequantising values with k_scale": (
+        "paged_attention", attention_with_k_scale_for_values,
+        lambda r: "fp8" in r.combo and r.case == "mixed", lambda r: "fp8" not in r.combo and r.case == "mixed"),
+    "prefill losing a block-edge key": (
+        "paged_attention", attention_dropping_the_block_edge_key,
+        lambda r: r.case == "prefill on block edge", lambda r: r.case == "mixed"),
+    "fp8 cache store without saturation": (
+        "reshape_and_cache", cache_store_without_saturation,
+        lambda r: "beyond fp8 range" in r.case, lambda r: "fp8" in r.combo and r.case == "T=16 BS=16"),
+    "rms_norm with a hard-coded eps": (
+        "rms_norm", rms_norm_with_fixed_eps, lambda r: "mean square ~ eps" in r.case, lambda r: "H=96" in r.case),
+    "quantize_fp8 without the amax floor": (
+        "quantize_fp8", quantize_without_amax_floor,
+        lambda r: "zero rows" in r.case and "static" not in r.case, lambda r: "T=5 H=200" in r.case),
+    "scaled_mm misscaling a partial last K group": (
+        "scaled_mm", scaled_mm_reusing_the_last_full_k_scale,
+        lambda r: r.case.startswith("block") and "K=200" in r.case and "fp32" in r.combo,
+        lambda r: r.case.startswith("block") and "K=256" in r.case and "fp32" in r.combo),
+    "routed scaling only when renormalising": (
+        "moe_route", route_scaling_only_when_renormalising,
+        lambda r: "renorm=False scale=2.5" in r.case, lambda r: "scale=1 " in r.case or r.case.endswith("scale=1")),
+    "greedy ties won by the last index": (
+        "sample", sampler(greedy_last=True), lambda r: r.case == "greedy tied maxima", lambda r: r.case.startswith("B=")),
+    "temperature applied after the filters": (
+        "sample", sampler(temperature_last=True),
+        lambda r: "seeds T=" in r.case and "top_p=1.0" not in r.case or "min_p=0.2" in r.case,
+        lambda r: r.case.startswith("B=1 ")),
+    "top-p dropping its boundary token": (
+        "sample", sampler(top_p_drops_boundary=True),
+        lambda r: "seeds T=0.5" in r.case, lambda r: r.case.startswith("B=1 ")),
+}
+
+
+@pytest.mark.parametrize("gap", GAPS)
+def test_the_broken_double_fails_the_new_cases_and_only_those(gap: str) -> None:
+    op, bug, catching, unaffected = GAPS[gap]
+    double = broken(gap, op, bug)
+    caught = results_of(double, op, catching)
+    assert caught and Status.FAIL in statuses(caught), [r.message for r in caught]
+    spared = results_of(double, op, unaffected)
+    assert spared and statuses(spared) == {Status.PASS}, [r.message for r in spared if r.status is Status.FAIL]
+
+
+@pytest.mark.parametrize("gap", GAPS)
+def test_the_cpu_backend_passes_the_new_cases(gap: str) -> None:
+    op, _bug, catching, _unaffected = GAPS[gap]
+    results = results_of(get_backend("cpu"), op, catching)
+    assert results and Status.FAIL not in statuses(results), [r.message for r in results if r.status is Status.FAIL]
