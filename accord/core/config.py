@@ -39,6 +39,9 @@ class EngineConfig:
     #: How workers run: "uni" (in this process), "mp" (a process per rank) or "ray";
     #: None picks "uni" for one rank and "mp" for more.
     distributed_executor_backend: str | None = None
+    #: Split the routed experts of MoE layers across the ranks (vLLM's flag; EP size =
+    #: TP size x DP size) instead of slicing every expert's intermediate dim.
+    enable_expert_parallel: bool = False
 
     def __post_init__(self) -> None:
         checks = (

@@ -52,7 +52,10 @@ class Worker:
         self.backend = backend
         if world_size > 1:
             assert init_method is not None, "several ranks need an init_method to meet at"
-            self.parallel = init_parallel(backend, rank, world_size, config.tensor_parallel_size, init_method)  # type: ignore[arg-type]
+            self.parallel = init_parallel(
+                backend, rank, world_size, config.tensor_parallel_size, init_method,  # type: ignore[arg-type]
+                expert_parallel=config.enable_expert_parallel,
+            )
         else:
             self.parallel = ParallelContext.single()
         self.ops = OpDispatcher(backend)

@@ -109,3 +109,37 @@ def test_scaled_mm_fast_path_falls_back_to_the_triton_kernel_off_the_gpu(triton_
     a, b = torch.randn(4, 32, generator=g).to(torch.float8_e4m3fn), torch.randn(16, 32, generator=g).to(torch.float8_e4m3fn)
     scales = torch.tensor([[0.5]]), torch.tensor([[2.0]])
     torch.testing.assert_close(ops.scaled_mm(a, b, *scales), reference_ops.scaled_mm(a, b, *scales))
+
+
+def test_the_triton_kernel_table_covers_every_contract_so_auto_can_choose_a_gpu_backend():
+    # `--backend auto` passes over a backend with any contract missing: without these
+    # kernels a GPU host would be served by the cpu backend.
+    from accord.backends.registry import missing_kernels
+
+    assert missing_kernels(default_registry().get("triton", require_available=False)) == []
+
+
+def test_the_borrowed_sampler_draws_on_the_host_so_every_device_gets_the_contracts_draw():
+    from accord.backends.reference.kernels import KERNELS as REFERENCE
+    from accord.backends.triton.kernels import KERNELS as TRITON
+
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    args = dict(
+        temperature=torch.tensor([0.0, 0.7, 1.0, 1.3]),
+        top_k=torch.tensor([0, 5, 0, 10], dtype=torch.int32),
+        top_p=torch.tensor([1.0, 1.0, 0.9, 0.8]),
+        min_p=torch.tensor([0.0, 0.0, 0.0, 0.05]),
+        seeds=torch.tensor([1, 2, 3, 4], dtype=torch.int64),
+        num_logprobs=0,
+    )
+    outputs = []
+    for table in (TRITON, REFERENCE):
+        out = dict(
+            token_ids=torch.empty(4, dtype=torch.int64),
+            logprobs=torch.empty(4),
+            top_logprobs=torch.empty(4, 0),
+            top_token_ids=torch.empty(4, 0, dtype=torch.int64),
+        )
+        table.get("sample").fn(logits=logits, **args, **out)
+        outputs.append(out["token_ids"])
+    assert torch.equal(outputs[0], outputs[1])

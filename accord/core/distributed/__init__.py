@@ -18,13 +18,26 @@ from .communicator import Communicator, CommunicatorProvider
 @dataclass(frozen=True)
 class ParallelContext:
     """Where this process sits: global rank and world size, its tensor-parallel rank and
-    group size, and the communicator over that group (None for a single rank)."""
+    group size, the communicator over that group (None for a single rank), and whether
+    routed experts are split across the expert-parallel group instead of sliced."""
 
     rank: int = 0
     world_size: int = 1
     tp_rank: int = 0
     tp_size: int = 1
     communicator: Communicator | None = None
+    expert_parallel: bool = False
+
+    @property
+    def ep_size(self) -> int:
+        """Ranks the routed experts are split over: TP size x DP size as in vLLM (there is
+        no data parallelism yet, so the TP group), or 1 without expert parallelism."""
+        return self.tp_size if self.expert_parallel else 1
+
+    @property
+    def ep_rank(self) -> int:
+        """This rank's place in the expert-parallel group."""
+        return self.tp_rank if self.expert_parallel else 0
 
     @classmethod
     def single(cls) -> ParallelContext:
@@ -49,11 +62,13 @@ class ParallelContext:
 
 
 def init_parallel(
-    backend: CommunicatorProvider, rank: int, world_size: int, tp_size: int, init_method: str
+    backend: CommunicatorProvider, rank: int, world_size: int, tp_size: int, init_method: str,
+    expert_parallel: bool = False,
 ) -> ParallelContext:
     """Join the torch.distributed world (`init_method` e.g. tcp://host:port) through the
     backend (its device and communicator) and build this rank's tensor-parallel group:
-    consecutive ranks form a group of `tp_size`. Every rank of the world must call it."""
+    consecutive ranks form a group of `tp_size`. Every rank of the world must call it.
+    `expert_parallel` splits routed experts across the group (the same group: EP = TP)."""
     if tp_size < 1 or world_size % tp_size:
         raise ValueError(f"world size {world_size} is not a multiple of tensor_parallel_size {tp_size}")
     if not 0 <= rank < world_size:
@@ -66,7 +81,9 @@ def init_parallel(
         created = dist.new_group(ranks) if world_size > tp_size else dist.group.WORLD
         if rank in ranks:
             group = created
-    return ParallelContext(rank, world_size, rank % tp_size, tp_size, backend.communicator(group))
+    return ParallelContext(
+        rank, world_size, rank % tp_size, tp_size, backend.communicator(group), expert_parallel=expert_parallel
+    )
 
 
 def destroy_parallel() -> None:

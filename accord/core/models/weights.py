@@ -7,7 +7,8 @@ name the tensor.
 
 Under tensor parallelism each rank reads only its shard of a tensor from disk (a
 safetensors slice, never the whole tensor); fp8 block scales are sliced with their
-weights, so a shard must start and end on a 128-wide tile.
+weights, so a shard must start and end on a 128-wide tile. Under expert parallelism a
+rank reads its own experts whole and never opens the other ranks' experts.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from .layers.parallel import RowParallelLinear
 @dataclass(frozen=True)
 class ExpertWeights:
     """Routed experts stacked as fused_moe takes them: w13 [E, 2I, H] (gate rows, then
-    up rows), w2 [E, H, I], and their 128x128 block scales when fp8."""
+    up rows), w2 [E, H, I], their 128x128 block scales when fp8, and under expert
+    parallelism the expert_map (global expert id -> row here, -1 on another rank)."""
 
     w13: torch.Tensor
     w2: torch.Tensor
     w13_scale: torch.Tensor | None = None
     w2_scale: torch.Tensor | None = None
+    expert_map: torch.Tensor | None = None
 
 
 class WeightLoader:
@@ -55,6 +58,8 @@ class WeightLoader:
         self.parallel = parallel or ParallelContext.single()
         #: The device's fp8 format: what load-time quantisation produces.
         self.fp8_dtype = ops.backend.fp8_dtype()  # type: ignore[attr-defined]
+        #: Name prefixes of the experts other expert-parallel ranks load (not unexpected here).
+        self._other_ranks_experts: list[str] = []
 
     def tensor(
         self, name: str, shape: Sequence[int], dtype: torch.dtype | None = None, shard: Shard = WHOLE
@@ -114,39 +119,68 @@ class WeightLoader:
         """Experts `prefix.{e}.{gate,up,down}.weight` (names in that order) stacked for
         fused_moe: kept fp8 with their block scales, quantised, or in the model dtype.
         Under tensor parallelism each rank holds every expert's slice of the
-        intermediate dim (gate/up rows, down columns); the outputs sum over the ranks."""
+        intermediate dim (gate/up rows, down columns); under expert parallelism each
+        holds a contiguous range of whole experts and an expert_map to them. Either way
+        the outputs sum over the ranks."""
         gate, up, down = names
-        rows = split_evenly(self.parallel, intermediate, f"{prefix} intermediate size")
-        cols = Shard(1, rows.index, rows.count)
-        w13 = [[f"{prefix}.{e}.{gate}", f"{prefix}.{e}.{up}"] for e in range(num_experts)]
+        if self.parallel.ep_size > 1:
+            local = self._local_experts(prefix, num_experts)
+            rows = cols = WHOLE
+        else:
+            local = range(num_experts)
+            rows = split_evenly(self.parallel, intermediate, f"{prefix} intermediate size")
+            cols = Shard(1, rows.index, rows.count)
+        w13 = [[f"{prefix}.{e}.{gate}", f"{prefix}.{e}.{up}"] for e in local]
         w13_parts = [[self._read(f"{p}.weight", (intermediate, hidden), rows) for p in pair] for pair in w13]
-        w2_parts = [
-            self._read(f"{prefix}.{e}.{down}.weight", (hidden, intermediate), cols) for e in range(num_experts)
-        ]
+        w2_parts = [self._read(f"{prefix}.{e}.{down}.weight", (hidden, intermediate), cols) for e in local]
+        expert_map = self._expert_map(local, num_experts)
         if w2_parts[0].dtype in FP8_DTYPES:
             w13_stacked = [
                 self._stacked_blocks(pair, parts, [(intermediate, hidden)] * 2, [rows, rows])
                 for pair, parts in zip(w13, w13_parts)
             ]
-            w2_scales = [
-                self._block_scale(f"{prefix}.{e}.{down}", (hidden, intermediate), cols) for e in range(num_experts)
-            ]
+            w2_scales = [self._block_scale(f"{prefix}.{e}.{down}", (hidden, intermediate), cols) for e in local]
             w13_fp8, w13_scale = self._device_fp8(
                 torch.stack([w for w, _ in w13_stacked]).to(self.device),
                 torch.stack([s for _, s in w13_stacked]).to(self.device),
             )
             w2_fp8, w2_scale = self._device_fp8(torch.stack(w2_parts).to(self.device), torch.stack(w2_scales).to(self.device))
-            return ExpertWeights(w13_fp8, w2_fp8, w13_scale, w2_scale)
+            return ExpertWeights(w13_fp8, w2_fp8, w13_scale, w2_scale, expert_map)
         w13_dense = torch.stack([torch.cat(parts) for parts in w13_parts]).to(device=self.device, dtype=self.dtype)
         w2_dense = torch.stack(w2_parts).to(device=self.device, dtype=self.dtype)
         if self.quantize_fp8:
             (w13_q, w13_s), (w2_q, w2_s) = (quantization.quantize_blocks(w, self.fp8_dtype) for w in (w13_dense, w2_dense))
-            return ExpertWeights(w13_q, w2_q, w13_s, w2_s)
-        return ExpertWeights(w13_dense.contiguous(), w2_dense.contiguous())
+            return ExpertWeights(w13_q, w2_q, w13_s, w2_s, expert_map)
+        return ExpertWeights(w13_dense.contiguous(), w2_dense.contiguous(), expert_map=expert_map)
+
+    def _local_experts(self, prefix: str, num_experts: int) -> range:
+        """This expert-parallel rank's contiguous range of experts; records the others'
+        names as loaded elsewhere. Raises ValueError when they do not divide evenly."""
+        ep_size, ep_rank = self.parallel.ep_size, self.parallel.ep_rank
+        if num_experts % ep_size:
+            raise ValueError(
+                f"{prefix}: {num_experts} routed experts are not divisible by the expert-parallel size {ep_size} "
+                f"(tensor_parallel_size {self.parallel.tp_size} x data_parallel_size 1)"
+            )
+        per_rank = num_experts // ep_size
+        local = range(ep_rank * per_rank, (ep_rank + 1) * per_rank)
+        self._other_ranks_experts += [f"{prefix}.{e}." for e in range(num_experts) if e not in local]
+        return local
+
+    def _expert_map(self, local: range, num_experts: int) -> torch.Tensor | None:
+        """fused_moe's expert_map for experts `local` of `num_experts` (None: all here)."""
+        if len(local) == num_experts:
+            return None
+        expert_map = torch.full((num_experts,), -1, dtype=torch.int32)
+        expert_map[local.start : local.stop] = torch.arange(len(local), dtype=torch.int32)
+        return expert_map.to(self.device)
 
     def finish(self, ignore: Callable[[str], bool] = lambda name: False) -> None:
         """Raise if the checkpoint holds tensors no layer asked for (bar `ignore`d ones)."""
-        unexpected = [name for name in self.checkpoint.unread() if not ignore(name)]
+        elsewhere = tuple(self._other_ranks_experts)
+        unexpected = [
+            name for name in self.checkpoint.unread() if not ignore(name) and not name.startswith(elsewhere)
+        ]
         if unexpected:
             shown = ", ".join(unexpected[:8]) + (f" and {len(unexpected) - 8} more" if len(unexpected) > 8 else "")
             raise CheckpointError(

@@ -39,12 +39,13 @@ def _filter(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p
 
 
 def _exponential_race(probs: torch.Tensor, seeds: list[int]) -> torch.Tensor:
-    """The contract's draw per row: argmax(p / -log(u)), u from a generator seeded with
-    the row's seed."""
-    uniform = torch.empty_like(probs)
+    """The contract's draw per row: argmax(p / -log(u)), u from a CPU generator seeded
+    with the row's seed (drawn on the host, so the draw is the same on any device that
+    runs this kernel)."""
+    uniform = torch.empty(probs.shape, dtype=probs.dtype)
     for row, seed in enumerate(seeds):
         torch.rand(probs.shape[1], generator=torch.Generator("cpu").manual_seed(seed), out=uniform[row])
-    return torch.argmax(probs / uniform.log_().neg_(), dim=-1)
+    return torch.argmax(probs / uniform.to(probs.device).log_().neg_(), dim=-1)
 
 
 @KERNELS.register("sample")

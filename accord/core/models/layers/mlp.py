@@ -45,8 +45,10 @@ class SparseMoE:
     """Routed experts through ops.moe_route and ops.fused_moe, plus shared experts
     (DeepSeek) added on top. The router GEMM runs in the router weight's dtype (fp32 for
     DeepSeek, whose router Hugging Face keeps in fp32). Under tensor parallelism every
-    rank routes alike and holds each expert's slice of the intermediate dim; routed and
-    shared partial outputs are summed over the ranks in one all_reduce (`comm`)."""
+    rank routes alike and holds each expert's slice of the intermediate dim; under
+    expert parallelism it holds whole experts of its own and fused_moe skips the picks
+    its expert_map sends elsewhere. Either way every rank sees every token, and routed
+    and shared partial outputs are summed over the ranks in one all_reduce (`comm`)."""
 
     def __init__(
         self,
@@ -74,7 +76,8 @@ class SparseMoE:
             n_group=cfg.n_group, topk_group=cfg.topk_group, routed_scaling_factor=cfg.routed_scaling_factor,
         )
         out = self.ops.fused_moe(
-            x, experts.w13, experts.w2, topk_weights, topk_ids, None, experts.w13_scale, experts.w2_scale
+            x, experts.w13, experts.w2, topk_weights, topk_ids, experts.expert_map, experts.w13_scale,
+            experts.w2_scale,
         )
         if self.shared is not None:
             out = out + self.shared(x)

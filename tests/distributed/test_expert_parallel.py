@@ -1,0 +1,90 @@
+"""Expert parallelism (`enable_expert_parallel`, EP size = TP size): each rank loads a
+contiguous range of whole routed experts and nothing of the others', fused_moe skips
+the picks its expert_map sends elsewhere, and the TP all_reduce sums the ranks' parts.
+End to end the greedy tokens equal transformers' on every MoE architecture."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from engine_models import hf_greedy
+from processes import wait_until_gone
+from safetensors.torch import load_file
+from test_executor_mp import MAX_NEW_TOKENS, PRESSURE, generate, pressure_prompts
+from test_shard_loading import NoCollectives, ReadLog
+from test_tp_llm import save_with_tokenizer
+from tiny_models import build_tiny_model
+
+import accord.core.loader as loader_module
+from accord import LLM
+from accord.backends import get_backend
+from accord.core.distributed import ParallelContext
+from accord.core.errors import WorkerStartupError
+from accord.core.models import load_model
+from accord.core.models.layers.mlp import SparseMoE
+from accord.op_contracts import OpDispatcher
+
+#: A routed expert's tensor name and its expert id (shared experts do not match).
+ROUTED = re.compile(r"\.experts\.(\d+)\.")
+
+EP_RANK1_OF_2 = ParallelContext(
+    rank=1, world_size=2, tp_rank=1, tp_size=2, communicator=NoCollectives(), expert_parallel=True
+)
+
+
+@pytest.mark.parametrize("architecture", ["mixtral", "qwen3_moe", "deepseek_v3"])
+def test_tp2_ep_mp_greedy_equals_transformers(architecture: str, tmp_path: Path) -> None:
+    model_dir = save_with_tokenizer(tmp_path / architecture, architecture, {})
+    llm = LLM(
+        str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, distributed_executor_backend="mp",
+        **PRESSURE,
+    )
+    try:
+        workers = llm.llm_engine.executor.worker_pids
+        prompts = pressure_prompts(llm.llm_engine.model_config.vocab_size)
+        tokens = generate(llm, prompts)
+    finally:
+        llm.llm_engine.shutdown()
+    assert wait_until_gone(workers) == []
+    with torch.inference_mode():
+        assert tokens == hf_greedy(model_dir, prompts, MAX_NEW_TOKENS)
+
+
+@pytest.mark.parametrize("architecture", ["mixtral", "deepseek_v3"])
+def test_rank_loads_only_its_experts(architecture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 of 2 reads the second half of the routed experts whole, once, and never
+    opens the first half; its expert_map sends the first half nowhere."""
+    build_tiny_model(architecture).save_pretrained(tmp_path)
+    full = load_file(tmp_path / "model.safetensors")
+    log = ReadLog()
+    monkeypatch.setattr(loader_module, "safe_open", log)
+    model = load_model(tmp_path, OpDispatcher(get_backend("cpu")), dtype=torch.float32, parallel=EP_RANK1_OF_2).model
+    expert_ids = {int(m.group(1)) for name in full if (m := ROUTED.search(name))}
+    num_experts = max(expert_ids) + 1
+    assert expert_ids == set(range(num_experts)) and num_experts % 2 == 0
+    mine = range(num_experts // 2, num_experts)
+    for name in full:
+        found = ROUTED.search(name)
+        if found is None:
+            continue
+        if int(found.group(1)) in mine:
+            assert log.whole.count(name) == 1 and name not in log.slices, f"{name} not read whole once"
+        else:
+            assert name not in log.whole and name not in log.slices, f"another rank's {name} was read"
+    moes = [layer.feed_forward for layer in model.layers if isinstance(layer.feed_forward, SparseMoE)]
+    assert moes
+    expected_map = [-1] * (num_experts // 2) + list(range(num_experts // 2))
+    for moe in moes:
+        assert moe.experts.w13.shape[0] == num_experts // 2
+        assert moe.experts.expert_map.tolist() == expected_map
+
+
+def test_an_ep_size_that_does_not_divide_the_experts_is_refused_at_start(tmp_path: Path) -> None:
+    model_dir = save_with_tokenizer(tmp_path / "mixtral3", "mixtral", {"num_local_experts": 3})
+    with pytest.raises(
+        WorkerStartupError, match=r"3 routed experts are not divisible by the expert-parallel size 2"
+    ):
+        LLM(str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, **PRESSURE)
