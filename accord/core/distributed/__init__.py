@@ -1,5 +1,11 @@
-"""Tensor parallelism's process layout: which rank this process is, its tensor-parallel
-group and the communicator the parallel layers reduce and gather through.
+"""The parallel process layout: which rank this process is, its tensor-parallel group,
+its data-parallel rank, the expert-parallel group, and the communicators the parallel
+layers reduce, gather and exchange tokens through.
+
+Ranks are laid out data-parallel-major: global rank = dp_rank * tp_size + tp_rank, so a
+tensor-parallel group is `tp_size` consecutive ranks (kept on one node). With expert
+parallelism the routed experts are split over the whole world (EP size = TP x DP, as in
+vLLM), whose communicator is `ep_communicator`.
 
 A worker calls `init_parallel` once (torch.distributed with the backend's communicator)
 and hands the resulting `ParallelContext` to `load_model`; one rank uses
@@ -18,8 +24,10 @@ from .communicator import Communicator, CommunicatorProvider
 @dataclass(frozen=True)
 class ParallelContext:
     """Where this process sits: global rank and world size, its tensor-parallel rank and
-    group size, the communicator over that group (None for a single rank), and whether
-    routed experts are split across the expert-parallel group instead of sliced."""
+    group size, the communicator over that group (None for a single rank), its
+    data-parallel rank and size, whether routed experts are split across the
+    expert-parallel group instead of sliced, and the communicator over that group (the
+    whole world; None without expert parallelism or with one rank)."""
 
     rank: int = 0
     world_size: int = 1
@@ -27,17 +35,25 @@ class ParallelContext:
     tp_size: int = 1
     communicator: Communicator | None = None
     expert_parallel: bool = False
+    dp_rank: int = 0
+    dp_size: int = 1
+    ep_communicator: Communicator | None = None
 
     @property
     def ep_size(self) -> int:
-        """Ranks the routed experts are split over: TP size x DP size as in vLLM (there is
-        no data parallelism yet, so the TP group), or 1 without expert parallelism."""
-        return self.tp_size if self.expert_parallel else 1
+        """Ranks the routed experts are split over: TP size x DP size as in vLLM, or 1
+        without expert parallelism."""
+        return self.tp_size * self.dp_size if self.expert_parallel else 1
 
     @property
     def ep_rank(self) -> int:
-        """This rank's place in the expert-parallel group."""
-        return self.tp_rank if self.expert_parallel else 0
+        """This rank's place in the expert-parallel group (its global rank)."""
+        return self.rank if self.expert_parallel else 0
+
+    def ep_comm(self) -> Communicator | None:
+        """The communicator routed-expert layers exchange tokens through, or None when
+        the experts are whole on this rank (no expert parallelism, or one rank)."""
+        return self.ep_communicator if self.ep_size > 1 else None
 
     @classmethod
     def single(cls) -> ParallelContext:
@@ -67,8 +83,9 @@ def init_parallel(
 ) -> ParallelContext:
     """Join the torch.distributed world (`init_method` e.g. tcp://host:port) through the
     backend (its device and communicator) and build this rank's tensor-parallel group:
-    consecutive ranks form a group of `tp_size`. Every rank of the world must call it.
-    `expert_parallel` splits routed experts across the group (the same group: EP = TP)."""
+    consecutive ranks form a group of `tp_size`; the world holds world_size / tp_size
+    data-parallel ranks. Every rank of the world must call it. `expert_parallel` splits
+    routed experts across the whole world (EP = TP x DP)."""
     if tp_size < 1 or world_size % tp_size:
         raise ValueError(f"world size {world_size} is not a multiple of tensor_parallel_size {tp_size}")
     if not 0 <= rank < world_size:
@@ -81,8 +98,16 @@ def init_parallel(
         created = dist.new_group(ranks) if world_size > tp_size else dist.group.WORLD
         if rank in ranks:
             group = created
+    # One communicator per process group: with a single data-parallel rank the EP group
+    # is the TP group, so both names share one object.
+    tp_comm = backend.communicator(group)
+    dp_size = world_size // tp_size
+    ep_comm = None
+    if expert_parallel:
+        ep_comm = tp_comm if dp_size == 1 else backend.communicator(dist.group.WORLD)
     return ParallelContext(
-        rank, world_size, rank % tp_size, tp_size, backend.communicator(group), expert_parallel=expert_parallel
+        rank, world_size, rank % tp_size, tp_size, tp_comm, expert_parallel=expert_parallel,
+        dp_rank=rank // tp_size, dp_size=dp_size, ep_communicator=ep_comm,
     )
 
 
