@@ -79,7 +79,7 @@ def cli_refuses(*argv: str) -> str:
 
 def test_engine_flags_keep_vllms_names() -> None:
     assert {name: SETTINGS[name].flag for name in OPTIONAL} == VLLM_FLAGS
-    assert "-tp" in SETTINGS["tensor_parallel_size"].info.aliases
+    assert from_cli("-tp", "2").tensor_parallel_size == 2
 
 
 @pytest.mark.parametrize("name", OPTIONAL)
