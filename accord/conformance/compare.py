@@ -1,6 +1,7 @@
 """Compares a backend's outputs with the reference's as the contracts define equality:
-normalised MSE within tolerance for values, exact for indices, top-k ids as sets,
-quantised outputs by their dequantised value; NaN always fails, Inf must match."""
+normalised MSE within tolerance for values, or ulps of the output dtype for ops
+computed in fp32 and rounded once; exact for indices, top-k ids as sets, quantised
+outputs by their dequantised value under NMSE; NaN always fails, Inf must match."""
 
 from __future__ import annotations
 
@@ -22,16 +23,22 @@ UNORDERED_ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
 DEQUANTISED: dict[str, tuple[str, str]] = {"quantize_fp8": ("q", "scales")}
 
 
+#: The units an error figure and its bound are in.
+NMSE, ULPS = "nmse", "ulps"
+
+
 @dataclass(frozen=True)
 class OutputCheck:
-    """How one output (or mutated tensor) compared: the error figure (NMSE, or the
-    fraction of mismatched elements for exact outputs), its bound, and why it failed."""
+    """How one output (or mutated tensor) compared: the error figure (NMSE or ulps, as
+    `unit` says, or the fraction of mismatched elements for exact outputs), its bound,
+    and why it failed."""
 
     name: str
     error: float
     tolerance: float
     failure: str | None = None
     exact: bool = False
+    unit: str = NMSE
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,12 @@ class Comparison:
         return [f"{c.name}: {c.failure}" for c in self.checks if c.failure]
 
     @property
-    def worst_error(self) -> float | None:
-        """The largest NMSE among value outputs (exact outputs report by message)."""
-        errors = [c.error for c in self.checks if not c.exact and c.error == c.error]  # NaN: no figure
-        return max(errors) if errors else None
+    def worst(self) -> OutputCheck | None:
+        """The value output closest to (or furthest past) its bound; None when there is
+        no figure (exact outputs report by message, NaN has no figure)."""
+        measured = [c for c in self.checks if not c.exact and c.error == c.error]
+        return max(measured, key=lambda c: c.error / c.tolerance if c.tolerance else c.error * float("inf"),
+                   default=None)
 
 
 def nmse(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -60,6 +69,34 @@ def nmse(got: torch.Tensor, want: torch.Tensor) -> float:
     error = float(((got64 - want64) ** 2).sum())
     scale = float((want64**2).sum())
     return error / scale if scale > 0 else error
+
+
+def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of `dtype`'s representable numbers at each of `values` (fp64), the
+    subnormal spacing at and below the smallest normal."""
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(values.double().abs())
+    spacing = torch.ldexp(torch.full(values.shape, info.eps, dtype=torch.float64), exponent - 1)
+    return spacing.clamp_min(info.tiny * info.eps)
+
+
+def ulp_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| in ulps of `want`'s dtype (see ulp_distance)."""
+    return ulp_distance(got.double(), want.double(), want.double(), want.dtype)
+
+
+def ulp_distance(got: torch.Tensor, want: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> float:
+    """max |got - want| in ulps of `dtype` at the reference's values, over finite
+    reference elements (all fp64). An ulp is never taken finer than fp32's at the
+    largest |reference| of the row (the last dimension): the contract's fp32
+    arithmetic resolves no finer, so a value that cancels to near zero (a rotation,
+    say) is judged at its row's scale."""
+    finite = torch.isfinite(reference)
+    magnitude = torch.where(finite, reference.abs(), 0.0)
+    row_scale = magnitude.amax(-1, keepdim=True) if reference.dim() and reference.shape[-1] else magnitude
+    unit = torch.maximum(ulp(reference, dtype), ulp(row_scale, torch.float32).expand_as(reference))
+    distance = ((got - want).abs() / unit)[finite]
+    return float(distance.max()) if distance.numel() else 0.0
 
 
 def nonfinite_problem(got: torch.Tensor, want: torch.Tensor) -> str | None:
@@ -107,15 +144,22 @@ def _is_exact(contract: OpContract, name: str, tensor: torch.Tensor) -> bool:
     return (declared[0] if declared else False) or not tensor.dtype.is_floating_point
 
 
-def _check(name: str, got: torch.Tensor, want: torch.Tensor, exact: bool, tolerance: float) -> OutputCheck:
+def _check(
+    name: str, got: torch.Tensor, want: torch.Tensor, exact: bool, tolerance: float, ulps: int | None = None
+) -> OutputCheck:
     if exact:
         mismatched = int((got != want).sum())
         fraction = mismatched / max(want.numel(), 1)
         failure = f"{mismatched} of {want.numel()} elements differ (exact)" if mismatched else None
         return OutputCheck(name, fraction, 0.0, failure, exact=True)
+    unit, bound = (NMSE, tolerance) if ulps is None else (ULPS, float(ulps))
     problem = nonfinite_problem(got, want)
     if problem:
-        return OutputCheck(name, float("nan"), tolerance, problem)
+        return OutputCheck(name, float("nan"), bound, problem, unit=unit)
+    if ulps is not None:
+        error = ulp_error(got, want)
+        failure = f"{error:.3g} ulps > {ulps}" if error > ulps else None
+        return OutputCheck(name, error, bound, failure, unit=ULPS)
     error = nmse(got, want)
     failure = f"NMSE {error:.3g} > {tolerance:.3g}" if error > tolerance else None
     return OutputCheck(name, error, tolerance, failure)
@@ -127,8 +171,11 @@ def compare_outputs(
     got: Mapping[str, torch.Tensor],
     want: Mapping[str, torch.Tensor],
     tolerance: float,
+    by_ulps: bool = False,
 ) -> Comparison:
-    """Check every reference output (mutated tensors included) against the backend's."""
+    """Check every reference output (mutated tensors included) against the backend's:
+    by NMSE within `tolerance`, or, `by_ulps`, each value output within the contract's
+    ulps for its dtype (the tensors as stored: an op rounded once is not canonicalised)."""
     layout = [
         OutputCheck(name, float("nan"), tolerance, f"is {got[name].dtype}{list(got[name].shape)}, "
                     f"expected {want[name].dtype}{list(want[name].shape)}")
@@ -138,6 +185,10 @@ def compare_outputs(
     if layout:
         return Comparison(tuple(layout))
     exact = {name: _is_exact(contract, name, tensor) for name, tensor in want.items()}
+    if by_ulps:
+        return Comparison(tuple(
+            _check(n, got[n], want[n], exact[n], tolerance, contract.ulps_for(want[n].dtype)) for n in want
+        ))
     got_c, want_c = _canonical(contract.name, got, args), _canonical(contract.name, want, args)
     return Comparison(tuple(_check(n, got_c[n], want_c[n], exact[n], tolerance) for n in want))
 

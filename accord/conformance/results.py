@@ -22,8 +22,9 @@ class Status(str, Enum):
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One case on one backend. `error` is the worst NMSE among its value outputs
-    against `tolerance` (exact outputs, such as ids, report mismatches in `message`);
+    """One case on one backend. `error` is the worst value output's error against its
+    bound `tolerance`, both in `unit`: NMSE, or ulps of the output dtype for ops rounded
+    once (exact outputs, such as ids, report mismatches in `message`);
     `deterministic` and `batch_invariant` are None where they were not checked;
     `tolerance_note` says when the backend declared a wider tolerance, and `adapters`
     which declared boundary casts the dispatcher applied."""
@@ -39,6 +40,7 @@ class CaseResult:
     batch_invariant: bool | None = None
     tolerance_note: str = ""
     adapters: str = ""
+    unit: str = "nmse"
 
 
 @dataclass(frozen=True)

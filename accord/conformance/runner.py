@@ -14,7 +14,7 @@ from ..op_contracts import CONTRACTS, ContractError, OpDispatcher
 from .batches import units
 from .case import Case
 from .cases import GENERATORS, cases_for
-from .compare import compare_outputs, same_bits
+from .compare import NMSE, ULPS, compare_outputs, same_bits
 from .execute import Execution, execute
 from .results import CaseResult, ConformanceReport, Status
 
@@ -84,8 +84,9 @@ class ConformanceRunner:
             return _result(case, Status.UNSUPPORTED, str(error))
         except Exception as error:  # noqa: BLE001 - a crashing kernel is the finding
             return _result(case, Status.FAIL, f"kernel raised {type(error).__name__}: {error}")
-        tolerance, note = self._tolerance(case, want)
-        comparison = compare_outputs(case.contract, case.args, got.outputs, want.outputs, tolerance)
+        tolerance, by_ulps, note = self._tolerance(case, want)
+        comparison = compare_outputs(case.contract, case.args, got.outputs, want.outputs, tolerance, by_ulps)
+        worst = comparison.worst
         reference_problems = [f"reference: {problem}" for problem in want.problems]
         deterministic = self._deterministic(case, got)
         # Bits that change from call to call say nothing about batch mates.
@@ -99,8 +100,9 @@ class ConformanceRunner:
             combo=case.combo,
             status=Status.FAIL if problems else passed,
             message="; ".join(problems) or self._declarations(case.op, deterministic, variant_units),
-            error=comparison.worst_error,
-            tolerance=tolerance,
+            error=None if worst is None else worst.error,
+            tolerance=tolerance if worst is None else worst.tolerance,
+            unit=ULPS if by_ulps else NMSE,
             deterministic=deterministic,
             batch_invariant=None if variant_units is None else not variant_units,
             tolerance_note=note,
@@ -139,17 +141,20 @@ class ConformanceRunner:
         plan = self._ops.plan_for(case.op, **case.fresh_args(self._device))
         return ", ".join(a.describe(plan.signature.dtype(a.arg)) for a in plan.adapters)  # type: ignore[arg-type]
 
-    def _tolerance(self, case: Case, want: Execution) -> tuple[float, str]:
-        """The contract's bound for this case's dtypes, or the backend's declared
-        override with a note saying so."""
+    def _tolerance(self, case: Case, want: Execution) -> tuple[float, bool, str]:
+        """The contract's rule for this case's dtypes (its NMSE bound, and whether its
+        ulps bound applies instead), or the backend's declared NMSE override with a note
+        saying so (an override judges an op rounded once by NMSE too)."""
         contract = case.contract
-        dtypes = {name: t.dtype for name, t in case.args.items() if isinstance(t, torch.Tensor)}
+        dtypes = {name: v for name, v in case.args.items() if isinstance(v, torch.dtype)}
+        dtypes.update({name: t.dtype for name, t in case.args.items() if isinstance(t, torch.Tensor)})
         dtypes.update({name: t.dtype for name, t in want.outputs.items()})
         tolerance = contract.tolerance_for(dtypes)
         override = self.backend.tolerance_override(case.op, dtypes[contract.primary])
         if override is None:
-            return tolerance, ""
-        return override.nmse, f"tolerance {tolerance:g} -> {override.nmse:g} declared by backend: {override.reason}"
+            return tolerance, contract.ulps is not None, ""
+        bound = f"{contract.ulps_for(dtypes[contract.primary])} ulps" if contract.ulps else f"NMSE {tolerance:g}"
+        return override.nmse, False, f"tolerance {bound} -> NMSE {override.nmse:g} declared by backend: {override.reason}"
 
     def _deterministic(self, case: Case, first: Execution) -> bool:
         """Whether a second run gives the same bits."""

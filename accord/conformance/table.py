@@ -43,7 +43,7 @@ def _worst(results: list[CaseResult]) -> str:
     if not measured:
         return "-"
     worst = max(measured, key=_excess)
-    return f"{worst.error:.2g} / {worst.tolerance:.2g}"
+    return f"{worst.error:.2g} / {worst.tolerance:.2g}" + (" ulps" if worst.unit == "ulps" else "")
 
 
 def _flag(values: list[bool | None]) -> str:

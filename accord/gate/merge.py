@@ -11,6 +11,8 @@ from typing import Iterable, Sequence
 
 import torch
 
+from ..conformance.compare import NMSE, ULPS, ulp_distance
+from ..op_contracts import dtype_named
 from .reports import Disagreement, GateReport, MergedReport, load_report
 from .reports.document import CaseKey, OutputSample, SampledOutput
 
@@ -70,10 +72,10 @@ def compare_nodes(
     compared: set[CaseKey] = set()
     found = []
     for (first, a), (second, b) in itertools.combinations(zip(columns, reports), 2):
-        tolerances = {(r.op, r.combo, r.case): r.tolerance or 0.0 for r in (*a.results, *b.results)}
+        rules = {(r.op, r.combo, r.case): (r.tolerance or 0.0, r.unit) for r in (*a.results, *b.results)}
         for key in sorted(a.samples.keys() & b.samples.keys()):
-            tolerance = tolerances.get(key, 0.0)
-            figures = _pair_figures(a.samples[key], b.samples[key], tolerance)
+            tolerance, unit = rules.get(key, (0.0, NMSE))
+            figures = _pair_figures(a.samples[key], b.samples[key], tolerance, unit)
             if figures is None:
                 continue
             compared.add(key)
@@ -85,27 +87,32 @@ def compare_nodes(
     return tuple(sorted(compared)), tuple(found)
 
 
-def _pair_figures(a: OutputSample, b: OutputSample, tolerance: float) -> tuple[float, float, float] | None:
+def _pair_figures(
+    a: OutputSample, b: OutputSample, tolerance: float, unit: str = NMSE
+) -> tuple[float, float, float] | None:
     """(a vs b, a vs reference, b vs reference), each the worst over the outputs both
-    sampled; None when there are none or the two references differ (other inputs)."""
+    sampled, in the case's unit; None when there are none or the two references differ
+    (other inputs)."""
     names = sorted(a.backend.keys() & b.backend.keys() & a.reference.keys() & b.reference.keys())
     if not names or any(
-        distance(a.reference[n], b.reference[n], a.reference[n]) > SAME_INPUTS * tolerance for n in names
+        distance(a.reference[n], b.reference[n], a.reference[n], unit) > SAME_INPUTS * tolerance for n in names
     ):
         return None
     figures = [
-        (distance(a.backend[n], b.backend[n], a.reference[n]),
-         distance(a.backend[n], a.reference[n], a.reference[n]),
-         distance(b.backend[n], b.reference[n], b.reference[n]))
+        (distance(a.backend[n], b.backend[n], a.reference[n], unit),
+         distance(a.backend[n], a.reference[n], a.reference[n], unit),
+         distance(b.backend[n], b.reference[n], b.reference[n], unit))
         for n in names
     ]
     return tuple(max(column) for column in zip(*figures))  # type: ignore[return-value]
 
 
-def distance(x: SampledOutput, y: SampledOutput, reference: SampledOutput) -> float:
+def distance(x: SampledOutput, y: SampledOutput, reference: SampledOutput, unit: str = NMSE) -> float:
     """How far two sampled outputs are apart: the fraction of differing elements for
     integer outputs (indices are exact), else the squared difference normalised by the
-    reference's energy (NMSE). Positions where any side is non-finite are left out:
+    reference's energy (NMSE), or the largest difference in ulps of the output dtype
+    (at the reference's values, never finer than fp32's at its largest sampled value)
+    for a case judged in ulps. Positions where any side is non-finite are left out:
     each node's own result already fails on NaN and Inf mismatches."""
     rows = [
         (u, v, r) for u, v, r in zip(x.values, y.values, reference.values)
@@ -116,6 +123,8 @@ def distance(x: SampledOutput, y: SampledOutput, reference: SampledOutput) -> fl
     u, v, r = torch.tensor(rows, dtype=torch.float64).unbind(1)
     if x.dtype.startswith(("int", "uint", "bool")):
         return float((u != v).double().mean())
+    if unit == ULPS:
+        return ulp_distance(u, v, r, dtype_named(x.dtype))
     scale = float((r**2).sum())
     error = float(((u - v) ** 2).sum())
     return error / scale if scale > 0 else error

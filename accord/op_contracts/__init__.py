@@ -16,6 +16,7 @@ from .spec import (
     Switch,
     TensorSpec,
     dtype_name,
+    dtype_named,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Switch",
     "TensorSpec",
     "dtype_name",
+    "dtype_named",
     "empty_allocator",
     "strict_from_env",
 ]

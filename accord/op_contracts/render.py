@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import torch
 
-from .spec import REQUIRED, OpContract, Switch, dtype_name
+from .spec import FP8_DTYPES, REQUIRED, OpContract, Switch, dtype_name
 
 
 def _dtypes(dtypes: Iterable[torch.dtype]) -> str:
@@ -46,9 +46,27 @@ def render_contract(contract: OpContract) -> str:
         lines += ["", "Dtype groups (one dtype per group): " + "; ".join(", ".join(g) for g in contract.dtype_groups)]
     if contract.rules:
         lines += ["", "Rules: " + "; ".join(r.doc for r in contract.rules)]
-    tolerance = ", ".join(f"{dtype_name(d)} {v:g}" for d, v in contract.tolerance.items())
-    lines += ["", f"Tolerance (NMSE vs reference, by `{contract.primary}` dtype; fp8 entry when any tensor is fp8): {tolerance}", ""]
+    lines += ["", *_tolerance_lines(contract), ""]
     return "\n".join(lines)
+
+
+def _by_dtype(bounds: Mapping[torch.dtype, float]) -> str:
+    return ", ".join(f"{dtype_name(d)} {v:g}" for d, v in bounds.items())
+
+
+def _tolerance_lines(contract: OpContract) -> list[str]:
+    """The conformance rule: ulps when the op is rounded once, else NMSE by the key's
+    dtype (with the fp8-operand table where one is given)."""
+    key = contract.tolerance_key or contract.primary
+    if contract.ulps is not None:
+        return [f"Tolerance (computed in fp32, rounded once): every floating output within this many ulps of its "
+                f"dtype of the fp64 reference, an ulp no finer than fp32's at the row's largest value: "
+                f"{_by_dtype(contract.ulps)}"]
+    if contract.fp8_tolerance is not None:
+        return [f"Tolerance (NMSE vs reference, by `{key}` dtype): {_by_dtype(contract.tolerance)}; with fp8 "
+                f"operands (exact values, fp32 accumulation): {_by_dtype(contract.fp8_tolerance)}"]
+    fp8_note = "; fp8 entry when any tensor is fp8" if any(d in FP8_DTYPES for d in contract.tolerance) else ""
+    return [f"Tolerance (NMSE vs reference, by `{key}` dtype{fp8_note}): {_by_dtype(contract.tolerance)}"]
 
 
 def render_reference(contracts: Iterable[OpContract]) -> str:

@@ -35,6 +35,12 @@ def dtype_name(dtype: torch.dtype | None) -> str:
     return _SHORT.get(dtype, str(dtype).replace("torch.", ""))
 
 
+def dtype_named(name: str) -> torch.dtype:
+    """The dtype `dtype_name` prints as `name` (report files store dtypes by name)."""
+    by_name = {short: dtype for dtype, short in _SHORT.items()}
+    return by_name[name] if name in by_name else getattr(torch, name)
+
+
 _SHORT = {
     torch.float32: "fp32",
     torch.float16: "fp16",
@@ -133,7 +139,13 @@ class OpContract:
 
     `dtype_groups` name tensors that must share one dtype (`("block_tables", "seq_lens",
     "query_start_loc")`); `tolerance` is the normalised-MSE bound conformance allows
-    against the reference, keyed by the dtype of the `primary` tensor.
+    against the reference, keyed by the dtype of `tolerance_key` (a tensor, an output
+    or a dtype-valued parameter; default the `primary` tensor). `fp8_tolerance`, when
+    given, replaces it for calls with fp8 operands: fp8 values are exact, so the bound
+    is the output's at the op's own accumulation accuracy, not a quantisation allowance.
+    `ulps` marks an op computed in fp32 and rounded once: every floating output must
+    lie within that many ulps of its dtype (keyed by the output's dtype) of the
+    reference, which computes in fp64 and rounds once; it replaces the NMSE bound.
     """
 
     name: str
@@ -145,6 +157,9 @@ class OpContract:
     tolerance: Mapping[torch.dtype, float]
     dtype_groups: tuple[tuple[str, ...], ...] = ()
     rules: tuple[Rule, ...] = ()
+    tolerance_key: str | None = None
+    fp8_tolerance: Mapping[torch.dtype, float] | None = None
+    ulps: Mapping[torch.dtype, int] | None = None
     arg_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -156,11 +171,21 @@ class OpContract:
             raise ValueError(f"{self.name}: primary {self.primary!r} is not an argument")
 
     def tolerance_for(self, dtypes: Mapping[str, torch.dtype | None]) -> float:
-        """The NMSE bound for a call with these tensor dtypes: the fp8 entry when any
-        tensor is fp8 (quantisation dominates the error), else the primary's dtype."""
-        if any(d in FP8_DTYPES for d in dtypes.values()) and FP8_DTYPES[0] in self.tolerance:
-            return self.tolerance[FP8_DTYPES[0]]
-        return self.tolerance[dtypes[self.primary]]
+        """The NMSE bound for a call with these dtypes (of its tensors, outputs and
+        dtype-valued parameters): with fp8 operands `fp8_tolerance`, or the fp8 entry
+        of `tolerance` where the op quantises (its error is the quantisation's); else
+        the entry of `tolerance_key`'s dtype."""
+        key = dtypes[self.tolerance_key or self.primary]
+        if any(d in FP8_DTYPES for d in dtypes.values()):
+            if self.fp8_tolerance is not None:
+                return self.fp8_tolerance[key]  # type: ignore[index]
+            if FP8_DTYPES[0] in self.tolerance:
+                return self.tolerance[FP8_DTYPES[0]]
+        return self.tolerance[key]  # type: ignore[index]
+
+    def ulps_for(self, dtype: torch.dtype) -> int | None:
+        """The bound in ulps for an output of `dtype`, or None (judged by NMSE)."""
+        return None if self.ulps is None else self.ulps[dtype]
 
     def tensor(self, name: str) -> TensorSpec:
         """The spec of tensor argument `name`."""

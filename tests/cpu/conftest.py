@@ -55,7 +55,9 @@ def assert_matches_reference(
         want = getattr(reference_ops, op)(*_cloned(args), **_cloned(kwargs))
         contract = CONTRACTS[op]
         call = reference_ops.bind(contract, args, kwargs)
-        bound = contract.tolerance_for({s.name: getattr(call[s.name], "dtype", None) for s in contract.tensors})
+        dtypes = {s.name: getattr(call[s.name], "dtype", None) for s in contract.tensors}
+        dtypes.update({o.name: w.dtype for o, w in zip(contract.outputs, _as_tuple(want))})
+        bound = contract.tolerance_for(dtypes)
         for name, g, w in zip([o.name for o in contract.outputs], _as_tuple(got), _as_tuple(want)):
             assert not g.isnan().any(), f"{op}.{name} has NaNs"
             assert nmse(g, w) <= bound, f"{op}.{name}: nmse {nmse(g, w):.3g} > {bound:.3g}"

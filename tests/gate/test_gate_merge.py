@@ -81,7 +81,8 @@ def test_vendors_off_the_same_way_are_not_flagged(small_report: GateReport) -> N
 
 
 def test_rounding_noise_within_the_tolerance_is_not_flagged(small_report: GateReport) -> None:
-    merged = merge_reports([node(small_report, "rocm", +1e-6), node(small_report, "cuda", -1e-6)])
+    # A tenth of an fp32 ulp at the largest value: noise for a case judged in ulps or NMSE.
+    merged = merge_reports([node(small_report, "rocm", +5e-8), node(small_report, "cuda", -5e-8)])
     assert merged.disagreements == ()
 
 

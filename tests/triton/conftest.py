@@ -61,6 +61,7 @@ def assert_matches_reference(triton_ops: OpDispatcher, reference_ops: OpDispatch
         contract = CONTRACTS[op]
         call = reference_ops.bind(contract, args, kwargs)
         dtypes = {t.name: None if call[t.name] is None else call[t.name].dtype for t in contract.tensors}
+        dtypes.update({o.name: w.dtype for o, w in zip(contract.outputs, want)})
         bound = contract.tolerance_for(dtypes)
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape

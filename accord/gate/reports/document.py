@@ -153,6 +153,7 @@ def _result_json(result: CaseResult, sample: OutputSample | None) -> dict[str, A
         "deterministic": result.deterministic,
         "batch_invariant": result.batch_invariant,
         "tolerance_note": result.tolerance_note,
+        "unit": result.unit,
     }
     if sample is not None:
         document["sample"] = {"backend": _sample_json(sample.backend), "reference": _sample_json(sample.reference)}
@@ -216,7 +217,7 @@ def report_from_document(document: Mapping[str, Any]) -> GateReport:
             results.append(CaseResult(
                 entry["op"], entry["case"], entry["combo"], Status(entry["status"]), entry["message"],
                 entry["error"], entry["tolerance"], entry["deterministic"], entry["batch_invariant"],
-                entry["tolerance_note"],
+                entry["tolerance_note"], unit=entry.get("unit", "nmse"),
             ))
             if "sample" in entry:
                 samples[(entry["op"], entry["combo"], entry["case"])] = OutputSample(

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import torch
 
 from ..spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec
-from .common import ELEMENTWISE, REDUCTION, cache_matches_input, divisible
+from .common import ELEMENTWISE, REDUCTION, STORED_EXACTLY, cache_matches_input, divisible
 
 CACHE_DTYPES = FLOAT_DTYPES + FP8_DTYPES
 METADATA_GROUP = ("block_tables", "seq_lens", "query_start_loc")
@@ -50,6 +50,7 @@ RESHAPE_AND_CACHE = OpContract(
     outputs=(),
     primary="key",
     tolerance=ELEMENTWISE | {torch.float8_e4m3fn: 0.0},
+    ulps=STORED_EXACTLY,
     dtype_groups=(("key", "value"), ("key_cache", "value_cache")),
     rules=(cache_matches_input("key_cache", "key"),),
 )
@@ -71,6 +72,7 @@ CONCAT_AND_CACHE_MLA = OpContract(
     outputs=(),
     primary="kv_c",
     tolerance=ELEMENTWISE | {torch.float8_e4m3fn: 0.0},
+    ulps=STORED_EXACTLY,
     dtype_groups=(("kv_c", "k_pe"),),
     rules=(cache_matches_input("kv_cache", "kv_c"),),
 )

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import FP8_DTYPES, Rule, dtype_name
+from ..spec import FLOAT_DTYPES, FP8_DTYPES, Rule, dtype_name
 
 #: NMSE bounds (sum((out-ref)^2) / sum(ref^2), as llama.cpp's test-backend-ops) for ops
 #: whose outputs are elementwise in their inputs: one rounding of the output dtype.
@@ -19,6 +19,28 @@ REDUCTION = {
     torch.bfloat16: 1e-3,
     torch.float8_e4m3fn: 5e-3,
 }
+
+#: NMSE bounds for a sum of exact products (fp8 operands are exact values) accumulated
+#: in fp32 and rounded once, by the output's dtype. A correct kernel differs from the
+#: correctly rounded reference by one ulp on the rare elements its fp32 sum puts on
+#: the other side of a rounding midpoint (measured: cpu bf16 0, fp16 8e-11, fp32 2e-14
+#: on scaled_mm and fused_moe). Half outputs allow about 1/64 of a squared ulp; fp32
+#: allows the accumulation error of a few thousand terms. A bf16 running sum (two
+#: 128-wide K groups) measures 4e-6..3e-5, so it fails at every output width.
+FP32_ACCUMULATED = {torch.float32: 1e-10, torch.float16: 1e-8, torch.bfloat16: 1e-6}
+#: Ulp bounds (of each output's dtype, against the fp64 reference rounded once) for ops
+#: computed in fp32 and rounded once. Half outputs: 1 ulp, since the fp32 arithmetic's
+#: error is far below half an ulp, so a correct kernel can land on the neighbour of the
+#: reference's rounding only at a midpoint. fp32 outputs carry the fp32 arithmetic's
+#: own error: 4 ulps (measured: cpu <= 2, triton <= 3, the mean of squares in fused_add_rms_norm).
+ROUNDED_ONCE = {torch.bfloat16: 1, torch.float16: 1, torch.float32: 4}
+#: Cache writes: copies, or one fp32 division rounded to fp8 exactly as the reference
+#: does it, so every stored bit agrees (cpu and triton measured 0).
+STORED_EXACTLY = {dtype: 0 for dtype in (*FLOAT_DTYPES, *FP8_DTYPES)}
+#: quantize_fp8: q within 1 ulp of its fp8 dtype (a kernel that multiplies by the
+#: reciprocal scale, as vLLM's does, may round a midpoint the other way); the scales
+#: within 2 fp32 ulps (Triton's fp32 division, div.full.f32, is exact to 2 ulps).
+QUANTISED = {**{dtype: 1 for dtype in FP8_DTYPES}, torch.float32: 2}
 
 
 def cache_matches_input(cache: str, source: str) -> Rule:

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import torch
 
 from ..spec import FLOAT_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec
-from .common import ELEMENTWISE
+from .common import ELEMENTWISE, ROUNDED_ONCE
 
 RMS_NORM = OpContract(
     name="rms_norm",
@@ -24,6 +24,7 @@ RMS_NORM = OpContract(
     outputs=(OutputSpec("out", ("T", "H"), "like:x"),),
     primary="x",
     tolerance=ELEMENTWISE,
+    ulps=ROUNDED_ONCE,
     dtype_groups=(("x", "weight"),),
 )
 
@@ -45,6 +46,7 @@ FUSED_ADD_RMS_NORM = OpContract(
     ),
     primary="x",
     tolerance=ELEMENTWISE,
+    ulps=ROUNDED_ONCE,
     dtype_groups=(("x", "residual", "weight"),),
 )
 
@@ -79,6 +81,7 @@ ROTARY_EMBEDDING = OpContract(
     ),
     primary="query",
     tolerance=ELEMENTWISE,
+    ulps=ROUNDED_ONCE,
     dtype_groups=(("query", "key"),),
     rules=(Rule("the rotary dim R is even and at most the head dim", _even_rotary_dim),),
 )
@@ -91,6 +94,7 @@ SILU_AND_MUL = OpContract(
     outputs=(OutputSpec("out", ("T", "I"), "like:x"),),
     primary="x",
     tolerance=ELEMENTWISE,
+    ulps=ROUNDED_ONCE,
 )
 
 CONTRACTS = (RMS_NORM, FUSED_ADD_RMS_NORM, ROTARY_EMBEDDING, SILU_AND_MUL)

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from ..spec import FLOAT_DTYPES, FP8_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, Switch, TensorSpec
-from .common import ELEMENTWISE, REDUCTION
+from .common import ELEMENTWISE, FP32_ACCUMULATED, QUANTISED
 
 GROUP = 128
 
@@ -33,7 +33,7 @@ QUANTIZE_FP8 = OpContract(
         "scales = max(amax(|x|) over the granule, 1e-10) / FP8_MAX[fp8_dtype] in fp32 "
         "(granule: the whole tensor, each row, or each 128-wide group of a row), or the "
         "given static per-tensor scale; q = clamp(x / scale, -FP8_MAX, FP8_MAX) rounded "
-        "to nearest fp8. Compared by the dequantised value q * scale."
+        "to nearest fp8 (computed in fp32, rounded once)."
     ),
     tensors=(
         TensorSpec("x", FLOAT_DTYPES, ("T", "H")),
@@ -54,6 +54,7 @@ QUANTIZE_FP8 = OpContract(
     ),
     primary="x",
     tolerance=ELEMENTWISE | {torch.float8_e4m3fn: 2e-3},
+    ulps=QUANTISED,
     rules=(Rule("static scales are per tensor; groups are 128 wide", _static_scale_per_tensor),),
 )
 
@@ -87,7 +88,8 @@ SCALED_MM = OpContract(
     ),
     outputs=(OutputSpec("out", ("M", "N"), "param:out_dtype"),),
     primary="a",
-    tolerance={d: REDUCTION[torch.float8_e4m3fn] for d in FP8_DTYPES},
+    tolerance=FP32_ACCUMULATED,
+    tolerance_key="out",
     dtype_groups=(("a", "b"),),
 )
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from ..spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec, dtype_name
-from .common import ELEMENTWISE, REDUCTION
+from .common import ELEMENTWISE, FP32_ACCUMULATED, REDUCTION
 
 
 def _route_inputs_present(call: Mapping[str, Any]) -> tuple[str, str, str] | None:
@@ -123,7 +123,8 @@ FUSED_MOE = OpContract(
     ),
     outputs=(OutputSpec("out", ("T", "H"), "like:hidden"),),
     primary="hidden",
-    tolerance=REDUCTION,
+    tolerance={dtype: REDUCTION[dtype] for dtype in FLOAT_DTYPES},
+    fp8_tolerance=FP32_ACCUMULATED,
     dtype_groups=(("w13", "w2"),),
     rules=(Rule("weights match hidden's dtype, or are fp8 with block scales", _weights_quantised_consistently),),
 )
