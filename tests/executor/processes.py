@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from accord import SamplingParams
 
 
 def is_running(pid: int) -> bool:
@@ -47,3 +52,26 @@ def child_pids(pid: int) -> list[int]:
         if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
             children.append(int(entry.name))
     return children
+
+
+def errors_after_killing_a_worker(engine: Any, pid: int, timeout: float) -> list[BaseException] | None:
+    """Start three long requests on `engine`, run one step, SIGKILL worker `pid`, then step
+    (in a thread) until a step raises. Returns what the steps raised, or None when they
+    were still running after `timeout` seconds (a hang)."""
+    for index in range(3):
+        engine.add_request(f"r{index}", {"prompt_token_ids": [1, 2, 3 + index]}, SamplingParams(max_tokens=100))
+    engine.step()
+    os.kill(pid, signal.SIGKILL)
+    raised: list[BaseException] = []
+
+    def step_until_it_raises() -> None:
+        try:
+            for _ in range(200):
+                engine.step()
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            raised.append(error)
+
+    stepper = threading.Thread(target=step_until_it_raises, daemon=True)
+    stepper.start()
+    stepper.join(timeout=timeout)
+    return None if stepper.is_alive() else raised
