@@ -1,11 +1,15 @@
 """The Ray executor on a local Ray cluster: TP=2 over two actors gives transformers'
 greedy tokens, each TP group is one STRICT_PACK placement group, a killed actor fails
 the requests in flight with a clean EngineDeadError, a cluster too small says so, and
-`accord serve --distributed-executor-backend ray` answers the openai client."""
+another process attaches to a running cluster through RAY_ADDRESS, and
+`accord serve --distributed-executor-backend ray` (starting a local cluster) answers the
+openai client."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +77,44 @@ def test_tp2_on_ray_actors_gives_transformers_greedy_tokens_in_one_strict_pack_g
     assert all(g["state"] == "REMOVED" for g in accord_groups(ray_cluster))
     assert ray_cluster.is_initialized(), "the executor must not disconnect a connection it did not make"
     assert tokens == hf_greedy(llama_dir, prompts, MAX_NEW_TOKENS)
+
+
+ATTACH_SCRIPT = """
+import sys
+import ray
+from accord import LLM, SamplingParams
+
+if __name__ == "__main__":
+    llm = LLM(sys.argv[1], backend="cpu", distributed_executor_backend="ray", max_model_len=256,
+              num_gpu_blocks_override=32)
+    params = SamplingParams(temperature=0.0, max_tokens=int(sys.argv[2]), ignore_eos=True)
+    output = llm.generate([{"prompt_token_ids": [5, 6, 7, 8]}], params, use_tqdm=False)
+    print(ray.get_runtime_context().gcs_address)
+    print(*output[0].outputs[0].token_ids, flush=True)
+    llm.llm_engine.shutdown()
+"""
+
+
+def test_a_process_attaches_through_ray_address_and_leaves_the_cluster_running(
+    ray_cluster: Any, llama_dir: Path, tmp_path: Path
+) -> None:
+    cpus = ray_cluster.cluster_resources()["CPU"]
+    script = tmp_path / "attach.py"
+    script.write_text(ATTACH_SCRIPT)
+    address = ray_cluster.get_runtime_context().gcs_address
+    env = {**os.environ, "RAY_ADDRESS": address}
+    result = subprocess.run(
+        [sys.executable, str(script), str(llama_dir), str(MAX_NEW_TOKENS)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    attached_to, token_line = result.stdout.strip().splitlines()[-2:]
+    assert attached_to == address
+    tokens = [int(token) for token in token_line.split()]
+    assert tokens == hf_greedy(llama_dir, [[5, 6, 7, 8]], MAX_NEW_TOKENS)[0]
+    # The attached process freed its placement group and left the cluster running.
+    assert ray_cluster.is_initialized() and ray_cluster.cluster_resources().get("CPU") == cpus
+    assert all(g["state"] == "REMOVED" for g in accord_groups(ray_cluster))
 
 
 def test_a_killed_actor_fails_the_requests_in_flight_cleanly(ray_cluster: Any, llama_dir: Path) -> None:
