@@ -9,7 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accord import SamplingParams
+from accord.core.errors import EngineDeadError
 
 
 def is_running(pid: int) -> bool:
@@ -54,14 +57,14 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
-def errors_after_killing_a_worker(engine: Any, pid: int, timeout: float) -> list[BaseException] | None:
-    """Start three long requests on `engine`, run one step, SIGKILL worker `pid`, then step
-    (in a thread) until a step raises. Returns what the steps raised, or None when they
-    were still running after `timeout` seconds (a hang)."""
+def assert_killing_a_worker_fails_the_engine(engine: Any, rank: int, timeout: float) -> None:
+    """Start three long requests on `engine`, run one step, SIGKILL rank `rank`'s worker,
+    then step (in a thread): within `timeout` seconds a step must raise EngineDeadError
+    naming the rank, and every later step must raise it too."""
     for index in range(3):
         engine.add_request(f"r{index}", {"prompt_token_ids": [1, 2, 3 + index]}, SamplingParams(max_tokens=100))
     engine.step()
-    os.kill(pid, signal.SIGKILL)
+    os.kill(engine.executor.worker_pids[rank], signal.SIGKILL)
     raised: list[BaseException] = []
 
     def step_until_it_raises() -> None:
@@ -74,4 +77,8 @@ def errors_after_killing_a_worker(engine: Any, pid: int, timeout: float) -> list
     stepper = threading.Thread(target=step_until_it_raises, daemon=True)
     stepper.start()
     stepper.join(timeout=timeout)
-    return None if stepper.is_alive() else raised
+    assert not stepper.is_alive(), "a step hung after a worker died"
+    assert len(raised) == 1 and isinstance(raised[0], EngineDeadError), raised
+    assert f"worker rank {rank} died" in str(raised[0])
+    with pytest.raises(EngineDeadError):
+        engine.step()

@@ -1,9 +1,9 @@
 """The Ray executor on a local Ray cluster: TP=2 over two actors gives transformers'
-greedy tokens, each TP group is one STRICT_PACK placement group, a killed actor fails
-the requests in flight with a clean EngineDeadError, a cluster too small says so, and
-another process attaches to a running cluster through RAY_ADDRESS, and
-`accord serve --distributed-executor-backend ray` (starting a local cluster) answers the
-openai client."""
+greedy tokens, each TP group is one STRICT_PACK placement group, another process
+attaches to a running cluster through RAY_ADDRESS, a killed actor fails the requests in
+flight with a clean EngineDeadError, a cluster too small or a worker that cannot start
+says so, and `accord serve --distributed-executor-backend ray` (starting a local
+cluster) answers the openai client."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import openai
 import pytest
 import server_harness
 from engine_models import hf_greedy
-from processes import child_pids, errors_after_killing_a_worker, wait_until_gone
+from processes import assert_killing_a_worker_fails_the_engine, child_pids, wait_until_gone
 from server_harness import ServerProcess
 
 from accord import LLM, LLMEngine, SamplingParams
-from accord.core.errors import EngineDeadError, WorkerStartupError
+from accord.core.errors import WorkerStartupError
 from accord.core.executor import ray as ray_executor
 
 pytestmark = pytest.mark.ray
@@ -121,13 +121,8 @@ def test_a_killed_actor_fails_the_requests_in_flight_cleanly(ray_cluster: Any, l
     engine = LLMEngine.from_engine_args(str(llama_dir), num_gpu_blocks_override=32, **RAY_TP2)
     pids = engine.executor.worker_pids
     try:
-        raised = errors_after_killing_a_worker(engine, pids[1], timeout=90)
-        assert raised is not None, "a step hung after a worker actor died"
-        assert len(raised) == 1 and isinstance(raised[0], EngineDeadError), raised
-        assert "worker rank 1 died" in str(raised[0])
+        assert_killing_a_worker_fails_the_engine(engine, rank=1, timeout=90)
         assert engine.executor.dead_reason is not None
-        with pytest.raises(EngineDeadError):
-            engine.step()
     finally:
         engine.shutdown()
     assert wait_until_gone(pids) == []
@@ -140,6 +135,13 @@ def test_a_cluster_too_small_for_the_tp_group_says_what_it_has(
     monkeypatch.setattr(ray_executor, "PLACEMENT_TIMEOUT_S", 3.0)
     with pytest.raises(WorkerStartupError, match=r"could not place 1 group\(s\) of 8 x \{CPU: 1\}.*it has"):
         LLM(str(llama_dir), **{**RAY_TP2, "tensor_parallel_size": 8})
+    assert all(g["state"] == "REMOVED" for g in accord_groups(ray_cluster))
+
+
+def test_an_actor_that_cannot_start_names_its_rank_and_the_cause(ray_cluster: Any, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"]}')
+    with pytest.raises(WorkerStartupError, match=r"worker rank \d failed to start: .*NoSuchForCausalLM"):
+        LLM(str(tmp_path), **RAY_TP2)
     assert all(g["state"] == "REMOVED" for g in accord_groups(ray_cluster))
 
 
