@@ -15,6 +15,7 @@ from .batches import units
 from .case import Case
 from .cases import GENERATORS, cases_for
 from .compare import NMSE, ULPS, compare_outputs, same_bits
+from .draws import STATISTICAL_CHECKS
 from .execute import Execution, execute
 from .results import CaseResult, ConformanceReport, Status
 
@@ -91,7 +92,9 @@ class ConformanceRunner:
         deterministic = self._deterministic(case, got)
         # Bits that change from call to call say nothing about batch mates.
         variant_units = self._batch_variant_units(case, got) if deterministic else None
-        problems = [*reference_problems, *got.problems, *comparison.failures,
+        statistical = STATISTICAL_CHECKS.get(case.op)
+        drawn = statistical(case.args, got.outputs) if statistical and not got.problems else []
+        problems = [*reference_problems, *got.problems, *comparison.failures, *drawn,
                     *self._undeclared(case.op, deterministic, variant_units)]
         passed = Status.SHARED if self.shares_reference_kernel(case.op) else Status.PASS
         return CaseResult(

@@ -378,8 +378,8 @@ class Ops:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """scales = max(amax(|x|) over the granule, 1e-10) / FP8_MAX[fp8_dtype] in fp32 (granule: the
         whole tensor, each row, or each 128-wide group of a row), or the given static per-tensor
-        scale; q = clamp(x / scale, -FP8_MAX, FP8_MAX) rounded to nearest fp8. Compared by the
-        dequantised value q * scale.
+        scale; q = clamp(x / scale, -FP8_MAX, FP8_MAX) rounded to nearest fp8 (computed in fp32,
+        rounded once).
 
         x: fp32/fp16/bf16 [T, H]
         scale: fp32 [1, 1]: static per-tensor scale

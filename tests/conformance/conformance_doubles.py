@@ -189,9 +189,17 @@ def route_scaling_only_when_renormalising(**call: Any) -> None:
     reference_fn("moe_route")(**{**call, "routed_scaling_factor": factor})
 
 
-def sampler(*, greedy_last: bool = False, temperature_last: bool = False, top_p_drops_boundary: bool = False) -> Any:
+def sampler(
+    *,
+    greedy_last: bool = False,
+    temperature_last: bool = False,
+    top_p_drops_boundary: bool = False,
+    top_p_keeps_one_more: bool = False,
+    top_k_shift: int = 0,
+) -> Any:
     """A sampler with one boundary bug: greedy ties to the last index, temperature
-    applied after the filters, or top-p dropping the token that crosses top_p."""
+    applied after the filters, top-p dropping the token that crosses top_p or keeping
+    one token past it, or top-k keeping `top_k + top_k_shift` tokens."""
     from accord.backends.reference.kernels.sampling import _draw, _filtered, _renormalised
 
     def fn(**call: Any) -> None:
@@ -203,12 +211,18 @@ def sampler(*, greedy_last: bool = False, temperature_last: bool = False, top_p_
                 token = row.numel() - 1 - int(torch.argmax(row.flip(0))) if greedy_last else int(torch.argmax(row))
             else:
                 probs = torch.softmax(row if temperature_last else row / temperature, dim=0)
-                if top_p_drops_boundary and top_p < 1.0:
+                top_k = top_k + top_k_shift if top_k > 0 else top_k
+                if (top_p_drops_boundary or top_p_keeps_one_more) and top_p < 1.0:
+                    probs = _filtered(probs, top_k, 1.0, 0.0)
                     ordered, order = probs.sort(descending=True, stable=True)
                     keep = torch.zeros_like(probs, dtype=torch.bool)
-                    keep[order] = ordered.cumsum(0) < top_p
+                    preceding = ordered.cumsum(0) - ordered
+                    if top_p_drops_boundary:  # the token crossing top_p goes too
+                        keep[order] = preceding + ordered < top_p
+                    else:  # judged by its predecessor's preceding mass: one more stays
+                        keep[order] = torch.cat([preceding.new_zeros(1), preceding[:-1]]) < top_p
                     keep[order[0]] = True
-                    probs = _filtered(_renormalised(probs, keep), top_k, 1.0, min_p)
+                    probs = _filtered(_renormalised(probs, keep), 0, 1.0, min_p)
                 else:
                     probs = _filtered(probs, top_k, top_p, min_p)
                 if temperature_last:

@@ -84,6 +84,15 @@ GAPS: dict[str, tuple[str, Any, Selector, Selector | None]] = {
     "top-p dropping its boundary token": (
         "sample", sampler(top_p_drops_boundary=True),
         lambda r: "seeds T=0.5" in r.case, lambda r: r.case.startswith("B=1 ")),
+    "top-p keeping one token past the boundary": (
+        "sample", sampler(top_p_keeps_one_more=True),
+        lambda r: "seeds" in r.case and "top_p=1.0" not in r.case, lambda r: "top_p=1.0" in r.case),
+    "top-k keeping one token too many": (
+        "sample", sampler(top_k_shift=1),
+        lambda r: "seeds" in r.case and "top_k=0" not in r.case, lambda r: "top_k=0" in r.case),
+    "top-k keeping one token too few": (
+        "sample", sampler(top_k_shift=-1),
+        lambda r: "seeds" in r.case and "top_k=0" not in r.case, lambda r: "top_k=0" in r.case),
     # Tolerances: ops rounded once are judged in ulps, fp8 GEMMs at fp32 accumulation.
     "rms_norm computed in the input dtype": (
         "rms_norm", rms_norm_in_the_input_dtype,
@@ -122,3 +131,37 @@ def test_the_cpu_backend_passes_the_new_cases(gap: str) -> None:
     op, _bug, catching, _unaffected = GAPS[gap]
     results = results_of(get_backend("cpu"), op, catching)
     assert results and Status.FAIL not in statuses(results), [r.message for r in results if r.status is Status.FAIL]
+
+
+#: The sampler bugs, and what the draws check must say about their many-seed cases
+#: (besides the exact token ids): a token outside the filters, or a misfit.
+DRAW_BUGS = {
+    "temperature applied after the filters": "seeds T=0.5",
+    "top-p dropping its boundary token": "seeds T=1.0 top_k=0 top_p=0.9",
+    "top-p keeping one token past the boundary": "seeds T=1.0 top_k=0 top_p=0.9",
+    "top-k keeping one token too many": "seeds T=1.0 top_k=5",
+    "top-k keeping one token too few": "seeds T=1.0 top_k=5",
+}
+
+
+@pytest.mark.parametrize("gap", DRAW_BUGS)
+def test_the_draws_check_names_the_misfit_of_each_sampler_bug(gap: str) -> None:
+    op, bug, _catching, _unaffected = GAPS[gap]
+    results = results_of(broken(gap, op, bug), op, lambda r: DRAW_BUGS[gap] in r.case)
+    assert results and all(r.status is Status.FAIL for r in results)
+    assert all("which its filters exclude" in r.message or "chi-square" in r.message for r in results), [
+        r.message for r in results
+    ]
+
+
+def test_the_reference_draws_fit_their_own_distribution_in_every_many_seed_case() -> None:
+    results = results_of(get_backend("cpu"), "sample", lambda r: "seeds" in r.case)
+    assert len(results) == 7 and statuses(results) == {Status.PASS}, [r.message for r in results]
+
+
+@pytest.mark.parametrize("op", ("quantize_fp8", "moe_route"))
+def test_the_cpu_kernels_once_shared_with_the_reference_pass_as_independent(op: str) -> None:
+    runner = ConformanceRunner(get_backend("cpu"), get_backend("reference"))
+    assert not runner.shares_reference_kernel(op)
+    legal = [runner.run_case(case) for case in cases_for(op) if not case.expect_refusal]
+    assert legal and statuses(legal) == {Status.PASS}, [r.message for r in legal if r.status is not Status.PASS]

@@ -1,20 +1,72 @@
-"""MoE kernels: routing (the reference's, already vectorised torch) and the fused
-experts, tokens grouped by expert so each active expert runs two GEMMs."""
+"""MoE kernels: routing (scores, group-limited top-k or hash selection, combine
+weights) and the fused experts, tokens grouped by expert so each active expert runs
+two GEMMs."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from ...reference.kernels import KERNELS as REFERENCE_KERNELS
 from ._fp8 import dequantise_blocks
 from ._precision import work_dtype
 from ._registry import KERNELS
 
 #: DeepSeek's weight_scale_inv tiles: one fp32 scale per 128x128 block of a weight.
 WEIGHT_BLOCK = 128
+#: A group's score is the sum of its best this many expert choices (DeepSeek-V3).
+GROUP_SCORE_EXPERTS = 2
 
-KERNELS.add(REFERENCE_KERNELS.get("moe_route"))
+
+def _router_scores(router_logits: torch.Tensor, scoring: str) -> torch.Tensor:
+    """softmax, sigmoid or sqrt(softplus) of the logits, in fp32."""
+    logits = router_logits.float()
+    if scoring == "softmax":
+        return logits.softmax(dim=1)
+    if scoring == "sigmoid":
+        return logits.sigmoid()
+    return F.softplus(logits).sqrt_()
+
+
+def _best_groups_only(choice: torch.Tensor, n_group: int, topk_group: int) -> torch.Tensor:
+    """`choice` with the experts of all but each row's `topk_group` best groups at -inf."""
+    grouped = choice.view(choice.shape[0], n_group, -1)
+    best_in_group = grouped.topk(min(GROUP_SCORE_EXPERTS, grouped.shape[2]), dim=2, sorted=False).values
+    kept_groups = best_in_group.sum(dim=2).topk(topk_group, dim=1, sorted=False).indices
+    dropped = torch.ones(grouped.shape[:2], dtype=torch.bool).scatter_(1, kept_groups, False)
+    return grouped.masked_fill(dropped.unsqueeze(2), float("-inf")).view_as(choice)
+
+
+@KERNELS.register("moe_route")
+def moe_route(
+    router_logits: torch.Tensor,
+    correction_bias: torch.Tensor | None,
+    token_ids: torch.Tensor | None,
+    hash_table: torch.Tensor | None,
+    top_k: int,
+    scoring: str,
+    selection: str,
+    renormalize: bool,
+    n_group: int,
+    topk_group: int,
+    routed_scaling_factor: float,
+    ids_dtype: torch.dtype,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> None:
+    """Each token's experts and combine weights; the bias steers the choice only."""
+    scores = _router_scores(router_logits, scoring)
+    if selection == "hash":
+        chosen = hash_table.index_select(0, token_ids.long()).long()
+    else:
+        choice = scores if correction_bias is None else scores + correction_bias
+        if n_group > 1:
+            choice = _best_groups_only(choice, n_group, topk_group)
+        chosen = choice.topk(top_k, dim=1, sorted=False).indices
+    weights = scores.gather(1, chosen)
+    if renormalize:
+        weights.div_(weights.sum(dim=1, keepdim=True))
+    torch.mul(weights, routed_scaling_factor, out=topk_weights)
+    topk_ids.copy_(chosen)
 
 
 def _expert_weight(weights: torch.Tensor, scales: torch.Tensor | None, expert: int, dtype: torch.dtype) -> torch.Tensor:

@@ -32,6 +32,25 @@ def _filtered(probs: torch.Tensor, top_k: int, top_p: float, min_p: float) -> to
     return probs
 
 
+def filtered_distribution(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor
+) -> torch.Tensor:
+    """[B, V]: the distribution each row draws from under the contract (tempered, then
+    filtered and renormalised; one-hot at the first maximum for a greedy row), the
+    golden conformance tests a backend's draws against."""
+    # Many-seed batches repeat one row: each distinct (logits, settings) row once.
+    settings = torch.stack([temperature.float(), top_k.float(), top_p.float(), min_p.float()], dim=1)
+    distinct, row_of = torch.unique(torch.cat([logits.float(), settings], dim=1), dim=0, return_inverse=True)
+    rows = []
+    for key in distinct:
+        row, (temp, k, p, m) = key[:-4], key[-4:].tolist()
+        if temp < GREEDY_TEMPERATURE:
+            rows.append(torch.zeros_like(row).index_fill_(0, torch.argmax(row).view(1), 1.0))
+        else:
+            rows.append(_filtered(torch.softmax(row / temp, dim=0), int(k), p, m))
+    return torch.stack(rows)[row_of] if rows else torch.zeros(logits.shape)
+
+
 def _draw(probs: torch.Tensor, seed: int) -> int:
     """The contract's exponential race: argmax(p / -log(u)), u seeded per row."""
     generator = torch.Generator("cpu").manual_seed(seed)
