@@ -42,6 +42,11 @@ class EngineConfig:
     #: Split the routed experts of MoE layers across the ranks (vLLM's flag; EP size =
     #: TP size x DP size) instead of slicing every expert's intermediate dim.
     enable_expert_parallel: bool = False
+    #: Data-parallel ranks (vLLM's -dp), each with its own scheduler and KV cache.
+    data_parallel_size: int = 1
+    #: A folder each rank records the op calls it makes into (its dispatcher's
+    #: CallRecorder hook): the rollout gate sets it; None records nothing.
+    record_op_calls: str | None = None
 
     def __post_init__(self) -> None:
         checks = (
@@ -82,6 +87,10 @@ class EngineConfig:
             (
                 self.tensor_parallel_size >= 1,
                 f"tensor_parallel_size must be positive, got {self.tensor_parallel_size}",
+            ),
+            (
+                self.data_parallel_size >= 1,
+                f"data_parallel_size must be positive, got {self.data_parallel_size}",
             ),
             (
                 self.distributed_executor_backend in (None, "uni", "mp", "ray"),
