@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 import torch
 from gate_backends import EP_INDEX_BACKEND
 from gate_helpers import gate_in_subprocess, write_deploy_yaml
 
-from accord import LLM
+from accord.backends import get_backend
+from accord.core.config import EngineConfig
+from accord.core.distributed import ParallelContext
+from accord.core.model_runner import ModelRunner
+from accord.core.models import load_model
 from accord.core.models.layers.mlp import worst_case_ids
 from accord.gate.gate_command import EXIT_FAILED, EXIT_PASSED, run_deploy
 from accord.gate.reports import load_report, validate_document
-from accord.op_contracts.recording import read_recordings
+from accord.op_contracts import OpDispatcher
+from accord.op_contracts.recording import CallRecorder
 
 TP2_EP = {"tensor_parallel_size": 2, "enable_expert_parallel": True, "distributed_executor_backend": "mp"}
 #: The broken-backend runs replay the recorded signatures only: the standard fused_moe
@@ -60,20 +66,48 @@ def test_the_report_lists_every_rank_s_signatures_and_they_are_replayed(tp2_ep_g
     assert "Op signatures recorded per rank" in (tp2_ep_gate[1] / "report.html").read_text()
 
 
-def test_profile_run_routes_every_token_to_each_rank_s_own_experts(tiny_moe_model: Path, tmp_path: Path) -> None:
-    """Each rank's first fused_moe call is profile_run's, at the step budget; all of its
-    picks land on that rank's experts and every one of them gets tokens."""
-    llm = LLM(str(tiny_moe_model), backend="cpu", max_model_len=128, max_num_seqs=4, max_num_batched_tokens=32,
-              num_gpu_blocks_override=16, record_op_calls=str(tmp_path), **TP2_EP)
-    llm.llm_engine.shutdown()
-    recordings = read_recordings(tmp_path)
-    assert sorted(recordings) == [0, 1]
-    for rank, calls in recordings.items():
-        profile = next(call.args for call in calls if call.op == "fused_moe")
-        assert profile["hidden"].shape[0] == 32
-        mine = torch.nonzero(profile["expert_map"] >= 0).flatten().tolist()
-        assert mine == [2 * rank, 2 * rank + 1]
-        assert sorted(set(profile["topk_ids"].flatten().tolist())) == mine
+class Loopback:
+    """Rank 0 of 2 on its own: every collective gives the shape the group would, with
+    this rank's part in its place (profile_run's outputs are never read)."""
+
+    name, rank, world_size = "loopback", 0, 2
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def all_gather(self, x: torch.Tensor, dim: int = 0, sizes: Sequence[int] | None = None) -> torch.Tensor:
+        sizes = list(sizes or [x.shape[dim]] * self.world_size)
+        shape = list(x.shape)
+        shape[dim] = sum(sizes)
+        out = x.new_zeros(shape)
+        out.narrow(dim, sum(sizes[: self.rank]), sizes[self.rank]).copy_(x)
+        return out
+
+
+def test_profile_run_routes_every_token_to_this_rank_s_own_experts(tiny_moe_model: Path) -> None:
+    """Expert-parallel rank 0 of 2 (experts 0 and 1 of 4): profile_run's fused_moe takes
+    the whole step budget, and every pick lands on this rank's experts, each of them
+    getting tokens, though the router sends the profile batch elsewhere."""
+    backend = get_backend("cpu")
+    ops, recorder = OpDispatcher(backend), CallRecorder()
+    ops.add_hook(recorder)
+    parallel = ParallelContext(rank=0, world_size=2, tp_rank=0, tp_size=2, communicator=Loopback(),
+                               expert_parallel=True)
+    loaded = load_model(tiny_moe_model, ops, dtype=torch.float32, parallel=parallel)
+    config = EngineConfig(model=str(tiny_moe_model), max_model_len=128, max_num_seqs=4, max_num_batched_tokens=32)
+    runner = ModelRunner(config, backend, ops, loaded.model, loaded.config.dtype, 128)
+    runner.profile_run(config.max_num_seqs, config.max_num_batched_tokens)
+    profile = [call.args for call in recorder.calls if call.op == "fused_moe"]
+    assert profile, "profile_run made no fused_moe call"
+    for args in profile:
+        assert args["hidden"].shape[0] == 32
+        assert torch.nonzero(args["expert_map"] >= 0).flatten().tolist() == [0, 1]
+        # top-2 over two local experts: every token reaches both.
+        assert all(sorted(row) == [0, 1] for row in args["topk_ids"].tolist())
+    # What the router itself made of the batch: not that (so this test can tell).
+    ops.remove_hook(recorder)
+    for args in (call.args for call in recorder.calls if call.op == "moe_route"):
+        assert not all(sorted(row) == [0, 1] for row in ops.moe_route(**args)[1].tolist())
 
 
 def test_worst_case_ids_fill_top_k_with_local_experts_first() -> None:
