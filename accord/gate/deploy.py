@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-from typing import Callable, Mapping, Sequence, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping, Sequence, TypeVar
 
 import torch
 
@@ -108,14 +109,15 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
     would only fail for the same reason; the ops recorded up to then still run.
 
     The production engine runs the deploy's parallel layout; each of its ranks records
-    its own calls (profile_run's included) through its dispatcher's hook into a scratch
-    folder, read back once the engine has stopped."""
+    its own calls (profile_run's included) through its dispatcher's hook into a folder
+    (the deploy's `record_op_calls`, else a scratch one), read back once the engine has
+    stopped."""
     checks: list[Check] = []
     maxima = {
         "max_num_seqs": config.engine.max_num_seqs,
         "max_num_batched_tokens": config.engine.max_num_batched_tokens,
     }
-    with tempfile.TemporaryDirectory(prefix="accord-gate-calls-") as folder:
+    with _recording_folder(config.engine.record_op_calls) as folder:
         settings = {**dataclasses.asdict(config.engine), "record_op_calls": folder}
         try:
             say(f"profile_run at max_num_seqs={maxima['max_num_seqs']} "
@@ -147,6 +149,17 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
     if recording.too_large:
         say(f"{recording.too_large} calls were too large to record; their ops still run their standard cases")
     return _Stages(checks, recording)
+
+
+@contextmanager
+def _recording_folder(kept: str | None) -> Iterator[str]:
+    """The folder the ranks record into: `kept` (the deploy's, left in place after the
+    run), else a scratch folder removed after."""
+    if kept is not None:
+        yield kept
+        return
+    with tempfile.TemporaryDirectory(prefix="accord-gate-calls-") as folder:
+        yield folder
 
 
 def _layout(config: DeployConfig) -> str:

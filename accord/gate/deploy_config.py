@@ -5,7 +5,8 @@ so a misspelt setting can never be silently left at its default.
 The parallel layout is part of the deployable event (vLLM's names):
 `tensor_parallel_size`, `data_parallel_size`, `enable_expert_parallel` and
 `distributed_executor_backend`; the gate runs the engine with them, so profile_run and
-the recorded op signatures are every rank's own."""
+the recorded op signatures are every rank's own. `record_op_calls` keeps the ranks'
+recorded calls in that folder (by default the gate records into a scratch folder)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,8 @@ import yaml
 from ..core.config import EngineConfig
 
 GATE_SECTION = "gate"
-#: EngineConfig fields the gate sets itself; a deploy file may not.
-GATE_OWNED = frozenset({"record_op_calls"})
-#: The parallel layout's rank counts (YAML ints, at least 1).
-RANK_COUNTS = ("tensor_parallel_size", "data_parallel_size")
+#: Keys holding paths, taken relative to the YAML file's folder.
+PATH_KEYS = ("model", "tokenizer", "record_op_calls")
 
 
 class DeployConfigError(ValueError):
@@ -85,38 +84,20 @@ def parse_deploy_config(data: Mapping[str, Any], base_dir: Path, where: str = "d
     taken relative to `base_dir` (the YAML file's folder)."""
     if not isinstance(data, Mapping):
         raise DeployConfigError(f"{where}: expected a mapping of settings, got {type(data).__name__}")
-    engine_keys = {f.name for f in dataclasses.fields(EngineConfig)} - GATE_OWNED
+    engine_keys = {f.name for f in dataclasses.fields(EngineConfig)}
     _refuse_unknown(data, engine_keys | {GATE_SECTION}, where)
     gate_data = data.get(GATE_SECTION) or {}
     _refuse_unknown(gate_data, {f.name for f in dataclasses.fields(GateSettings)}, f"{where}: {GATE_SECTION}")
     engine_data = {k: v for k, v in data.items() if k != GATE_SECTION}
     if "model" not in engine_data:
         raise DeployConfigError(f"{where}: 'model' (the model directory) is required")
-    for key in ("model", "tokenizer"):
+    for key in PATH_KEYS:
         if engine_data.get(key) is not None:
             engine_data[key] = str((base_dir / str(engine_data[key])).resolve())
-    _check_parallel_layout(engine_data, where)
     try:
         return DeployConfig(EngineConfig(**engine_data), GateSettings(**gate_data))
     except (TypeError, ValueError) as error:
         raise DeployConfigError(f"{where}: {error}") from None
-
-
-def _check_parallel_layout(engine_data: Mapping[str, Any], where: str) -> None:
-    """YAML types of the parallel keys, which Python would otherwise take loosely
-    (`tensor_parallel_size: true` as 1, `enable_expert_parallel: "no"` as on). Values
-    (executor names, rank limits) are EngineConfig's to check."""
-    for key in RANK_COUNTS:
-        value = engine_data.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise DeployConfigError(f"{where}: {key} must be a whole number of ranks (1 or more), got {value!r}")
-    expert_parallel = engine_data.get("enable_expert_parallel", False)
-    if not isinstance(expert_parallel, bool):
-        raise DeployConfigError(f"{where}: enable_expert_parallel must be true or false, got {expert_parallel!r}")
-    executor = engine_data.get("distributed_executor_backend")
-    if executor is not None and not isinstance(executor, str):
-        raise DeployConfigError(
-            f"{where}: distributed_executor_backend must be a name (mp, ray or uni), got {executor!r}")
 
 
 def load_deploy_config(path: str | Path) -> DeployConfig:

@@ -25,7 +25,7 @@ from accord.core.models.layers.mlp import worst_case_ids
 from accord.gate.gate_command import EXIT_FAILED, EXIT_PASSED, run_deploy
 from accord.gate.reports import load_report, validate_document
 from accord.op_contracts import OpDispatcher
-from accord.op_contracts.recording import CallRecorder
+from accord.op_contracts.recording import CallRecorder, read_recordings
 
 TP2_EP = {"tensor_parallel_size": 2, "enable_expert_parallel": True, "distributed_executor_backend": "mp"}
 #: The broken-backend runs replay the recorded signatures only: the standard fused_moe
@@ -39,7 +39,8 @@ def tp2_ep_gate(tiny_moe_model: Path, tmp_path_factory: pytest.TempPathFactory) 
     """The gate once on the cpu backend at TP=2 + expert parallel (standard cases are
     the single-rank gate's, so only the recorded ones run here)."""
     folder = tmp_path_factory.mktemp("tp2-ep-gate")
-    deploy = write_deploy_yaml(folder / "deploy.yaml", tiny_moe_model, **TP2_EP, gate={"standard_cases": False})
+    deploy = write_deploy_yaml(folder / "deploy.yaml", tiny_moe_model, **TP2_EP, record_op_calls="calls",
+                               gate={"standard_cases": False})
     return run_deploy(deploy, report_dir=folder / "reports"), folder / "reports"
 
 
@@ -64,6 +65,15 @@ def test_the_report_lists_every_rank_s_signatures_and_they_are_replayed(tp2_ep_g
     replayed = {(r.op, r.case) for r in report.results}
     assert {(s.op, s.case) for s in report.recorded} <= replayed
     assert "Op signatures recorded per rank" in (tp2_ep_gate[1] / "report.html").read_text()
+
+
+def test_each_rank_s_calls_are_kept_in_the_deploy_s_recording_folder(tp2_ep_gate: tuple[int, Path]) -> None:
+    """Rank r's fused_moe calls carry rank r's expert_map (experts 2r and 2r+1 here)."""
+    kept = read_recordings(tp2_ep_gate[1].parent / "calls")
+    assert sorted(kept) == [0, 1]
+    for rank, calls in kept.items():
+        maps = {tuple(c.args["expert_map"].tolist()) for c in calls if c.op == "fused_moe" and c.args is not None}
+        assert maps == {tuple(0 if e == 2 * rank else 1 if e == 2 * rank + 1 else -1 for e in range(4))}
 
 
 class Loopback:
