@@ -177,12 +177,14 @@ def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], max_mod
     and greedy tokens do not depend on how many blocks are spare. One rank, because the
     golden answer must not share the parallel code the deploy is checked for (a wrong
     expert-parallel combine would agree with itself), and the reference backend runs
-    on the host, where the ranks would share the same memory anyway."""
+    on the host, where the ranks would share the same memory anyway. It records nothing:
+    its calls are the golden's, not the deploy's."""
     block_size = config.engine.block_size
     per_prompt = sum(-(-(len(p.token_ids) + config.gate.max_tokens) // block_size) for p in prompts)
     blocks = max(per_prompt, -(-max_model_len // block_size)) + 1
     return {**dataclasses.asdict(config.engine), **SINGLE_RANK, "backend": config.gate.reference,
-            "max_model_len": max_model_len, "kv_cache_memory": None, "num_gpu_blocks_override": blocks}
+            "max_model_len": max_model_len, "kv_cache_memory": None, "num_gpu_blocks_override": blocks,
+            "record_op_calls": None}
 
 
 def _prompts(llm: LLM, config: DeployConfig) -> list[Prompt]:
