@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ....op_contracts import OpDispatcher
-from ...distributed.communicator import Communicator
+from ...distributed import ParallelContext
+from ...distributed.expert_dispatch import expert_dispatch
 from ...distributed.sharding import split_evenly
 from ...model_config import MoeConfig
 from ..weights import ExpertWeights, WeightLoader
@@ -45,10 +46,11 @@ class SparseMoE:
     """Routed experts through ops.moe_route and ops.fused_moe, plus shared experts
     (DeepSeek) added on top. The router GEMM runs in the router weight's dtype (fp32 for
     DeepSeek, whose router Hugging Face keeps in fp32). Under tensor parallelism every
-    rank routes alike and holds each expert's slice of the intermediate dim; under
-    expert parallelism it holds whole experts of its own and fused_moe skips the picks
-    its expert_map sends elsewhere. Either way every rank sees every token, and routed
-    and shared partial outputs are summed over the ranks in one all_reduce (`comm`)."""
+    rank routes alike and holds each expert's slice of the intermediate dim, and routed
+    and shared partial outputs are summed over the TP ranks in one all_reduce. Under
+    expert parallelism a rank holds whole experts of its own: it routes its own tokens,
+    `ExpertDispatch` carries them to the ranks with their experts and brings the summed
+    output back, and only the shared experts' TP slices are all_reduced."""
 
     def __init__(
         self,
@@ -58,7 +60,7 @@ class SparseMoE:
         experts: ExpertWeights,
         correction_bias: torch.Tensor | None = None,
         shared: GatedMLP | None = None,
-        comm: Communicator | None = None,
+        parallel: ParallelContext = ParallelContext.single(),
     ) -> None:
         self.ops = ops
         self.config = config
@@ -66,19 +68,32 @@ class SparseMoE:
         self.experts = experts
         self.correction_bias = correction_bias
         self.shared = shared
-        self.comm = comm
+        self.comm = parallel.tp_comm()
+        self.dispatch = expert_dispatch(parallel, ops, config.num_experts, experts.w13.dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        cfg, experts = self.config, self.experts
+        cfg = self.config
         router_logits = F.linear(x.to(self.router.dtype), self.router)
         topk_weights, topk_ids = self.ops.moe_route(
             router_logits, self.correction_bias, top_k=cfg.top_k, scoring=cfg.scoring, renormalize=cfg.renormalize,
             n_group=cfg.n_group, topk_group=cfg.topk_group, routed_scaling_factor=cfg.routed_scaling_factor,
         )
-        out = self.ops.fused_moe(
+        if self.dispatch is None:
+            out = self.run_experts(x, topk_weights, topk_ids)
+            if self.shared is not None:
+                out = out + self.shared(x)
+            return out if self.comm is None else self.comm.all_reduce(out)
+        out = self.dispatch(x, topk_weights, topk_ids, self.run_experts)
+        if self.shared is None:
+            return out
+        shared = self.shared(x)
+        return out + (shared if self.comm is None else self.comm.all_reduce(shared))
+
+    def run_experts(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """fused_moe over the experts on this rank (the picks its expert_map sends
+        elsewhere contribute nothing)."""
+        experts = self.experts
+        return self.ops.fused_moe(
             x, experts.w13, experts.w2, topk_weights, topk_ids, experts.expert_map, experts.w13_scale,
             experts.w2_scale,
         )
-        if self.shared is not None:
-            out = out + self.shared(x)
-        return out if self.comm is None else self.comm.all_reduce(out)

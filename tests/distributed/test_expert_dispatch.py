@@ -1,0 +1,213 @@
+"""Expert parallel's token exchange (core/distributed/expert_dispatch.py) on 2 gloo
+ranks: both strategies, with the ranks holding different numbers of tokens (0 and 1
+included, as data-parallel ranks do) or the same tokens (a TP group, each rank sourcing
+its share), against the reference backend's fused_moe over all tokens in one process;
+fp8 on the all_to_all wire: bit-exact transport, results within fp8's quantisation of
+the activations; the strategy knob and the communicator's dtype contract."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from accord.backends import get_backend
+from accord.backends.communicator import COLLECTIVES, GLOO, CollectiveSupport, TorchCommunicator
+from accord.conformance.ranks import spawn_ranks
+from accord.core.distributed import ParallelContext
+from accord.core.distributed.expert_dispatch import (
+    DISPATCH_ENV,
+    AllGatherDispatch,
+    AllToAllDispatch,
+    ExpertDispatch,
+    expert_dispatch,
+    strategy_for,
+)
+from accord.op_contracts import ContractError, OpDispatcher
+
+EXPERTS, HIDDEN, INTERMEDIATE, TOP_K = 8, 32, 16, 3
+FP8 = torch.float8_e4m3fn
+#: (name, tp_size, dp_size, tokens each DP rank holds): uneven DP counts with 0 and 1,
+#: and a TP group (one DP rank) whose shares are uneven (1 token: one rank sources none).
+LAYOUTS = [
+    ("dp2-0-and-5", 1, 2, (0, 5)),
+    ("dp2-1-and-4", 1, 2, (1, 4)),
+    ("dp2-7-and-0", 1, 2, (7, 0)),
+    ("dp2-0-and-0", 1, 2, (0, 0)),
+    ("tp2-5", 2, 1, (5,)),
+    ("tp2-1", 2, 1, (1,)),
+    ("tp2-0", 2, 1, (0,)),
+]
+STRATEGIES = ["allgather", "all_to_all", "all_to_all_fp8"]
+
+
+def _experts() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    w13 = torch.randn(EXPERTS, 2 * INTERMEDIATE, HIDDEN, generator=generator) * HIDDEN**-0.5
+    w2 = torch.randn(EXPERTS, HIDDEN, INTERMEDIATE, generator=generator) * INTERMEDIATE**-0.5
+    return w13, w2
+
+
+def _tokens(layout: str, dp_rank: int, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A DP rank's tokens and distinct top-k picks (int32 ids), the same on every rank."""
+    # crc32, not hash(): every rank derives the same tokens in its own process.
+    generator = torch.Generator().manual_seed(zlib.crc32(f"{layout}/{dp_rank}".encode()))
+    x = torch.randn(count, HIDDEN, generator=generator)
+    ids = torch.rand(count, EXPERTS, generator=generator).argsort(dim=1)[:, :TOP_K].to(torch.int32)
+    weights = torch.rand(count, TOP_K, generator=generator).softmax(dim=1)
+    return x, weights, ids
+
+
+def _dispatch(strategy: str, comm: TorchCommunicator, tp_size: int, dp_size: int, ops: OpDispatcher) -> ExpertDispatch:
+    tp = comm if tp_size > 1 else None
+    tp_rank = comm.rank % tp_size
+    if strategy == "allgather":
+        return AllGatherDispatch(comm, tp, tp_rank, dp_size)
+    wire = FP8 if strategy == "all_to_all_fp8" else None
+    return AllToAllDispatch(comm, tp, tp_rank, dp_size, EXPERTS, ops, wire)
+
+
+def exchange_rank(comm: TorchCommunicator) -> dict[str, Any]:
+    """Runs in each rank: every layout under every strategy, with this rank's half of
+    the experts; plus fp8 payloads through all_to_all."""
+    ops = OpDispatcher(get_backend("cpu"))
+    w13, w2 = _experts()
+    per_rank = EXPERTS // comm.world_size
+    local = slice(comm.rank * per_rank, (comm.rank + 1) * per_rank)
+    expert_map = torch.full((EXPERTS,), -1, dtype=torch.int32)
+    expert_map[local] = torch.arange(per_rank, dtype=torch.int32)
+    w13_local, w2_local = w13[local].contiguous(), w2[local].contiguous()
+
+    def run_experts(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return ops.fused_moe(x, w13_local, w2_local, weights, ids, expert_map, None, None)
+
+    outputs = {}
+    for strategy in STRATEGIES:
+        for layout, tp_size, dp_size, counts in LAYOUTS:
+            dp_rank = comm.rank // tp_size
+            x, weights, ids = _tokens(layout, dp_rank, counts[dp_rank])
+            dispatch = _dispatch(strategy, comm, tp_size, dp_size, ops)
+            outputs[strategy, layout] = dispatch(x, weights, ids, run_experts)
+    # Every finite fp8 code, sent half to each rank: the bytes must arrive unchanged.
+    codes = torch.arange(256, dtype=torch.uint8).view(FP8)
+    codes = codes[~codes.float().isnan()]
+    half = codes.shape[0] // 2
+    moved = comm.all_to_all(codes, [half, codes.shape[0] - half], [half, codes.shape[0] - half])
+    scales = torch.rand(codes.shape[0], 1, dtype=torch.float32)
+    moved_scales = comm.all_to_all(scales, [half, codes.shape[0] - half], [half, codes.shape[0] - half])
+    dist.barrier()
+    # fp8 tensors are returned as their bytes (torch cannot unpickle an fp8 view).
+    return {
+        "outputs": outputs, "fp8_sent": codes.view(torch.uint8).clone(), "fp8_moved": moved.view(torch.uint8).clone(),
+        "scales": scales, "scales_moved": moved_scales,
+    }
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict[str, Any]]:
+    return spawn_ranks(exchange_rank)
+
+
+def _reference(layout: str, counts: tuple[int, ...], fp8_activations: bool) -> list[torch.Tensor]:
+    """The reference backend's fused_moe over every DP rank's tokens at once, all experts
+    in one process; split back per DP rank."""
+    ops = OpDispatcher(get_backend("reference"))
+    w13, w2 = _experts()
+    parts = [_tokens(layout, d, n) for d, n in enumerate(counts)]
+    x = torch.cat([p[0] for p in parts])
+    if fp8_activations:
+        # Per-token fp8 as the wire carries it, computed independently of the code under test.
+        scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-10) / torch.finfo(FP8).max
+        x = (x / scale).to(FP8).float() * scale
+    weights, ids = torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
+    out = ops.fused_moe(x, w13, w2, weights, ids, None, None, None)
+    return list(out.split(list(counts)))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("layout", "tp_size", "dp_size", "counts"), LAYOUTS, ids=[lay[0] for lay in LAYOUTS])
+def test_each_rank_gets_the_full_moe_output_of_its_own_tokens(
+    ranks: list[dict[str, Any]], strategy: str, layout: str, tp_size: int, dp_size: int, counts: tuple[int, ...]
+) -> None:
+    expected = _reference(layout, counts, fp8_activations=strategy == "all_to_all_fp8")
+    for rank, result in enumerate(ranks):
+        got = result["outputs"][strategy, layout]
+        want = expected[rank // tp_size]
+        assert got.shape == want.shape and got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fp8_activations_stay_within_fp8_quantisation_of_the_exact_result(ranks: list[dict[str, Any]]) -> None:
+    layout, _, _, counts = LAYOUTS[1]
+    exact = _reference(layout, counts, fp8_activations=False)
+    for rank, result in enumerate(ranks):
+        got, want = result["outputs"]["all_to_all_fp8", layout], exact[rank]
+        # e4m3 keeps 3 mantissa bits: each activation within 2^-4 relative, so the
+        # output within a few percent of its scale; bf16-exactness is not expected.
+        assert (got - want).abs().max() <= 0.08 * want.abs().max()
+        assert not torch.equal(got, want)  # the quantisation really happened
+
+
+def test_fp8_codes_and_fp32_scales_cross_all_to_all_bit_exactly(ranks: list[dict[str, Any]]) -> None:
+    half = ranks[0]["fp8_sent"].shape[0] // 2
+    for rank, result in enumerate(ranks):
+        sent_here = [r["fp8_sent"][:half] if rank == 0 else r["fp8_sent"][half:] for r in ranks]
+        assert torch.equal(result["fp8_moved"], torch.cat(sent_here))
+        scales_here = [r["scales"][:half] if rank == 0 else r["scales"][half:] for r in ranks]
+        assert torch.equal(result["scales_moved"], torch.cat(scales_here))
+
+
+def test_the_all_to_all_contract_carries_fp8_and_fp32_scales_and_refuses_what_it_does_not() -> None:
+    assert GLOO.carries("all_to_all", FP8) and GLOO.carries("all_to_all", torch.float32)
+    assert not GLOO.carries("all_to_all", torch.complex64)
+    no_fp8 = CollectiveSupport("strict", {c: frozenset({torch.float32, torch.int64}) for c in COLLECTIVES})
+    assert not no_fp8.carries("all_to_all", FP8)
+    with pytest.raises(ContractError) as refusal:
+        no_fp8.plan("all_to_all", FP8)
+    assert (refusal.value.op, refusal.value.arg) == ("collective.all_to_all", "tensor")
+
+
+class _Named:
+    """Just enough of a communicator for choosing a strategy and a wire format."""
+
+    def __init__(self, name: str, support: CollectiveSupport = GLOO) -> None:
+        self.name, self.support, self.world_size, self.rank = name, support, 2, 0
+
+    def carries(self, collective: str, dtype: torch.dtype) -> bool:
+        return self.support.carries(collective, dtype)
+
+
+def test_strategy_defaults_per_communicator_and_the_env_var_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DISPATCH_ENV, raising=False)
+    assert strategy_for(_Named("gloo")) == "allgather"
+    assert strategy_for(_Named("nccl")) == "all_to_all"
+    assert strategy_for(_Named("hccl")) == "all_to_all"
+    monkeypatch.setenv(DISPATCH_ENV, "all_to_all")
+    assert strategy_for(_Named("gloo")) == "all_to_all"
+    monkeypatch.setenv(DISPATCH_ENV, "allgather")
+    assert strategy_for(_Named("nccl")) == "allgather"
+    monkeypatch.setenv(DISPATCH_ENV, "pplx")
+    with pytest.raises(ValueError, match="ACCORD_EP_DISPATCH='pplx': choose one of"):
+        strategy_for(_Named("gloo"))
+
+
+@pytest.mark.parametrize(
+    ("experts_dtype", "support", "wire"),
+    [(FP8, GLOO, FP8), (torch.bfloat16, GLOO, None),
+     (FP8, CollectiveSupport("strict", {c: frozenset({torch.float32}) for c in COLLECTIVES}), None)],
+)
+def test_fp8_travels_only_for_fp8_experts_over_a_communicator_that_carries_it(
+    monkeypatch: pytest.MonkeyPatch, experts_dtype: torch.dtype, support: CollectiveSupport, wire: torch.dtype | None
+) -> None:
+    monkeypatch.setenv(DISPATCH_ENV, "all_to_all")
+    comm = _Named("nccl", support)
+    parallel = ParallelContext(
+        rank=0, world_size=2, tp_rank=0, tp_size=2, communicator=comm, expert_parallel=True,  # type: ignore[arg-type]
+        ep_communicator=comm,  # type: ignore[arg-type]
+    )
+    dispatch = expert_dispatch(parallel, OpDispatcher(get_backend("cpu")), EXPERTS, experts_dtype)
+    assert isinstance(dispatch, AllToAllDispatch) and dispatch.wire_fp8 == wire
+    assert expert_dispatch(ParallelContext.single(), OpDispatcher(get_backend("cpu")), EXPERTS, FP8) is None
