@@ -8,6 +8,7 @@ the activations; the strategy knob and the communicator's dtype contract."""
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -189,6 +190,14 @@ def test_strategy_defaults_per_communicator_and_the_env_var_overrides(monkeypatc
     assert strategy_for(_Named("gloo")) == "all_to_all"
     monkeypatch.setenv(DISPATCH_ENV, "allgather")
     assert strategy_for(_Named("nccl")) == "allgather"
+    ops = OpDispatcher(get_backend("cpu"))
+    for dp_size, expected in ((1, type(None)), (2, AllGatherDispatch)):
+        # One DP rank: every rank holds every token, the layer's TP all_reduce suffices.
+        parallel = ParallelContext(
+            rank=0, world_size=2, tp_rank=0, tp_size=2 // dp_size, expert_parallel=True, dp_size=dp_size,
+            communicator=_Named("gloo"), ep_communicator=_Named("gloo"),  # type: ignore[arg-type]
+        )
+        assert isinstance(expert_dispatch(parallel, ops, EXPERTS, torch.float32), expected)
     monkeypatch.setenv(DISPATCH_ENV, "pplx")
     with pytest.raises(ValueError, match="ACCORD_EP_DISPATCH='pplx': choose one of"):
         strategy_for(_Named("gloo"))
@@ -211,3 +220,77 @@ def test_fp8_travels_only_for_fp8_experts_over_a_communicator_that_carries_it(
     dispatch = expert_dispatch(parallel, OpDispatcher(get_backend("cpu")), EXPERTS, experts_dtype)
     assert isinstance(dispatch, AllToAllDispatch) and dispatch.wire_fp8 == wire
     assert expert_dispatch(ParallelContext.single(), OpDispatcher(get_backend("cpu")), EXPERTS, FP8) is None
+
+
+#: DeepSeek-V4 under EP over two DP ranks (its graph has no tensor-parallel split yet):
+#: each rank's own token ids, 3 on one rank and 1 on the other.
+V4_TOKENS = ([5, 17, 300], [42])
+
+
+def v4_rank(comm: TorchCommunicator, model_dir: str) -> dict[tuple[str, int], torch.Tensor]:
+    """Loads the tiny V4 with this rank's half of the experts under each strategy and
+    runs every MoE layer on this rank's tokens (hash layers route by their ids)."""
+    import os
+
+    from accord.core.models import load_model
+
+    parallel = ParallelContext(
+        rank=comm.rank, world_size=2, tp_rank=0, tp_size=1, expert_parallel=True, dp_rank=comm.rank, dp_size=2,
+        ep_communicator=comm,  # type: ignore[arg-type]
+    )
+    ids = torch.tensor(V4_TOKENS[comm.rank])
+    x = torch.randn(ids.shape[0], 64, generator=torch.Generator().manual_seed(comm.rank))
+    outputs = {}
+    for strategy in ("allgather", "all_to_all"):
+        os.environ[DISPATCH_ENV] = strategy
+        model = load_model(model_dir, OpDispatcher(get_backend("cpu")), dtype=torch.float32, parallel=parallel).model
+        for index, layer in enumerate(model.layers):
+            assert layer.moe.routed.dispatch is not None
+            outputs[strategy, index] = layer.moe(x, ids)
+    return outputs
+
+
+def test_deepseek_v4_moe_layers_under_ep_match_one_rank_with_every_expert(tmp_path: Path) -> None:
+    from deepseek_v4_models import build_v4_dir
+
+    from accord.core.models import load_model
+
+    model_dir = build_v4_dir(tmp_path / "v4")
+    ranks = spawn_ranks(v4_rank, str(model_dir))
+    whole = load_model(model_dir, OpDispatcher(get_backend("reference")), dtype=torch.float32).model
+    ids = torch.tensor(V4_TOKENS[0] + V4_TOKENS[1])
+    x = torch.cat([torch.randn(len(t), 64, generator=torch.Generator().manual_seed(r)) for r, t in enumerate(V4_TOKENS)])
+    assert any(layer.moe.hash_table is not None for layer in whole.layers)
+    for index, layer in enumerate(whole.layers):
+        expected = layer.moe(x, ids).split([len(t) for t in V4_TOKENS])
+        for rank, outputs in enumerate(ranks):
+            for strategy in ("allgather", "all_to_all"):
+                torch.testing.assert_close(outputs[strategy, index], expected[rank], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["allgather", "all_to_all"])
+def test_deepseek_v4_tp2_ep_greedy_equals_transformers(
+    strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """V4 through `LLM` at TP=2 + EP (its MoE split, attention replicated), hash layers
+    included, against transformers' prefix-only greedy decoding."""
+    from deepseek_v4_models import build_v4_dir, prefix_only_greedy
+    from test_deepseek_v4 import ENGINE_ARGS
+
+    from accord import LLM
+    from accord.core.sampling_params import SamplingParams
+
+    monkeypatch.setenv(DISPATCH_ENV, strategy)
+    model_dir = build_v4_dir(tmp_path / "v4")
+    generator = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 200, (n,), generator=generator).tolist() for n in (21, 9)]
+    llm = LLM(
+        str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, distributed_executor_backend="mp",
+        **ENGINE_ARGS,
+    )
+    try:
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    finally:
+        llm.llm_engine.shutdown()
+    assert [list(o.outputs[0].token_ids) for o in outputs] == prefix_only_greedy(model_dir, prompts, 4)

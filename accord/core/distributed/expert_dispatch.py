@@ -25,20 +25,29 @@ One mechanism, two strategies (`ExpertDispatch`):
      contract in backends/communicator.py), else in the model dtype.
 3. An all-gather within the TP group reassembles the DP rank's tokens.
 
+With one DP rank (EP = TP) every rank already holds every token, so the allgather
+strategy degenerates to no exchange at all: fused_moe over all tokens with the
+expert_map and the layer's TP all_reduce (routed and shared together), which is the
+reduce-scatter and TP re-gather fused into one collective (`expert_dispatch` returns
+None). all_to_all still pays off there at large EP (it sends each token only where its
+experts are).
+
 Token counts differ between DP ranks and change every step, so the allgather strategy
-learns them with one tiny all_gather of an int64 count per MoE layer call (none when
-there is one DP rank: every rank then holds the same tokens). Per call rather than per
-step because the exchange sees no step boundary, and one extra latency-bound collective
-beside two bandwidth-bound ones is cheap; the all_to_all strategy needs per-layer
-counts anyway (routing decides them), exchanged by a tiny all_to_all.
+learns them with one tiny all_gather of an int64 count per MoE layer call: per call
+rather than per step because the exchange sees no step boundary (nothing ties it to the
+runner), and one latency-bound collective beside the two bandwidth-bound ones is cheap.
+The all_to_all strategy needs per-layer counts anyway (routing decides them), exchanged
+by a tiny all_to_all of one count per peer.
 
 Default per communicator (`ACCORD_EP_DISPATCH=allgather|all_to_all` overrides, vLLM's
-`--all2all-backend`): gloo (CPU) uses `allgather`: at the few ranks a CPU deployment
-runs, all-gather moves about as many bytes, needs no host sync on split sizes with one
-DP rank and no gather/scatter bookkeeping, and gloo's all_to_all is pairwise
-send/receive. NCCL, RCCL and HCCL use `all_to_all`: with many ranks a token reaches
-only the few ranks its top-k experts live on instead of all EP-1 of them, and fp8 halves
-the dispatch bytes (benchmarks/ep_comm_volume.py gives the numbers).
+`--all2all-backend`): gloo (CPU) uses `allgather`: a CPU deployment runs few ranks,
+where all_to_all saves little (at EP 2 a DeepSeek-V3 token moves the same bytes either
+way), while allgather needs no exchange at all with one DP rank, no host sync on split
+sizes, no gather/scatter bookkeeping, and gloo's all_to_all is pairwise send/receive.
+NCCL, RCCL and HCCL use `all_to_all`: with many ranks a token reaches only the few
+ranks its top-k experts live on instead of all EP-1 of them (DeepSeek-V3 at EP 16:
+about 5.5 ranks instead of 15), and fp8 cuts dispatch bytes by almost half
+(benchmarks/ep_comm_volume.py gives the numbers).
 """
 
 from __future__ import annotations
@@ -118,10 +127,7 @@ class AllGatherDispatch(ExpertDispatch):
 
     def _share_sizes(self, dp_tokens: int, device: torch.device) -> list[int]:
         """Every EP rank's share size, in EP rank order (DP-major, so TP rank = r % tp)."""
-        if self.dp_size == 1:
-            per_rank = [dp_tokens] * self.ep.world_size
-        else:
-            per_rank = self.ep.all_gather(torch.tensor([dp_tokens], dtype=torch.int64, device=device)).tolist()
+        per_rank = self.ep.all_gather(torch.tensor([dp_tokens], dtype=torch.int64, device=device)).tolist()
         return [Shard(0, r % self.tp_size, self.tp_size).extent(t) for r, t in enumerate(per_rank)]
 
 
@@ -210,8 +216,8 @@ def strategy_for(comm: Communicator) -> str:
 def expert_dispatch(
     parallel: ParallelContext, ops: OpDispatcher, num_experts: int, experts_dtype: torch.dtype
 ) -> ExpertDispatch | None:
-    """The exchange a routed-expert layer uses, or None when its experts are whole on
-    this rank (no expert parallelism). Activations travel as fp8 only when the experts
+    """The exchange a routed-expert layer uses, or None when it needs none: no expert
+    parallelism, or the allgather strategy with one DP rank (see below). Activations travel as fp8 only when the experts
     are fp8 already (a quantised checkpoint, as vLLM quantises dispatch only under an
     fp8 quant config) and the communicator's all_to_all carries fp8."""
     ep = parallel.ep_comm()
@@ -219,6 +225,11 @@ def expert_dispatch(
         return None
     tp = parallel.tp_comm()
     if strategy_for(ep) == ALLGATHER:
+        if parallel.dp_size == 1:
+            # Every rank already holds every token: nothing to gather, and the layer's TP
+            # all_reduce (routed and shared at once) is the reduce-scatter and re-gather
+            # in one collective, moving fewer bytes than sourcing shares would.
+            return None
         return AllGatherDispatch(ep, tp, parallel.tp_rank, parallel.dp_size)
     fp8 = ops.backend.fp8_dtype()  # type: ignore[attr-defined]
     wire_fp8 = fp8 if experts_dtype in FP8_DTYPES and ep.carries("all_to_all", fp8) else None
