@@ -134,6 +134,8 @@ def count(shape: Shape, ep: int, tp: int, tokens: int, strategy: str, dtype: tor
     group = ThreadGroup(ep)
     comms = [CountingCommunicator(group, r) for r in range(ep)]
     dp = ep // tp
+    tp_groups = [ThreadGroup(tp) for _ in range(dp)]
+    tp_comms = [CountingCommunicator(tp_groups[r // tp], r % tp) for r in range(ep)]
     inputs = []
     remote = 0.0
     for rank in range(ep):
@@ -149,7 +151,7 @@ def count(shape: Shape, ep: int, tp: int, tokens: int, strategy: str, dtype: tor
         remote += hit.sum().item()
 
     def dispatcher(comm: CountingCommunicator) -> ExpertDispatch:
-        tp_comm = comm if tp > 1 else None  # one DP rank: the TP group is the EP group
+        tp_comm = tp_comms[comm.rank] if tp > 1 else None
         if strategy == "allgather":
             return AllGatherDispatch(comm, tp_comm, comm.rank % tp, dp)
         wire = torch.float8_e4m3fn if strategy == "all_to_all fp8" else None
@@ -167,7 +169,7 @@ def count(shape: Shape, ep: int, tp: int, tokens: int, strategy: str, dtype: tor
         thread.start()
     for thread in threads:
         thread.join()
-    sent = sum(sum(c.sent.values()) for c in comms)
+    sent = sum(sum(c.sent.values()) for c in comms + tp_comms)
     return sent / (dp * tokens), remote / (dp * tokens)
 
 
