@@ -36,6 +36,9 @@ class EngineConfig:
     prefix_caching_hash_algo: str = "sha256"
     #: Ranks one model is sharded over (vLLM's -tp); one worker process each under "mp".
     tensor_parallel_size: int = 1
+    #: Replicas of the model (vLLM's -dp), each with its own scheduler and KV cache over
+    #: its own requests; with expert parallelism their MoE layers share one EP group.
+    data_parallel_size: int = 1
     #: How workers run: "uni" (in this process), "mp" (a process per rank) or "ray";
     #: None picks "uni" for one rank and "mp" for more.
     distributed_executor_backend: str | None = None
@@ -84,13 +87,18 @@ class EngineConfig:
                 f"tensor_parallel_size must be positive, got {self.tensor_parallel_size}",
             ),
             (
+                self.data_parallel_size >= 1,
+                f"data_parallel_size must be positive, got {self.data_parallel_size}",
+            ),
+            (
                 self.distributed_executor_backend in (None, "uni", "mp", "ray"),
                 "distributed_executor_backend must be uni, mp or ray, got "
                 f"{self.distributed_executor_backend!r}",
             ),
             (
-                self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1,
-                f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} needs mp (or ray)",
+                self.distributed_executor_backend != "uni" or self.world_size == 1,
+                f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} x "
+                f"data_parallel_size={self.data_parallel_size} needs mp (or ray)",
             ),
             (
                 self.dtype in ("auto", "float32", "bfloat16", "float16"),
@@ -102,11 +110,32 @@ class EngineConfig:
                 raise ValueError(message)
 
     @property
+    def world_size(self) -> int:
+        """Ranks in the torch.distributed world: tensor_parallel_size x data_parallel_size."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
     def executor_backend(self) -> str:
         """The executor that runs the workers (the default resolved)."""
         if self.distributed_executor_backend is not None:
             return self.distributed_executor_backend
-        return "uni" if self.tensor_parallel_size == 1 else "mp"
+        return "uni" if self.world_size == 1 else "mp"
+
+    def verify_with_model(self, num_routed_experts: int | None, device_count: int | None) -> None:
+        """Refuse a parallel layout the model or the host cannot hold, before any worker
+        starts: an expert-parallel size (TP x DP) that does not divide the routed experts,
+        or more ranks than devices (`device_count` None: ranks share one device, as on CPUs)."""
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
+        if self.enable_expert_parallel and num_routed_experts and num_routed_experts % self.world_size:
+            raise ValueError(
+                f"{num_routed_experts} routed experts are not divisible by the expert-parallel size "
+                f"{self.world_size} (tensor_parallel_size {tp} x data_parallel_size {dp})"
+            )
+        if device_count is not None and self.world_size > device_count:
+            raise ValueError(
+                f"tensor_parallel_size {tp} x data_parallel_size {dp} needs {self.world_size} devices, "
+                f"but {device_count} are visible"
+            )
 
     def resolve_max_model_len(self, max_position_embeddings: int) -> int:
         """The context length in force: `max_model_len`, or the model's limit."""

@@ -18,8 +18,8 @@ API_KEY_ENV = "ACCORD_API_KEY"
 ENGINE_FLAG_FIELDS = (
     "backend", "tokenizer", "dtype", "quantization", "max_model_len", "block_size", "max_num_seqs",
     "max_num_batched_tokens", "enable_prefix_caching", "kv_cache_dtype", "gpu_memory_utilization",
-    "scheduling_policy", "seed", "tensor_parallel_size", "enable_expert_parallel", "distributed_executor_backend",
-    "prefix_caching_hash_algo",
+    "scheduling_policy", "seed", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel",
+    "distributed_executor_backend", "prefix_caching_hash_algo",
 )
 
 
@@ -112,7 +112,12 @@ def _add_engine_flags(group: argparse._ArgumentGroup) -> None:
     )
     engine_flag("tensor_parallel_size", "ranks (devices) one model is sharded over", "-tp", type=int)
     engine_flag(
-        "enable_expert_parallel", "split MoE layers' routed experts across the ranks (EP size = TP size)",
+        "data_parallel_size",
+        "replicas of the model, each with its own scheduler and KV cache; requests go to the least loaded",
+        "-dp", type=int,
+    )
+    engine_flag(
+        "enable_expert_parallel", "split MoE layers' routed experts across the ranks (EP size = TP size x DP size)",
         action="store_true",
     )
     engine_flag(
