@@ -122,7 +122,7 @@ def test_more_ranks_than_devices_are_refused_with_the_numbers(tmp_path: Path) ->
 
 @pytest.mark.parametrize("size", [0, -1])
 def test_a_data_parallel_size_below_one_is_refused(size: int) -> None:
-    with pytest.raises(ValueError, match=f"data_parallel_size must be positive, got {size}"):
+    with pytest.raises(ValueError, match=f"data_parallel_size must be at least 1, got {size}"):
         LLM("unused", data_parallel_size=size)
 
 
