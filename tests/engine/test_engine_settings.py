@@ -37,7 +37,7 @@ VLLM_FLAGS = {
     "num_gpu_blocks_override": "--num-gpu-blocks-override", "kv_cache_dtype": "--kv-cache-dtype",
     "scheduling_policy": "--scheduling-policy", "seed": "--seed",
     "prefix_caching_hash_algo": "--prefix-caching-hash-algo", "tensor_parallel_size": "--tensor-parallel-size",
-    "distributed_executor_backend": "--distributed-executor-backend",
+    "data_parallel_size": "--data-parallel-size", "distributed_executor_backend": "--distributed-executor-backend",
     "enable_expert_parallel": "--enable-expert-parallel",
 }
 
@@ -80,6 +80,7 @@ def cli_refuses(*argv: str) -> str:
 def test_engine_flags_keep_vllms_names() -> None:
     assert {name: SETTINGS[name].flag for name in OPTIONAL} == VLLM_FLAGS
     assert from_cli("-tp", "2").tensor_parallel_size == 2
+    assert from_cli("-dp", "2").data_parallel_size == 2
 
 
 @pytest.mark.parametrize("name", OPTIONAL)
