@@ -1,5 +1,5 @@
-"""The executor interface: create the workers for a config, call a method on every
-worker and gather the per-rank results, shut down.
+"""The executor interface: create the workers for a config (TP x DP ranks, DP-major),
+call a method on every worker and gather the per-rank results, shut down.
 
 An implementation provides `collective_rpc`, `shutdown` and `is_dead` semantics:
 a worker that can no longer answer (its process died) raises EngineDeadError from
