@@ -153,9 +153,9 @@ def count(shape: Shape, ep: int, tp: int, tokens: int, strategy: str, dtype: tor
     def dispatcher(comm: CountingCommunicator) -> ExpertDispatch:
         tp_comm = tp_comms[comm.rank] if tp > 1 else None
         if strategy == "allgather":
-            return AllGatherDispatch(comm, tp_comm, comm.rank % tp, dp)
+            return AllGatherDispatch(comm, tp_comm, comm.rank % tp)
         wire = torch.float8_e4m3fn if strategy == "all_to_all fp8" else None
-        return AllToAllDispatch(comm, tp_comm, comm.rank % tp, dp, shape.experts, ops, wire)
+        return AllToAllDispatch(comm, tp_comm, comm.rank % tp, shape.experts, ops, wire)
 
     def no_experts(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(x)

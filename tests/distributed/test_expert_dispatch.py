@@ -62,13 +62,14 @@ def _tokens(layout: str, dp_rank: int, count: int) -> tuple[torch.Tensor, torch.
     return x, weights, ids
 
 
-def _dispatch(strategy: str, comm: TorchCommunicator, tp_size: int, dp_size: int, ops: OpDispatcher) -> ExpertDispatch:
+def _dispatch(strategy: str, comm: TorchCommunicator, tp_size: int, ops: OpDispatcher) -> ExpertDispatch:
+    """On 2 ranks a TP group of 2 is the whole world (one DP rank)."""
     tp = comm if tp_size > 1 else None
     tp_rank = comm.rank % tp_size
     if strategy == "allgather":
-        return AllGatherDispatch(comm, tp, tp_rank, dp_size)
+        return AllGatherDispatch(comm, tp, tp_rank)
     wire = FP8 if strategy == "all_to_all_fp8" else None
-    return AllToAllDispatch(comm, tp, tp_rank, dp_size, EXPERTS, ops, wire)
+    return AllToAllDispatch(comm, tp, tp_rank, EXPERTS, ops, wire)
 
 
 def exchange_rank(comm: TorchCommunicator) -> dict[str, Any]:
@@ -87,10 +88,10 @@ def exchange_rank(comm: TorchCommunicator) -> dict[str, Any]:
 
     outputs = {}
     for strategy in STRATEGIES:
-        for layout, tp_size, dp_size, counts in LAYOUTS:
+        for layout, tp_size, _, counts in LAYOUTS:
             dp_rank = comm.rank // tp_size
             x, weights, ids = _tokens(layout, dp_rank, counts[dp_rank])
-            dispatch = _dispatch(strategy, comm, tp_size, dp_size, ops)
+            dispatch = _dispatch(strategy, comm, tp_size, ops)
             outputs[strategy, layout] = dispatch(x, weights, ids, run_experts)
     # Every finite fp8 code, sent half to each rank: the bytes must arrive unchanged.
     codes = torch.arange(256, dtype=torch.uint8).view(FP8)
@@ -259,7 +260,9 @@ def test_deepseek_v4_moe_layers_under_ep_match_one_rank_with_every_expert(tmp_pa
     ranks = spawn_ranks(v4_rank, str(model_dir))
     whole = load_model(model_dir, OpDispatcher(get_backend("reference")), dtype=torch.float32).model
     ids = torch.tensor(V4_TOKENS[0] + V4_TOKENS[1])
-    x = torch.cat([torch.randn(len(t), 64, generator=torch.Generator().manual_seed(r)) for r, t in enumerate(V4_TOKENS)])
+    x = torch.cat(
+        [torch.randn(len(t), 64, generator=torch.Generator().manual_seed(r)) for r, t in enumerate(V4_TOKENS)]
+    )
     assert any(layer.moe.hash_table is not None for layer in whole.layers)
     for index, layer in enumerate(whole.layers):
         expected = layer.moe(x, ids).split([len(t) for t in V4_TOKENS])

@@ -80,14 +80,11 @@ class ExpertDispatch(ABC):
     there, and combine the outputs back in the tokens' order. A subclass is a strategy:
     it exchanges this TP rank's share of the tokens (`_exchange`)."""
 
-    name: str
-
-    def __init__(self, ep: Communicator, tp: Communicator | None, tp_rank: int, dp_size: int) -> None:
+    def __init__(self, ep: Communicator, tp: Communicator | None, tp_rank: int) -> None:
         self.ep = ep
         self.tp = tp
         self.tp_rank = tp_rank
         self.tp_size = 1 if tp is None else tp.world_size
-        self.dp_size = dp_size
 
     def __call__(
         self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, run_experts: RunExperts
@@ -113,8 +110,6 @@ class AllGatherDispatch(ExpertDispatch):
     """Every rank gathers every share of the EP group, runs its experts on all of them,
     and a reduce-scatter returns each rank the sum for its own share."""
 
-    name = ALLGATHER
-
     def _exchange(
         self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, run_experts: RunExperts,
         dp_tokens: int,
@@ -137,13 +132,11 @@ class AllToAllDispatch(ExpertDispatch):
     fp8 dtype, or None for the model dtype) is the activations' format on the wire,
     quantised per token through `ops.quantize_fp8` with fp32 scales."""
 
-    name = ALL_TO_ALL
-
     def __init__(
-        self, ep: Communicator, tp: Communicator | None, tp_rank: int, dp_size: int, num_experts: int,
-        ops: OpDispatcher, wire_fp8: torch.dtype | None = None,
+        self, ep: Communicator, tp: Communicator | None, tp_rank: int, num_experts: int, ops: OpDispatcher,
+        wire_fp8: torch.dtype | None = None,
     ) -> None:
-        super().__init__(ep, tp, tp_rank, dp_size)
+        super().__init__(ep, tp, tp_rank)
         if num_experts % ep.world_size:
             raise ValueError(
                 f"{num_experts} routed experts are not divisible by the expert-parallel size {ep.world_size}"
@@ -230,7 +223,7 @@ def expert_dispatch(
             # all_reduce (routed and shared at once) is the reduce-scatter and re-gather
             # in one collective, moving fewer bytes than sourcing shares would.
             return None
-        return AllGatherDispatch(ep, tp, parallel.tp_rank, parallel.dp_size)
+        return AllGatherDispatch(ep, tp, parallel.tp_rank)
     fp8 = ops.backend.fp8_dtype()  # type: ignore[attr-defined]
     wire_fp8 = fp8 if experts_dtype in FP8_DTYPES and ep.carries("all_to_all", fp8) else None
-    return AllToAllDispatch(ep, tp, parallel.tp_rank, parallel.dp_size, num_experts, ops, wire_fp8)
+    return AllToAllDispatch(ep, tp, parallel.tp_rank, num_experts, ops, wire_fp8)
