@@ -297,3 +297,16 @@ def test_deepseek_v4_tp2_ep_greedy_equals_transformers(
     finally:
         llm.llm_engine.shutdown()
     assert [list(o.outputs[0].token_ids) for o in outputs] == prefix_only_greedy(model_dir, prompts, 4)
+
+
+@pytest.mark.parametrize("architecture", ["mixtral", "deepseek_v3"])
+def test_dp2_ep_greedy_equals_transformers_through_all_to_all(
+    architecture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data-parallel test (requests split over two replicas, one idle for part of
+    the run so the dummy batch is exchanged too) with tokens moved by all_to_all instead
+    of gloo's default allgather."""
+    from test_data_parallel import test_dp2_greedy_equals_transformers_with_requests_split_and_a_replica_idle as dp2
+
+    monkeypatch.setenv(DISPATCH_ENV, "all_to_all")
+    dp2(f"{architecture}-ep", architecture, True, tmp_path)
