@@ -110,6 +110,11 @@ class Backend:
         available = os.sysconf("SC_AVPHYS_PAGES")
         return available * page_size, pages * page_size
 
+    def device_count(self) -> int | None:
+        """Devices of this kind on this host, one per rank; None where every rank shares
+        one device (CPUs), so any number of ranks fits."""
+        return None
+
     def kv_cache_shape(self, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int) -> tuple[int, ...]:
         """Shape of one layer's key (or value) cache. The contracts' layout by default."""
         return (num_blocks, block_size, num_kv_heads, head_size)

@@ -5,6 +5,11 @@ carries natively and the adapters it applies to others: an upcast for reductions
 summed in fp32, say) or a uint8 view for pure data movement (a gather moves bytes, so
 an fp8 tensor travels as its bytes). An adapter is logged once and counted; a dtype with
 neither is refused with ContractError before anything reaches the wire.
+
+Expert parallel's all_to_all dispatch (core/distributed/expert_dispatch.py) relies on
+this table: it sends fp8 (e4m3) activations with fp32 per-token scales, so all_to_all
+must carry both; it asks `carries` first and falls back to the model dtype where fp8 is
+not carried (a refused dtype would raise ContractError, never travel cast).
 """
 
 from __future__ import annotations
@@ -68,6 +73,10 @@ class CollectiveSupport:
                 hint="this communicator neither carries it nor declares an adapter for it",
             )
         return adapter
+
+    def carries(self, collective: str, dtype: torch.dtype) -> bool:
+        """Whether `collective` takes `dtype` natively or through a declared adapter."""
+        return dtype in self.native.get(collective, frozenset()) or (collective, dtype) in self.adapters
 
 
 def _support(name: str, carried: Sequence[torch.dtype], fp8_native_movement: bool) -> CollectiveSupport:
@@ -144,19 +153,38 @@ class TorchCommunicator:
         parts = [gathered[r, : extents[r]] for r in range(self.world_size)]
         return torch.cat(parts).movedim(0, dim).contiguous()
 
-    def reduce_scatter(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
-        """This rank's equal slice along `dim` of the sum of `x` over the ranks."""
+    def reduce_scatter(self, x: torch.Tensor, dim: int = 0, sizes: Sequence[int] | None = None) -> torch.Tensor:
+        """This rank's slice along `dim` of the sum of `x` over the ranks: equal slices,
+        or `sizes[r]` rows for rank r when they differ (they must add up to x's extent;
+        a rank may get none). Uneven slices travel padded to the longest."""
         adapter = self._plan("reduce_scatter", x)
         dim = dim % x.dim()
-        if x.shape[dim] % self.world_size:
-            raise ContractError(
-                "collective.reduce_scatter", "tensor", f"dim {dim} divisible by {self.world_size}",
-                str(tuple(x.shape)), self.name,
-            )
-        wire = self._to_wire(x.movedim(dim, 0).contiguous(), adapter)
-        out = torch.empty((wire.shape[0] // self.world_size, *wire.shape[1:]), dtype=wire.dtype, device=wire.device)
+        moved = x.movedim(dim, 0)
+        if sizes is None:
+            if moved.shape[0] % self.world_size:
+                raise ContractError(
+                    "collective.reduce_scatter", "tensor", f"dim {dim} divisible by {self.world_size}",
+                    str(tuple(x.shape)), self.name,
+                )
+            extents = [moved.shape[0] // self.world_size] * self.world_size
+        else:
+            extents = list(sizes)
+            if len(extents) != self.world_size or sum(extents) != moved.shape[0]:
+                raise ContractError(
+                    "collective.reduce_scatter", "sizes", f"{self.world_size} extents adding up to {moved.shape[0]}",
+                    str(extents), self.name,
+                )
+        longest = max(extents)
+        if any(extent != longest for extent in extents):
+            padded = moved.new_zeros((self.world_size, longest, *moved.shape[1:]))
+            for r, piece in enumerate(moved.split(extents)):
+                padded[r, : extents[r]] = piece
+            moved = padded.flatten(0, 1)
+        wire = self._to_wire(moved.contiguous(), adapter)
+        out = torch.empty((longest, *wire.shape[1:]), dtype=wire.dtype, device=wire.device)
         dist.reduce_scatter_tensor(out, wire, group=self.group)
-        return self._from_wire(out, x.dtype, adapter).movedim(0, dim).contiguous()
+        mine = self._from_wire(out, x.dtype, adapter)[: extents[self.rank]]
+        return mine.movedim(0, dim).contiguous()
 
     def all_to_all(
         self, x: torch.Tensor, output_split_sizes: Sequence[int], input_split_sizes: Sequence[int]
@@ -170,6 +198,11 @@ class TorchCommunicator:
             out, wire, list(output_split_sizes), list(input_split_sizes), group=self.group
         )
         return self._from_wire(out, x.dtype, adapter)
+
+    def carries(self, collective: str, dtype: torch.dtype) -> bool:
+        """Whether `collective` takes `dtype`, natively or through a declared adapter (a
+        caller choosing a wire format asks first; a refused dtype would raise)."""
+        return self.support.carries(collective, dtype)
 
     def _plan(self, collective: str, x: torch.Tensor) -> CollectiveAdapter | None:
         adapter = self.support.plan(collective, x.dtype)

@@ -145,11 +145,11 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
     except ChecksumMismatch as error:
         print(f"accord serve: error: {error}", file=sys.stderr)
         return 1
-    settings = engine_config(args, choice.path)
-    if choice.name == DEMO_MODEL_NAME and settings.kv_cache_memory is None:
-        # The engine's CPU default (4 GiB) would dwarf the demo model and slow its start.
-        settings.kv_cache_memory = DEMO_KV_CACHE_BYTES
     try:
+        settings = engine_config(args, choice.path)
+        if choice.name == DEMO_MODEL_NAME and settings.kv_cache_memory is None:
+            # The engine's CPU default (4 GiB) would dwarf the demo model and slow its start.
+            settings.kv_cache_memory = DEMO_KV_CACHE_BYTES
         engine = AsyncLLM(LLMEngine(settings, RegistryBackend(settings.backend)))
     except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError) as error:
         # A wrong directory, flag or backend: say what, without a traceback.
@@ -178,7 +178,9 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
         timeout_graceful_shutdown=args.shutdown_timeout,
     )
     url = f"http://{args.host}:{args.port}/v1"
-    ranks = f" x{settings.tensor_parallel_size} ranks" if settings.tensor_parallel_size > 1 else ""
+    ranks = ""
+    if settings.world_size > 1:
+        ranks = f" x{settings.world_size} ranks (TP {settings.tensor_parallel_size} x DP {settings.data_parallel_size})"
     print(f"accord: serving {model.name} on backend {engine.engine.backend_name}{ranks} at {url}", file=sys.stderr, flush=True)
     server = GracefulServer(server_config, engine, drain)
     try:

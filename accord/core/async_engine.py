@@ -89,6 +89,10 @@ class AsyncLLM:
         """A snapshot of the engine's gauges and counters, for metrics."""
         return dataclasses.replace(self.engine.stats)
 
+    def get_replica_stats(self) -> list[EngineStats]:
+        """A snapshot of each data-parallel replica's gauges and counters, by replica."""
+        return [dataclasses.replace(stats) for stats in self.engine.replica_stats]
+
     async def generate(
         self,
         prompt: PromptType,
@@ -169,7 +173,7 @@ class AsyncLLM:
         """A step raised: abort every unfinished request (the step may have touched any
         of them) and hand each stream the error; later requests run normally."""
         logger.error("an engine step failed; failing its requests", exc_info=error)
-        failed = list(self.engine.requests)
+        failed = list(self.engine.output_processor.requests)
         self.engine.abort_request(failed)
         for request_id in failed:
             queue = self._queues.get(request_id)

@@ -129,6 +129,11 @@ class EngineConfig:
         1, help="ranks (devices) one model is sharded over; one worker process each under mp", aliases=("-tp",),
         at_least=1,
     )
+    data_parallel_size: int = setting(
+        1, help="replicas of the model, each with its own scheduler and KV cache over its own requests (the least "
+        "loaded takes a new one); with expert parallelism their MoE layers share one EP group", aliases=("-dp",),
+        at_least=1,
+    )
     distributed_executor_backend: ExecutorBackend | None = setting(
         None, help="how the ranks run: uni (in the server process), mp (a process per rank) or ray",
         default_help="uni for one rank, mp for more",
@@ -153,17 +158,39 @@ class EngineConfig:
             expected = spec.refusal(value)
             if expected is not None:
                 raise ValueError(f"{spec.name} must be {expected}, got {value!r}")
-        if self.distributed_executor_backend == "uni" and self.tensor_parallel_size != 1:
+        if self.distributed_executor_backend == "uni" and self.world_size != 1:
             raise ValueError(
-                f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} needs mp (or ray)"
+                f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} x "
+                f"data_parallel_size={self.data_parallel_size} needs mp (or ray)"
             )
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the torch.distributed world: tensor_parallel_size x data_parallel_size."""
+        return self.tensor_parallel_size * self.data_parallel_size
 
     @property
     def executor_backend(self) -> str:
         """The executor that runs the workers (the default resolved)."""
         if self.distributed_executor_backend is not None:
             return self.distributed_executor_backend
-        return "uni" if self.tensor_parallel_size == 1 else "mp"
+        return "uni" if self.world_size == 1 else "mp"
+
+    def verify_with_model(self, num_routed_experts: int | None, device_count: int | None) -> None:
+        """Refuse a parallel layout the model or the host cannot hold, before any worker
+        starts: an expert-parallel size (TP x DP) that does not divide the routed experts,
+        or more ranks than devices (`device_count` None: ranks share one device, as on CPUs)."""
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
+        if self.enable_expert_parallel and num_routed_experts and num_routed_experts % self.world_size:
+            raise ValueError(
+                f"{num_routed_experts} routed experts are not divisible by the expert-parallel size "
+                f"{self.world_size} (tensor_parallel_size {tp} x data_parallel_size {dp})"
+            )
+        if device_count is not None and self.world_size > device_count:
+            raise ValueError(
+                f"tensor_parallel_size {tp} x data_parallel_size {dp} needs {self.world_size} devices, "
+                f"but {device_count} are visible"
+            )
 
     def resolve_max_model_len(self, max_position_embeddings: int) -> int:
         """The context length in force: `max_model_len`, or the model's limit."""

@@ -5,10 +5,19 @@ worker, the scheduler applies the results (tokens, stops, freed blocks), the out
 processor detokenises and builds the outputs. The engine is handed its backend (a
 factory, so worker processes can build their own); it never picks one itself.
 
+With data parallelism (`data_parallel_size` > 1) the engine holds one scheduler (and
+KV block manager) per replica: a new request goes to the replica the balancer picks
+(least outstanding tokens, prefix affinity); every step all replicas schedule, and
+their steps go out together, so whether anyone has work is decided here, once, for all.
+When nobody has work nobody steps; when some replica has work and the model's MoE layers
+exchange tokens across replicas (expert parallelism), an idle replica runs a dummy
+batch so its peers' collectives are never left waiting.
+
 A step that raises because of some of its requests fails only those: the engine runs
 the step again in halves until the failing requests are found, finishes them with
-finish_reason "error" and carries on with the rest. A dead executor (a worker process
-gone) raises EngineDeadError.
+finish_reason "error" and carries on with the rest (with several replicas, whose other
+replicas already advanced, the whole step's requests fail instead). A dead executor (a
+worker process gone) raises EngineDeadError.
 """
 
 from __future__ import annotations
@@ -23,9 +32,11 @@ from typing import Any
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .device import BackendFactory
+from .dp_balancer import DataParallelBalancer
 from .errors import EngineDeadError
 from .executor import Executor, executor_class
 from .model_config import ModelConfig
+from .models import read_model_config
 from .output_processor import OutputProcessor, Request
 from .outputs import RequestOutput
 from .sampling_params import SamplingParams
@@ -49,6 +60,7 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig, backend_factory: BackendFactory) -> None:
         self.config = config
+        _verify_parallel_layout(config, backend_factory)
         self.executor: Executor = executor_class(config.executor_backend)(config, backend_factory)
         try:
             info: WorkerInfo = self.executor.collective_rpc("info")[0]
@@ -69,23 +81,38 @@ class LLMEngine:
         self.backend_name = info.backend_name
         self.model_config: ModelConfig = info.model_config
         self.max_model_len = max_model_len
-        self.scheduler = Scheduler(
-            BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, config.prefix_caching_hash_algo),
-            config.max_num_batched_tokens,
-            config.max_num_seqs,
-            config.scheduling_policy,
-            max_model_len=max_model_len,
-            eos_token_ids=info.model_config.eos_token_ids,
-            structured_output=StructuredOutputManager(
-                self.tokenizer, info.model_config.vocab_size, info.model_config.eos_token_ids
-            ),
+        #: One scheduler (with its own KV block manager) per data-parallel replica.
+        self.schedulers = [
+            Scheduler(
+                BlockManager(
+                    num_blocks, config.block_size, config.enable_prefix_caching, config.prefix_caching_hash_algo
+                ),
+                config.max_num_batched_tokens,
+                config.max_num_seqs,
+                config.scheduling_policy,
+                max_model_len=max_model_len,
+                eos_token_ids=info.model_config.eos_token_ids,
+                structured_output=StructuredOutputManager(
+                    self.tokenizer, info.model_config.vocab_size, info.model_config.eos_token_ids
+                ),
+            )
+            for _ in range(config.data_parallel_size)
+        ]
+        self.balancer = DataParallelBalancer(config.block_size, affinity_slack=config.max_num_batched_tokens)
+        # Idle replicas must join the MoE layers' token exchange over the whole world.
+        self._pads_idle_replicas = (
+            config.data_parallel_size > 1 and config.enable_expert_parallel and info.model_config.moe is not None
         )
+        #: Dummy batches each replica has run (it was idle while another computed).
+        self.num_dummy_steps = [0] * config.data_parallel_size
         self.output_processor = OutputProcessor(self.tokenizer)
         self._seq_counter = itertools.count()
         logger.info(
-            "engine ready on backend %s, %d rank(s) (%s executor): %d KV blocks of %d tokens per rank (%s, %.1f MiB)",
+            "engine ready on backend %s, %d x %d rank(s) (TP x DP, %s executor): %d KV blocks of %d tokens per rank "
+            "(%s, %.1f MiB)",
             info.backend_name,
             config.tensor_parallel_size,
+            config.data_parallel_size,
             config.executor_backend,
             num_blocks,
             config.block_size,
@@ -99,9 +126,21 @@ class LLMEngine:
         return cls(engine_config(model, **kwargs), backend_factory)
 
     @property
+    def scheduler(self) -> Scheduler:
+        """The first replica's scheduler (the only one without data parallelism)."""
+        return self.schedulers[0]
+
+    @property
     def stats(self) -> EngineStats:
-        """The scheduler's gauges (as of the last change) and counters."""
-        return self.scheduler.stats
+        """The schedulers' gauges (as of the last change) and counters, over all replicas."""
+        if len(self.schedulers) == 1:
+            return self.schedulers[0].stats
+        return EngineStats.combined(self.replica_stats)
+
+    @property
+    def replica_stats(self) -> list[EngineStats]:
+        """Each data-parallel replica's gauges and counters, by replica."""
+        return [scheduler.stats for scheduler in self.schedulers]
 
     def shutdown(self) -> None:
         """Stop the workers (idempotent)."""
@@ -122,7 +161,12 @@ class LLMEngine:
         params = params or SamplingParams()
         text, token_ids = self._tokenize(prompt)
         self._check_request(token_ids, params)
-        structured_output = self.scheduler.structured_output
+        scheduler = self.schedulers[
+            self.balancer.choose(token_ids, [s.outstanding_tokens for s in self.schedulers])
+            if len(self.schedulers) > 1
+            else 0
+        ]
+        structured_output = scheduler.structured_output
         grammar = None
         if params.structured_outputs is not None and structured_output is not None:
             grammar = structured_output.compile(params.structured_outputs)  # ValueError when it does not compile
@@ -145,7 +189,7 @@ class LLMEngine:
             )
         self.output_processor.add(Request(request_id, text, token_ids, seqs, times))
         for seq in seqs:
-            self.scheduler.add(seq)
+            scheduler.add(seq)
             if grammar is not None:
                 structured_output.add(seq.seq_id, grammar)  # type: ignore[union-attr]
 
@@ -178,8 +222,9 @@ class LLMEngine:
         for request_id in ids:
             request = self.output_processor.requests.get(request_id)
             for seq in request.seqs if request else ():
-                if not seq.is_finished:
-                    self.scheduler.finish(seq, "abort")
+                scheduler = self._scheduler_of(seq)
+                if scheduler is not None:
+                    scheduler.finish(seq, "abort")
         return self.output_processor.finish_all(ids, time.monotonic())
 
     def has_unfinished_requests(self) -> bool:
@@ -190,29 +235,54 @@ class LLMEngine:
         """How many requests are waiting or running."""
         return len(self.output_processor.requests)
 
+    def _scheduler_of(self, seq: Sequence) -> Scheduler | None:
+        """The scheduler holding an unfinished sequence (None once it finished)."""
+        return next((s for s in self.schedulers if seq.seq_id in s.seqs), None)
+
     # -- a step --------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule and run one step; return the outputs of requests that progressed
-        (or failed)."""
-        step = self.scheduler.schedule()
-        if step.is_empty:
-            if step.finished_req_ids or step.preempted_req_ids:
-                self.executor.execute_model(step)  # nothing to compute; the runner drops these
+        """Schedule and run one step on every replica; return the outputs of requests
+        that progressed (or failed)."""
+        steps = [scheduler.schedule() for scheduler in self.schedulers]
+        if all(step.is_empty for step in steps):
+            if any(step.finished_req_ids or step.preempted_req_ids for step in steps):
+                self.executor.execute_model(steps)  # nothing to compute; the runners drop these
             return []
-        result, failed = self._execute(step)
-        touched = self.scheduler.update_from_output(step, result)
-        for seq, stop_string in self.output_processor.detokenize(touched):
-            self.scheduler.stop_on_string(seq, stop_string)
+        for replica, step in enumerate(steps):
+            if step.is_empty and self._pads_idle_replicas:
+                step.dummy_batch = True
+                self.num_dummy_steps[replica] += 1
+        results, failed = self._execute(steps)
+        touched: list[Sequence] = []
+        for scheduler, step, result in zip(self.schedulers, steps, results):
+            if step.is_empty or result is None:
+                continue
+            replica_touched = scheduler.update_from_output(step, result)
+            for seq, stop_string in self.output_processor.detokenize(replica_touched):
+                scheduler.stop_on_string(seq, stop_string)
+            touched += replica_touched
         return self.output_processor.make_outputs(failed + touched, time.monotonic())
 
-    def _execute(self, step: SchedulerOutput) -> tuple[ModelRunnerOutput, list[Sequence]]:
-        """Run the step; if it raises, find the requests that make it fail (re-running
-        it in halves), fail them and keep the others' results."""
+    def _execute(self, steps: list[SchedulerOutput]) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
+        """Run the replicas' steps; if that raises, fail the requests that make it fail
+        and keep the others' results: with one replica the step is re-run in halves
+        until they are found; with several (some replicas already advanced their
+        requests) every request of the step fails."""
         try:
-            return self.executor.execute_model(step), []
+            return self.executor.execute_model(steps), []
         except EngineDeadError:
             raise
         except Exception as error:  # noqa: BLE001 - isolated below, the engine carries on
+            if len(steps) > 1:
+                logger.error("a data-parallel step failed (%s); failing its requests", error)
+                message = f"{type(error).__name__}: {error}"
+                failed = [
+                    seq
+                    for scheduler, step in zip(self.schedulers, steps)
+                    for seq in scheduler.fail(step.num_scheduled_tokens, message)
+                ]
+                return [None] * len(steps), failed
+            step = steps[0]
             logger.warning("a step of %d requests failed (%s); isolating the cause", len(step.num_scheduled_tokens), error)
             first_failure = error
         merged, failures = ModelRunnerOutput(), {}
@@ -237,7 +307,7 @@ class LLMEngine:
         for seq_id, error in failures.items():
             logger.error("request sequence %s failed its step: %s", seq_id, error)
             failed += self.scheduler.fail([seq_id], f"{type(error).__name__}: {error}")
-        return merged, failed
+        return [merged], failed
 
 
 def _merge(into: ModelRunnerOutput, part: ModelRunnerOutput) -> None:
@@ -246,6 +316,21 @@ def _merge(into: ModelRunnerOutput, part: ModelRunnerOutput) -> None:
     into.logprobs += part.logprobs
     into.top_logprobs += part.top_logprobs
     into.prompt_logprobs.update(part.prompt_logprobs)
+
+
+def _verify_parallel_layout(config: EngineConfig, backend_factory: BackendFactory) -> None:
+    """Refuse, before any worker starts, a parallel layout the model's experts or the
+    host's devices do not fit (EngineConfig.verify_with_model has the rules)."""
+    if config.world_size == 1:
+        return
+    num_experts = None
+    if config.enable_expert_parallel:
+        try:
+            moe = read_model_config(config.model).moe
+        except (OSError, ValueError):
+            moe = None  # not a readable model: the workers report why, with the rank
+        num_experts = moe.num_experts if moe is not None else None
+    config.verify_with_model(num_experts, backend_factory().device_count())
 
 
 def engine_config(model: str, **kwargs: Any) -> EngineConfig:

@@ -22,7 +22,8 @@ class LLM:
     """Offline batched generation: engine arguments as keyword arguments, with
     vLLM's names (`dtype`, `max_model_len`, `block_size`, `max_num_seqs`,
     `max_num_batched_tokens`, `enable_prefix_caching`, `kv_cache_memory`,
-    `tensor_parallel_size`, `distributed_executor_backend`, ...), on the backend
+    `tensor_parallel_size`, `data_parallel_size`, `enable_expert_parallel`,
+    `distributed_executor_backend`, ...), on the backend
     `backend_factory` builds (`accord.LLM` finds it by name)."""
 
     def __init__(self, model: str, backend_factory: BackendFactory, **engine_args: Any) -> None:

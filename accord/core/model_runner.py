@@ -12,6 +12,7 @@ from the same gathered logits; only the driver reports them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -185,8 +186,22 @@ class ModelRunner:
         self._last_step = dict(step.num_scheduled_tokens)
         self._grammar_bitmask = step.grammar_bitmask
         if step.is_empty:
+            if step.dummy_batch:
+                self.dummy_run()
             return None
         return self.run(self._last_step)
+
+    @torch.inference_mode()
+    def dummy_run(self) -> None:
+        """One padding token (id 0 at position 0) through the model, for its
+        collectives: it writes no KV (slot -1 is skipped), reads block 0's first slot
+        and samples nothing, so no request's state changes."""
+        one = torch.ones(1, dtype=torch.int64)
+        flat = self.flatten(torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int64),
+                            torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), one)
+        padding = torch.full_like(flat.attn.slot_mapping, -1)
+        attn = dataclasses.replace(flat.attn, slot_mapping=padding)
+        self.model.forward(flat.input_ids, flat.positions, attn, self.kv_caches)
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
         """Run the last step again for only `req_ids` (the step failed and the engine is

@@ -92,6 +92,19 @@ class Scheduler:
         return len(self.waiting) + len(self.running)
 
     @property
+    def outstanding_tokens(self) -> int:
+        """Tokens the unfinished sequences may still compute: prompt tokens not yet in
+        the KV cache plus output tokens still allowed (max_tokens, capped by the context
+        limit); what the data-parallel balancer compares."""
+        total = 0
+        for seq in self.seqs.values():
+            limit = seq.num_prompt_tokens + (seq.params.max_tokens or self.max_model_len or 0)
+            if self.max_model_len is not None:
+                limit = min(limit, self.max_model_len)
+            total += max(0, limit - seq.num_computed_tokens)
+        return total
+
+    @property
     def num_preemptions(self) -> int:
         return self.stats.num_preemptions
 

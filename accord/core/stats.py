@@ -4,7 +4,8 @@ counters (vLLM's metric set)."""
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 
 #: Upper bounds of the tokens-per-step histogram (vLLM's `iteration_tokens_total`).
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -69,6 +70,19 @@ class EngineStats:
         """Count one step that computed `num_tokens` tokens."""
         self.iteration_tokens_counts[bisect.bisect_left(ITERATION_TOKEN_BUCKETS, num_tokens)] += 1
         self.iteration_tokens_sum += num_tokens
+
+    @classmethod
+    def combined(cls, parts: Sequence[EngineStats]) -> EngineStats:
+        """Several data-parallel replicas' stats as one engine's: every gauge, counter
+        and histogram bucket summed (so kv_cache_usage is over all their blocks)."""
+        total = cls()
+        for item in fields(cls):
+            if item.name == "iteration_tokens_counts":
+                columns = zip(*(part.iteration_tokens_counts for part in parts))
+                total.iteration_tokens_counts = [sum(column) for column in columns]
+            else:
+                setattr(total, item.name, sum(getattr(part, item.name) for part in parts))
+        return total
 
     @property
     def kv_cache_usage(self) -> float:

@@ -1,6 +1,7 @@
-"""One rank of the engine: its backend, its place in the tensor-parallel world, its
-shard of the model and the model runner. Executors create workers (in this process or
-one process per rank) and call their methods by name."""
+"""One rank of the engine: its backend, its place in the parallel world (tensor-parallel
+rank within its data-parallel replica), its shard of the model and the model runner.
+Executors create workers (in this process or one process per rank) and call their
+methods by name."""
 
 from __future__ import annotations
 
@@ -101,9 +102,10 @@ class Worker:
         """Allocate the KV cache with the block count the engine chose."""
         self.runner.allocate_kv_cache(num_blocks)
 
-    def execute_model(self, step: SchedulerOutput) -> ModelRunnerOutput | None:
-        """Run one step (the driver rank returns its results)."""
-        return self.runner.execute_model(step)
+    def execute_model(self, steps: list[SchedulerOutput]) -> ModelRunnerOutput | None:
+        """Run this rank's data-parallel replica's step of `steps` (one per replica);
+        the driver rank returns its results."""
+        return self.runner.execute_model(steps[self.parallel.dp_rank])
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
         """Run the last step again for only these requests (failure isolation)."""

@@ -340,7 +340,7 @@ def fast_path(
     device_check = {"cpu": "{0}.is_cpu", "cuda": "{0}.is_cuda"}.get(
         dispatcher.backend.device_type, "{0}.device.type == " + repr(dispatcher.backend.device_type)
     )
-    lines = [f"def fast(args):", f"    if len(args) != {len(names)}: return MISS", f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
+    lines = ["def fast(args):", f"    if len(args) != {len(names)}: return MISS", f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
     for index, spec in enumerate(contract.tensors):
         key = dict(plan.signature.tensors)[spec.name]
         if spec.name not in names:

@@ -83,7 +83,7 @@ def create_app(
     if api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     app.add_middleware(BodyLimitMiddleware, limit=max_request_body_bytes)
-    metrics = ServerMetrics(model.name, engine.get_stats)
+    metrics = ServerMetrics(model.name, engine.get_replica_stats)
     serving = OpenAIServing(engine, model, metrics, max_waiting_requests, drain)
     completions, chat = CompletionService(serving), ChatService(serving, get_tool_parser(tool_call_parser))
     card = ModelCard(id=model.name, root=model.name, max_model_len=model.max_model_len, description=model.description)

@@ -3,12 +3,13 @@
 Latency histograms are observed by the server from each finished request's timings;
 everything the engine counts itself (queue lengths, KV cache usage, token, prefix-cache
 and preemption counters) is read from an engine stats snapshot at scrape time, so it
-is never stale and never counted twice.
+is never stale and never counted twice. With data parallelism those engine series come
+once per replica, labelled `engine="<replica>"` as vLLM labels its engine cores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -28,7 +29,7 @@ class ServerMetrics:
     """The metrics of one server, in their own registry (so several apps can live in
     one process, as in tests)."""
 
-    def __init__(self, model_name: str, engine_stats: Callable[[], EngineStats]) -> None:
+    def __init__(self, model_name: str, replica_stats: Callable[[], Sequence[EngineStats]]) -> None:
         # `*_created` series only add noise to every counter and histogram (vLLM drops
         # them too); the switch is process-wide in prometheus_client.
         prometheus_client.disable_created_metrics()
@@ -59,7 +60,7 @@ class ServerMetrics:
         )
         self._request_failure = counter("request_failure", "Requests the engine or a shutdown failed.", "reason")
         self._request_rejected = counter("request_rejected", "Requests refused before admission (429).", "reason")
-        self.registry.register(_EngineStatsCollector(model_name, engine_stats))
+        self.registry.register(_EngineStatsCollector(model_name, replica_stats))
 
     def request_finished(self, output: RequestOutput, finish_reason: str) -> None:
         """Record one finished engine request from its timings and token counts."""
@@ -96,41 +97,53 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-class _EngineStatsCollector(Collector):
-    """Reports an engine stats snapshot as gauges and counters at scrape time."""
+#: The engine-counted series: (name, help, kind, value of a stats snapshot).
+_ENGINE_SERIES: tuple[tuple[str, str, type, Callable[[EngineStats], float]], ...] = (
+    ("num_requests_running", "Requests being computed.", GaugeMetricFamily, lambda s: s.num_running),
+    ("num_requests_waiting", "Requests waiting to be scheduled.", GaugeMetricFamily, lambda s: s.num_waiting),
+    (
+        "kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", GaugeMetricFamily,
+        lambda s: s.kv_cache_usage,
+    ),
+    ("prompt_tokens", "Prompt tokens of admitted requests.", CounterMetricFamily, lambda s: s.prompt_tokens),
+    ("generation_tokens", "Tokens generated.", CounterMetricFamily, lambda s: s.generation_tokens),
+    (
+        "prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", CounterMetricFamily,
+        lambda s: s.prefix_cache_queries,
+    ),
+    (
+        "prefix_cache_hits", "Prompt tokens found in the prefix cache.", CounterMetricFamily,
+        lambda s: s.prefix_cache_hits,
+    ),
+    ("num_preemptions", "Requests preempted (recomputed later).", CounterMetricFamily, lambda s: s.num_preemptions),
+)
 
-    def __init__(self, model_name: str, engine_stats: Callable[[], EngineStats]) -> None:
+
+class _EngineStatsCollector(Collector):
+    """Reports the engine's stats snapshots (one per data-parallel replica) as gauges
+    and counters at scrape time; several replicas add an `engine` label."""
+
+    def __init__(self, model_name: str, replica_stats: Callable[[], Sequence[EngineStats]]) -> None:
         self._model_name = model_name
-        self._engine_stats = engine_stats
+        self._replica_stats = replica_stats
 
     def collect(self) -> Iterator[Metric]:
-        stats = self._engine_stats()
-        gauges = (
-            ("num_requests_running", "Requests being computed.", stats.num_running),
-            ("num_requests_waiting", "Requests waiting to be scheduled.", stats.num_waiting),
-            ("kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", stats.kv_cache_usage),
-        )
-        counters = (
-            ("prompt_tokens", "Prompt tokens of admitted requests.", stats.prompt_tokens),
-            ("generation_tokens", "Tokens generated.", stats.generation_tokens),
-            ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", stats.prefix_cache_queries),
-            ("prefix_cache_hits", "Prompt tokens found in the prefix cache.", stats.prefix_cache_hits),
-            ("num_preemptions", "Requests preempted (recomputed later).", stats.num_preemptions),
-        )
-        for name, documentation, value in gauges:
-            family = GaugeMetricFamily(f"accord:{name}", documentation, labels=["model_name"])
-            family.add_metric([self._model_name], value)
-            yield family
-        for name, documentation, value in counters:
-            family = CounterMetricFamily(f"accord:{name}", documentation, labels=["model_name"])
-            family.add_metric([self._model_name], value)
+        replicas = self._replica_stats()
+        labelled = len(replicas) > 1
+        label_names = ["model_name", "engine"] if labelled else ["model_name"]
+        label_values = [[self._model_name, *([str(replica)] if labelled else [])] for replica in range(len(replicas))]
+        for name, documentation, kind, value in _ENGINE_SERIES:
+            family = kind(f"accord:{name}", documentation, labels=label_names)
+            for labels, stats in zip(label_values, replicas):
+                family.add_metric(labels, value(stats))
             yield family
         iteration = HistogramMetricFamily(
-            "accord:iteration_tokens_total", "Tokens computed per engine step.", labels=["model_name"]
+            "accord:iteration_tokens_total", "Tokens computed per engine step.", labels=label_names
         )
-        cumulative, buckets = 0, []
-        for bound, count in zip([*ITERATION_TOKEN_BUCKETS, float("inf")], stats.iteration_tokens_counts):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
-        iteration.add_metric([self._model_name], buckets, stats.iteration_tokens_sum)
+        for labels, stats in zip(label_values, replicas):
+            cumulative, buckets = 0, []
+            for bound, count in zip([*ITERATION_TOKEN_BUCKETS, float("inf")], stats.iteration_tokens_counts):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+            iteration.add_metric(labels, buckets, stats.iteration_tokens_sum)
         yield iteration

@@ -1,7 +1,8 @@
 """Expert parallelism (`enable_expert_parallel`, EP size = TP size): each rank loads a
-contiguous range of whole routed experts and nothing of the others', fused_moe skips
-the picks its expert_map sends elsewhere, and the TP all_reduce sums the ranks' parts.
-End to end the greedy tokens equal transformers' on every MoE architecture."""
+contiguous range of whole routed experts and nothing of the others', tokens reach their
+experts through the expert dispatch (all-gather or all_to_all), fused_moe skips the
+picks its expert_map sends elsewhere. End to end the greedy tokens equal transformers'
+on every MoE architecture under each strategy."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import accord.core.loader as loader_module
 from accord import LLM
 from accord.backends import get_backend
 from accord.core.distributed import ParallelContext
-from accord.core.errors import WorkerStartupError
+from accord.core.distributed.expert_dispatch import DISPATCH_ENV, STRATEGIES
 from accord.core.models import load_model
 from accord.core.models.layers.mlp import SparseMoE
 from accord.op_contracts import OpDispatcher
@@ -35,8 +36,13 @@ EP_RANK1_OF_2 = ParallelContext(
 )
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("architecture", ["mixtral", "qwen3_moe", "deepseek_v3"])
-def test_tp2_ep_mp_greedy_equals_transformers(architecture: str, tmp_path: Path) -> None:
+def test_tp2_ep_mp_greedy_equals_transformers(
+    architecture: str, strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under each token-exchange strategy (the spawned ranks inherit the variable)."""
+    monkeypatch.setenv(DISPATCH_ENV, strategy)
     model_dir = save_with_tokenizer(tmp_path / architecture, architecture, {})
     llm = LLM(
         str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, distributed_executor_backend="mp",
@@ -84,7 +90,6 @@ def test_rank_loads_only_its_experts(architecture: str, tmp_path: Path, monkeypa
 
 def test_an_ep_size_that_does_not_divide_the_experts_is_refused_at_start(tmp_path: Path) -> None:
     model_dir = save_with_tokenizer(tmp_path / "mixtral3", "mixtral", {"num_local_experts": 3})
-    with pytest.raises(
-        WorkerStartupError, match=r"3 routed experts are not divisible by the expert-parallel size 2"
-    ):
+    # Refused by the engine config before any worker starts (the layout is checked there).
+    with pytest.raises(ValueError, match=r"3 routed experts are not divisible by the expert-parallel size 2"):
         LLM(str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, **PRESSURE)

@@ -82,6 +82,7 @@ def cli_refuses(*argv: str) -> str:
 def test_engine_flags_keep_vllms_names() -> None:
     assert {name: SETTINGS[name].flag for name in OPTIONAL} == VLLM_FLAGS
     assert from_cli("-tp", "2").tensor_parallel_size == 2
+    assert from_cli("-dp", "2").data_parallel_size == 2
 
 
 @pytest.mark.parametrize("name", OPTIONAL)

@@ -74,6 +74,9 @@ class StubEngine:
     def get_stats(self) -> EngineStats:
         return EngineStats()
 
+    def get_replica_stats(self) -> list[EngineStats]:
+        return [EngineStats()]
+
     async def shutdown(self) -> None:
         pass
 

@@ -125,6 +125,9 @@ class AscendBackend(Backend):
         free, total = torch.npu.mem_get_info()  # type: ignore[attr-defined]
         return free, total
 
+    def device_count(self) -> int | None:
+        return None if self.emulated else torch.npu.device_count()  # type: ignore[attr-defined]
+
     def synchronize(self) -> None:
         if not self.emulated:
             torch.npu.synchronize()  # type: ignore[attr-defined]

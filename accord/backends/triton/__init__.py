@@ -54,6 +54,9 @@ class TritonBackend(GpuBackend):
     def memory_info(self) -> tuple[int, int]:
         return Backend.memory_info(self) if triton_interpreter_enabled() else super().memory_info()
 
+    def device_count(self) -> int | None:
+        return None if triton_interpreter_enabled() else super().device_count()
+
     def select_device(self, local_rank: int) -> None:
         if not triton_interpreter_enabled():
             super().select_device(local_rank)

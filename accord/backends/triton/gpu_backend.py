@@ -59,6 +59,9 @@ class GpuBackend(Backend):
     def fp8_dtype(self) -> torch.dtype:
         return fp8_dtype_for_architecture(self.architecture)
 
+    def device_count(self) -> int | None:
+        return torch.cuda.device_count()
+
     def select_device(self, local_rank: int) -> None:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
 

@@ -15,10 +15,16 @@ and hands the resulting `ParallelContext` to `load_model`; one rank uses
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch.distributed as dist
 
 from .communicator import Communicator, CommunicatorProvider
+
+#: How long a collective waits for its peers before it raises instead of hanging (a
+#: peer that died or is stuck): longer than any legitimate skew between ranks entering
+#: one collective (a first-call kernel compile on one rank, say).
+COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -79,13 +85,14 @@ class ParallelContext:
 
 def init_parallel(
     backend: CommunicatorProvider, rank: int, world_size: int, tp_size: int, init_method: str,
-    expert_parallel: bool = False,
+    expert_parallel: bool = False, timeout: timedelta = COLLECTIVE_TIMEOUT,
 ) -> ParallelContext:
     """Join the torch.distributed world (`init_method` e.g. tcp://host:port) through the
     backend (its device and communicator) and build this rank's tensor-parallel group:
     consecutive ranks form a group of `tp_size`; the world holds world_size / tp_size
     data-parallel ranks. Every rank of the world must call it. `expert_parallel` splits
-    routed experts across the whole world (EP = TP x DP)."""
+    routed experts across the whole world (EP = TP x DP). Every collective of the groups
+    built here raises after `timeout` instead of waiting forever for a lost peer."""
     if tp_size < 1 or world_size % tp_size:
         raise ValueError(f"world size {world_size} is not a multiple of tensor_parallel_size {tp_size}")
     if not 0 <= rank < world_size:
@@ -95,7 +102,7 @@ def init_parallel(
     for start in range(0, world_size, tp_size):
         # new_group is collective: every rank creates every group, keeps its own.
         ranks = list(range(start, start + tp_size))
-        created = dist.new_group(ranks) if world_size > tp_size else dist.group.WORLD
+        created = dist.new_group(ranks, timeout=timeout)
         if rank in ranks:
             group = created
     # One communicator per process group: with a single data-parallel rank the EP group
@@ -104,7 +111,7 @@ def init_parallel(
     dp_size = world_size // tp_size
     ep_comm = None
     if expert_parallel:
-        ep_comm = tp_comm if dp_size == 1 else backend.communicator(dist.group.WORLD)
+        ep_comm = tp_comm if dp_size == 1 else backend.communicator(dist.new_group(timeout=timeout))
     return ParallelContext(
         rank, world_size, rank % tp_size, tp_size, tp_comm, expert_parallel=expert_parallel,
         dp_rank=rank // tp_size, dp_size=dp_size, ep_communicator=ep_comm,

@@ -25,8 +25,8 @@ class Communicator(Protocol):
         """The ranks' `x` concatenated along `dim` in rank order (`sizes` when uneven)."""
         ...
 
-    def reduce_scatter(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
-        """This rank's slice along `dim` of the sum over the ranks."""
+    def reduce_scatter(self, x: torch.Tensor, dim: int = 0, sizes: Sequence[int] | None = None) -> torch.Tensor:
+        """This rank's slice along `dim` of the sum over the ranks (`sizes` when uneven)."""
         ...
 
     def all_to_all(
@@ -34,6 +34,10 @@ class Communicator(Protocol):
     ) -> torch.Tensor:
         """Rows of `x` scattered to the ranks by `input_split_sizes`, gathered back by
         `output_split_sizes`."""
+        ...
+
+    def carries(self, collective: str, dtype: torch.dtype) -> bool:
+        """Whether `collective` takes `dtype` (natively or through a declared adapter)."""
         ...
 
 

@@ -1,5 +1,5 @@
-"""The executor interface: create the workers for a config, call a method on every
-worker and gather the per-rank results, shut down.
+"""The executor interface: create the workers for a config (TP x DP ranks, DP-major),
+call a method on every worker and gather the per-rank results, shut down.
 
 An implementation provides `collective_rpc`, `shutdown` and `is_dead` semantics:
 a worker that can no longer answer (its process died) raises EngineDeadError from
@@ -33,7 +33,8 @@ class Executor(ABC):
     def __init__(self, config: EngineConfig, backend_factory: BackendFactory) -> None:
         self.config = config
         self.backend_factory = backend_factory
-        self.world_size = config.tensor_parallel_size
+        #: Every rank of every data-parallel replica: TP size x DP size, DP-major.
+        self.world_size = config.world_size
         #: Called (from any thread) once when the executor finds it can no longer run.
         self.on_dead: Callable[[], None] | None = None
 
@@ -52,12 +53,16 @@ class Executor(ABC):
         """Why the executor can no longer run (None while it can)."""
         return None
 
-    def execute_model(self, step: SchedulerOutput) -> ModelRunnerOutput:
-        """Run one step on every rank; the driver rank's results."""
-        return self.collective_rpc("execute_model", (step,))[0]
+    def execute_model(self, steps: list[SchedulerOutput]) -> list[ModelRunnerOutput | None]:
+        """Run one step on every rank, `steps[d]` on data-parallel replica d's ranks;
+        each replica's driver results (None for a replica with nothing to compute).
+        Every rank is sent its step before any reply is awaited (`collective_rpc`), so
+        no replica waits in an expert-parallel collective for one not yet started."""
+        return self.collective_rpc("execute_model", (steps,))[:: self.config.tensor_parallel_size]
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput:
-        """Re-run the last step for some of its requests on every rank."""
+        """Re-run the last step for some of its requests on every rank (one
+        data-parallel replica: the engine isolates failures only there)."""
         return self.collective_rpc("execute_subset", (req_ids,))[0]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, get_args
+from typing import Any, Callable, get_args
 
 import torch
 
@@ -54,13 +54,8 @@ def load_model(
         source = open_gguf_model(model_dir)
         raw, generation, checkpoint = source.config, source.generation, source.checkpoint
     else:
-        model_dir = Path(model_dir)
-        if not model_dir.is_dir():
-            raise CheckpointError(f"{model_dir}: not a directory")
-        raw = read_json(model_dir, "config.json")
-        check_supported(raw)  # an unknown architecture is the error to report, not missing weights
-        generation = read_json(model_dir, "generation_config.json", required=False)
-        checkpoint = SafetensorsCheckpoint(model_dir)
+        raw, generation = _read_hf_config(Path(model_dir))
+        checkpoint = SafetensorsCheckpoint(Path(model_dir))
     architecture = check_supported(raw)
     config = ModelConfig.from_hf(raw, generation)
     run_dtype = _resolve_dtype(dtype, config.dtype)
@@ -82,6 +77,24 @@ def load_model(
     return LoadedModel(model, config)
 
 
+def read_model_config(model_dir: str | Path) -> ModelConfig:
+    """The parsed config of a Hugging Face model directory or GGUF file, without its
+    weights (the engine checks the parallel layout against it before starting workers)."""
+    if is_gguf(model_dir):
+        source = open_gguf_model(model_dir)
+        return ModelConfig.from_hf(source.config, source.generation)
+    return ModelConfig.from_hf(*_read_hf_config(Path(model_dir)))
+
+
+def _read_hf_config(model_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """config.json (of a supported architecture) and generation_config.json (or {})."""
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir}: not a directory")
+    raw = read_json(model_dir, "config.json")
+    check_supported(raw)  # an unknown architecture is the error to report, not missing weights
+    return raw, read_json(model_dir, "generation_config.json", required=False)
+
+
 def _resolve_dtype(dtype: torch.dtype | str, checkpoint: torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -100,5 +113,6 @@ __all__ = [
     "ModelConfigError",
     "UnsupportedArchitectureError",
     "load_model",
+    "read_model_config",
     "supported_architectures",
 ]

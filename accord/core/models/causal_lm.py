@@ -104,7 +104,7 @@ class CausalLM:
 
     def moe_blocks(self) -> list[RoutedExperts]:
         """The routed-expert blocks, for profile_run's worst-case routing."""
-        return [layer.feed_forward for layer in self.layers if isinstance(layer.feed_forward, SparseMoE)]
+        return [layer.feed_forward.routed for layer in self.layers if isinstance(layer.feed_forward, SparseMoE)]
 
     def kv_cache_specs(self) -> list[KVCacheSpec]:
         """One cache spec per decoder layer, in layer order."""

@@ -144,7 +144,7 @@ def build_layer(weights: WeightLoader, config: ModelConfig, layer: int, rotary: 
             weights, f"{prefix}.mlp.shared_experts", hidden, moe.intermediate_size * moe.num_shared_experts,
             reduce=False,
         )
-    feed_forward = SparseMoE(weights.ops, moe, router, experts, bias, shared, weights.parallel.tp_comm())
+    feed_forward = SparseMoE(weights.ops, moe, router, experts, bias, shared, weights.parallel)
     return DecoderLayer(input_norm, attention, post_norm, feed_forward)
 
 

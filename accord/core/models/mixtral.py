@@ -37,7 +37,7 @@ def build_layer(weights: WeightLoader, config: ModelConfig, layer: int, rotary: 
         experts = weights.experts(
             f"{prefix}.{ff_name}.experts", moe.num_experts, expert_names, config.hidden_size, moe.intermediate_size
         )
-        feed_forward = SparseMoE(weights.ops, moe, router, experts, comm=weights.parallel.tp_comm())
+        feed_forward = SparseMoE(weights.ops, moe, router, experts, parallel=weights.parallel)
     else:
         feed_forward = GatedMLP.load(weights, f"{prefix}.mlp", config.hidden_size, config.intermediate_size)
     return DecoderLayer(input_norm, attention, post_norm, feed_forward)

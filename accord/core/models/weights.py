@@ -160,7 +160,7 @@ class WeightLoader:
         if num_experts % ep_size:
             raise ValueError(
                 f"{prefix}: {num_experts} routed experts are not divisible by the expert-parallel size {ep_size} "
-                f"(tensor_parallel_size {self.parallel.tp_size} x data_parallel_size 1)"
+                f"(tensor_parallel_size {self.parallel.tp_size} x data_parallel_size {self.parallel.dp_size})"
             )
         per_rank = num_experts // ep_size
         local = range(ep_rank * per_rank, (ep_rank + 1) * per_rank)

@@ -58,6 +58,10 @@ class SchedulerOutput:
     preempted_req_ids: set[str] = field(default_factory=set)
     #: Allowed tokens of the constrained requests that sample this step (structured output).
     grammar_bitmask: GrammarBitmask | None = None
+    #: Nothing is scheduled here but another data-parallel replica computes: run one
+    #: padding token through the model so this replica joins its MoE layers'
+    #: expert-parallel collectives (vLLM's dummy batch).
+    dummy_batch: bool = False
 
     @property
     def total_num_scheduled_tokens(self) -> int:

@@ -5,7 +5,6 @@ sinks, the inverse rotation of the output, and the grouped low-rank output proje
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ....op_contracts import OpDispatcher
 from ...attention import KVCacheSpec, LayerKVCache

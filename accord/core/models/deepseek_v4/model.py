@@ -9,11 +9,11 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ....op_contracts import OpDispatcher
 from ...attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ...loader import SafetensorsCheckpoint
 from ...model_config import ModelConfig
 from ..layers import RMSNorm
+from ..layers.mlp import RoutedExperts
 from ..weights import WeightLoader
 from .attention import V4Attention
 from .compressor import V4Step
@@ -109,9 +109,9 @@ class DeepseekV4:
         self.lm_head = lm_head
         self._caches_per_layer = [len(layer.attention.cache_specs()) for layer in self.layers]
 
-    def moe_blocks(self) -> list[V4MoE]:
+    def moe_blocks(self) -> list[RoutedExperts]:
         """The routed-expert blocks, for profile_run's worst-case routing."""
-        return [layer.moe for layer in self.layers]
+        return [layer.moe.routed for layer in self.layers]
 
     def kv_cache_specs(self) -> list[KVCacheSpec]:
         """Every layer's caches in layer order (K=V, then compressor and indexer state)."""

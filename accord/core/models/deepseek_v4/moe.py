@@ -1,6 +1,11 @@
 """DeepSeek-V4's MoE block: hash routing (tid2eid, first layers) or sqrt-softplus top-k
 with a selection bias, both through ops.moe_route; routed experts through ops.fused_moe
-with swiglu_limit; one shared expert, clipped the same way."""
+with swiglu_limit; one shared expert, clipped the same way. Under expert parallelism a
+rank routes its own tokens (so hash routing reads each token's own id) before the
+expert dispatch carries them, picks included, to the ranks holding their experts.
+Under tensor parallelism (and EP = TP, where no exchange is needed) the routed partial
+sums are all_reduced over the TP group; the shared expert reduces its own (row-parallel
+down projection)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from ....op_contracts import OpDispatcher
+from ...distributed import ParallelContext
 from ...model_config import ModelConfig, MoeConfig
 from ..layers import GatedMLP
-from ..layers.mlp import worst_case_ids
+from ..layers.mlp import RoutedExperts
 from ..weights import ExpertWeights, WeightLoader
 
 #: Expert projections under DeepSeek's names: gate, up, down.
@@ -23,17 +29,17 @@ class V4MoE:
     def __init__(
         self, ops: OpDispatcher, moe: MoeConfig, router: torch.Tensor, experts: ExpertWeights, shared: GatedMLP,
         swiglu_limit: float, hash_table: torch.Tensor | None = None, correction_bias: torch.Tensor | None = None,
+        parallel: ParallelContext = ParallelContext.single(),
     ) -> None:
         self.ops = ops
         self.moe = moe
         self.router = router
-        self.experts = experts
+        self.routed = RoutedExperts(ops, experts, moe.num_experts, parallel, swiglu_limit)
+        self.comm = parallel.tp_comm()
         self.shared = shared
         self.swiglu_limit = swiglu_limit
         self.hash_table = hash_table
         self.correction_bias = correction_bias
-        #: profile_run's routing (see `worst_case_expert_load`).
-        self.worst_case_load = False
 
     @classmethod
     def load(cls, weights: WeightLoader, prefix: str, config: ModelConfig, layer: int) -> V4MoE:
@@ -56,11 +62,11 @@ class V4MoE:
         shared = GatedMLP.load(
             weights, f"{prefix}.shared_experts", hidden, moe.intermediate_size * moe.num_shared_experts, EXPERT_NAMES
         )
-        return cls(weights.ops, moe, router, experts, shared, v4.swiglu_limit, hash_table, bias)
+        return cls(weights.ops, moe, router, experts, shared, v4.swiglu_limit, hash_table, bias, weights.parallel)
 
     def __call__(self, x: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] of the tokens `input_ids` [T] -> [T, hidden]."""
-        moe, experts = self.moe, self.experts
+        moe = self.moe
         logits = F.linear(x.to(self.router.dtype), self.router)
         if self.hash_table is not None:
             weights, ids = self.ops.moe_route(
@@ -72,12 +78,9 @@ class V4MoE:
                 logits, self.correction_bias, top_k=moe.top_k, scoring=moe.scoring, renormalize=True,
                 routed_scaling_factor=moe.routed_scaling_factor,
             )
-        if self.worst_case_load:
-            ids = worst_case_ids(ids, moe.num_experts, None)
-        routed = self.ops.fused_moe(
-            x, experts.w13, experts.w2, weights, ids, None, experts.w13_scale, experts.w2_scale,
-            swiglu_limit=self.swiglu_limit,
-        )
+        routed = self.routed(x, weights, ids)
+        if self.routed.dispatch is None and self.comm is not None:
+            routed = self.comm.all_reduce(routed)  # TP slices or EP = TP ranks' experts: partial sums
         return routed + self._shared(x)
 
     def _shared(self, x: torch.Tensor) -> torch.Tensor:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from ....op_contracts import OpDispatcher
-from ...distributed.communicator import Communicator
+from ...distributed import ParallelContext
+from ...distributed.expert_dispatch import expert_dispatch
 from ...distributed.sharding import split_evenly
 from ...model_config import MoeConfig
 from ..weights import ExpertWeights, WeightLoader
@@ -45,14 +45,53 @@ class GatedMLP:
         return self.down(self.ops.silu_and_mul(self.gate_up(x)))
 
 
+class RoutedExperts:
+    """This rank's routed experts (fused_moe with its expert_map and the model's
+    swiglu_limit), reached through the expert dispatch under expert parallelism: called
+    with a rank's own tokens and their picks, it returns their routed output, complete
+    under expert parallelism (`dispatch` set) and a tensor-parallel partial sum
+    otherwise."""
+
+    def __init__(
+        self, ops: OpDispatcher, experts: ExpertWeights, num_experts: int, parallel: ParallelContext,
+        swiglu_limit: float = 0.0,
+    ) -> None:
+        self.ops = ops
+        self.experts = experts
+        self.swiglu_limit = swiglu_limit
+        self.num_experts = num_experts
+        self.dispatch = expert_dispatch(parallel, ops, num_experts, experts.w13.dtype)
+        #: profile_run's routing (see `worst_case_expert_load`).
+        self.worst_case_load = False
+
+    def __call__(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        if self.dispatch is None:
+            return self.local(x, topk_weights, topk_ids)
+        return self.dispatch(x, topk_weights, topk_ids, self.local)
+
+    def local(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """fused_moe over the experts on this rank (the picks its expert_map sends
+        elsewhere contribute nothing). Under `worst_case_load` the picks that reach this
+        rank are replaced by `worst_case_ids`, after any dispatch, so the rows fused_moe
+        takes here are the most this rank's experts can get."""
+        experts = self.experts
+        if self.worst_case_load:
+            topk_ids = worst_case_ids(topk_ids, self.num_experts, experts.expert_map)
+        return self.ops.fused_moe(
+            x, experts.w13, experts.w2, topk_weights, topk_ids, experts.expert_map, experts.w13_scale,
+            experts.w2_scale, swiglu_limit=self.swiglu_limit,
+        )
+
+
 class SparseMoE:
-    """Routed experts through ops.moe_route and ops.fused_moe, plus shared experts
+    """Routed experts through ops.moe_route and `RoutedExperts`, plus shared experts
     (DeepSeek) added on top. The router GEMM runs in the router weight's dtype (fp32 for
     DeepSeek, whose router Hugging Face keeps in fp32). Under tensor parallelism every
-    rank routes alike and holds each expert's slice of the intermediate dim; under
-    expert parallelism it holds whole experts of its own and fused_moe skips the picks
-    its expert_map sends elsewhere. Either way every rank sees every token, and routed
-    and shared partial outputs are summed over the ranks in one all_reduce (`comm`)."""
+    rank routes alike and holds each expert's slice of the intermediate dim, and routed
+    and shared partial outputs are summed over the TP ranks in one all_reduce. Under
+    expert parallelism a rank holds whole experts of its own: it routes its own tokens,
+    the expert dispatch carries them to the ranks with their experts and brings the
+    summed output back, and only the shared experts' TP slices are all_reduced."""
 
     def __init__(
         self,
@@ -62,40 +101,38 @@ class SparseMoE:
         experts: ExpertWeights,
         correction_bias: torch.Tensor | None = None,
         shared: GatedMLP | None = None,
-        comm: Communicator | None = None,
+        parallel: ParallelContext = ParallelContext.single(),
     ) -> None:
         self.ops = ops
         self.config = config
         self.router = router
-        self.experts = experts
+        self.routed = RoutedExperts(ops, experts, config.num_experts, parallel)
         self.correction_bias = correction_bias
         self.shared = shared
-        self.comm = comm
-        #: profile_run's routing (see `worst_case_expert_load`).
-        self.worst_case_load = False
+        self.comm = parallel.tp_comm()
+
+    @property
+    def experts(self) -> ExpertWeights:
+        """The routed experts' weights on this rank."""
+        return self.routed.experts
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        cfg, experts = self.config, self.experts
+        cfg = self.config
         router_logits = F.linear(x.to(self.router.dtype), self.router)
         topk_weights, topk_ids = self.ops.moe_route(
             router_logits, self.correction_bias, top_k=cfg.top_k, scoring=cfg.scoring, renormalize=cfg.renormalize,
             n_group=cfg.n_group, topk_group=cfg.topk_group, routed_scaling_factor=cfg.routed_scaling_factor,
         )
-        if self.worst_case_load:
-            topk_ids = worst_case_ids(topk_ids, self.router.shape[0], experts.expert_map)
-        out = self.ops.fused_moe(
-            x, experts.w13, experts.w2, topk_weights, topk_ids, experts.expert_map, experts.w13_scale,
-            experts.w2_scale,
-        )
-        if self.shared is not None:
-            out = out + self.shared(x)
-        return out if self.comm is None else self.comm.all_reduce(out)
-
-
-class RoutedExperts(Protocol):
-    """A block of routed experts whose routing profile_run can make its worst case."""
-
-    worst_case_load: bool
+        out = self.routed(x, topk_weights, topk_ids)
+        if self.routed.dispatch is None:
+            # Routed and shared outputs are both TP partial sums: one all_reduce for both.
+            if self.shared is not None:
+                out = out + self.shared(x)
+            return out if self.comm is None else self.comm.all_reduce(out)
+        if self.shared is None:
+            return out
+        shared = self.shared(x)
+        return out + (shared if self.comm is None else self.comm.all_reduce(shared))
 
 
 def worst_case_ids(topk_ids: torch.Tensor, num_experts: int, expert_map: torch.Tensor | None) -> torch.Tensor:

@@ -1,0 +1,41 @@
+"""The engine-counted metrics come once per data-parallel replica, labelled
+`engine="<replica>"` (vLLM's label), and without that label for a single replica."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from accord.core.stats import EngineStats
+from accord.server.metrics import ServerMetrics
+
+
+def samples(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = metrics.render().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_two_replicas_report_their_own_gauges_and_counters() -> None:
+    first = EngineStats(num_running=1, num_waiting=4, generation_tokens=10, kv_blocks_used=1, kv_blocks_total=4)
+    second = EngineStats(num_running=2, num_waiting=0, generation_tokens=3, kv_blocks_used=3, kv_blocks_total=4)
+    second.observe_iteration(7)
+    found = samples(ServerMetrics("m", lambda: [first, second]))
+
+    def value(name: str, replica: str, **extra: str) -> float:
+        return found[(name, tuple(sorted({"model_name": "m", "engine": replica, **extra}.items())))]
+
+    assert (value("accord:num_requests_running", "0"), value("accord:num_requests_running", "1")) == (1, 2)
+    assert (value("accord:num_requests_waiting", "0"), value("accord:num_requests_waiting", "1")) == (4, 0)
+    assert (value("accord:kv_cache_usage_perc", "0"), value("accord:kv_cache_usage_perc", "1")) == (0.25, 0.75)
+    assert (value("accord:generation_tokens_total", "0"), value("accord:generation_tokens_total", "1")) == (10, 3)
+    assert value("accord:iteration_tokens_total_count", "0") == 0
+    assert value("accord:iteration_tokens_total_bucket", "1", le="8") == 1
+
+
+def test_one_replica_keeps_the_unlabelled_series() -> None:
+    found = samples(ServerMetrics("m", lambda: [EngineStats(num_running=5)]))
+    assert found[("accord:num_requests_running", (("model_name", "m"),))] == 5
+    assert not any(dict(labels).get("engine") for _, labels in found)
