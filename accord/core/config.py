@@ -22,7 +22,9 @@ class EngineConfig:
     max_model_len: int | None = None
     block_size: int = 16
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
+    #: Most tokens one step computes; None: chosen at start-up from the device's
+    #: measured step times (accord.core.token_budget), at most vLLM's online 2048.
+    max_num_batched_tokens: int | None = None
     enable_prefix_caching: bool = True
     #: KV cache bytes (the budget on CPUs; overrides gpu_memory_utilization elsewhere).
     kv_cache_memory: int | None = None
@@ -48,7 +50,7 @@ class EngineConfig:
             (self.block_size >= 1, f"block_size must be positive, got {self.block_size}"),
             (self.max_num_seqs >= 1, f"max_num_seqs must be positive, got {self.max_num_seqs}"),
             (
-                self.max_num_batched_tokens >= 1,
+                self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
                 f"max_num_batched_tokens must be positive, got {self.max_num_batched_tokens}",
             ),
             (

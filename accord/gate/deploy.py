@@ -13,6 +13,7 @@ from typing import Callable, Mapping, Sequence, TypeVar
 import torch
 
 from ..backends import Backend, default_registry
+from ..core.engine import LLMEngine
 from ..core.outputs import CompletionOutput
 from ..core.sampling_params import SamplingParams
 from ..entrypoints import LLM
@@ -122,7 +123,7 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
                                lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))
         else:
             checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
-        reference = _reference_settings(config, prompts, llm.llm_engine.max_model_len)
+        reference = _reference_settings(config, prompts, llm.llm_engine)
         del llm
         say(f"the same prompts on '{config.gate.reference}'")
         want = _guarded("reference generation", "deploy", lambda: _greedy(
@@ -136,15 +137,16 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
     return _Stages(checks, recorder.cases(), recorder.ops_called)
 
 
-def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], max_model_len: int) -> dict[str, object]:
+def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], engine: LLMEngine) -> dict[str, object]:
     """The production settings on the reference backend, with a KV cache of just the
     blocks the prompt set needs rather than the production budget: the production
     engine's may not be freed yet (the server stack's caches can hold it), and greedy
-    tokens do not depend on how many blocks are spare."""
-    block_size = config.engine.block_size
+    tokens do not depend on how many blocks are spare. The reference chunks prompts
+    with the production engine's token budget (the configured or the measured one)."""
+    block_size, max_model_len = config.engine.block_size, engine.max_model_len
     per_prompt = sum(-(-(len(p.token_ids) + config.gate.max_tokens) // block_size) for p in prompts)
     blocks = max(per_prompt, -(-max_model_len // block_size)) + 1
-    return {**dataclasses.asdict(config.engine), "backend": config.gate.reference, "max_model_len": max_model_len,
+    return {**dataclasses.asdict(engine.config), "backend": config.gate.reference, "max_model_len": max_model_len,
             "kv_cache_memory": None, "num_gpu_blocks_override": blocks}
 
 
@@ -152,7 +154,8 @@ def _prompts(llm: LLM, config: DeployConfig) -> list[Prompt]:
     engine = llm.llm_engine
     passage = engine.tokenizer.encode(PASSAGE, add_special_tokens=False)
     room = engine.max_model_len - config.gate.max_tokens
-    return prompt_set(passage, config.engine.max_num_batched_tokens, room)
+    # The budget in force: the configured one, or the one measured at start-up.
+    return prompt_set(passage, engine.config.max_num_batched_tokens, room)
 
 
 def _greedy(llm: LLM, prompts: Sequence[Prompt], max_tokens: int) -> list[CompletionOutput]:

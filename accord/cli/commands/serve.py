@@ -93,7 +93,12 @@ def _add_engine_flags(group: argparse._ArgumentGroup) -> None:
     engine_flag("max_model_len", "context length; None means the model's", type=int)
     engine_flag("block_size", "tokens per KV cache block", type=int)
     engine_flag("max_num_seqs", "most sequences in one step", type=int)
-    engine_flag("max_num_batched_tokens", "most tokens in one step", type=int)
+    engine_flag(
+        "max_num_batched_tokens",
+        "most tokens in one step; None: the largest whose measured step time keeps decodes' inter-token latency "
+        "within 5 decode steps (at most 2048)",
+        type=int,
+    )
     engine_flag(
         "enable_prefix_caching", "reuse KV blocks of shared prompt prefixes", action=argparse.BooleanOptionalAction
     )
