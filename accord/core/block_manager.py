@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Hashable
 
+from .config import PrefixCachingHashAlgo
+
 #: A block's key: the chain hash of its prefix and tokens.
 BlockKey = Hashable
 #: The chain's start (the parent of a sequence's first block).
@@ -37,8 +39,8 @@ def _builtin_key(parent: BlockKey, token_ids: Sequence[int]) -> BlockKey:
     return (hash(parent), tuple(token_ids))
 
 
-#: `--prefix-caching-hash-algo` choices (vLLM's names).
-PREFIX_HASH_ALGOS: dict[str, Callable[[BlockKey, Sequence[int]], BlockKey]] = {
+#: The key hash of each `prefix_caching_hash_algo` choice.
+PREFIX_HASH_ALGOS: dict[PrefixCachingHashAlgo, Callable[[BlockKey, Sequence[int]], BlockKey]] = {
     "sha256": _sha256_key,
     "builtin": _builtin_key,
 }
@@ -57,7 +59,7 @@ class BlockManager:
     """Owns the physical KV blocks and every sequence's block table."""
 
     def __init__(
-        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, hash_algo: str = "sha256"
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, hash_algo: PrefixCachingHashAlgo = "sha256"
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need at least one block of at least one token, got {num_blocks} x {block_size}")

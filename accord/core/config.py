@@ -1,107 +1,157 @@
-"""Engine arguments: one dataclass with vLLM's names and defaults where vLLM has them,
-checked in `__post_init__`."""
+"""Engine arguments: one dataclass with vLLM's names and defaults where vLLM has them.
+
+It is also the one typed definition of what each argument may be: the annotation says
+the type and, as a Literal, the choices; `setting(...)` adds the help text, vLLM's flag
+name where it is not the field's, and numeric bounds. `engine_settings()` reads that
+back, and everything that offers the arguments derives from it: `__post_init__`'s
+checks (so Python callers and deploy.yaml are checked alike), `accord serve`'s flags and
+the deploy YAML's keys. Adding a field here is all it takes to add an engine argument.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import types
+from dataclasses import MISSING, dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 #: KV cache bytes on a CPU when `kv_cache_memory` is not given (vLLM-CPU's default
 #: VLLM_CPU_KVCACHE_SPACE is 4 GiB too).
 DEFAULT_CPU_KV_CACHE_BYTES = 4 << 30
+
+#: The allowed values of the engine's string choices (vLLM's names).
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+Quantization = Literal["fp8"]
+KVCacheDtype = Literal["auto", "fp8"]
+SchedulingPolicy = Literal["fcfs", "priority"]
+PrefixCachingHashAlgo = Literal["sha256", "builtin"]
+ExecutorBackend = Literal["uni", "mp", "ray"]
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """What a field's annotation cannot say: its help, vLLM's flag when it is not the
+    field's name, short aliases, the default as help should describe it, and bounds."""
+
+    help: str
+    flag: str | None = None
+    aliases: tuple[str, ...] = ()
+    default_help: str | None = None
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+
+
+def setting(default: Any = MISSING, *, help: str, **info: Any) -> Any:
+    """A dataclass field carrying its `SettingInfo` (keyword arguments as SettingInfo's)."""
+    return field(default=default, metadata={"setting": SettingInfo(help, **info)})
+
+
+@dataclass(frozen=True)
+class EngineSetting:
+    """One engine argument as read from EngineConfig: its name, value type, choices
+    (from a Literal annotation), whether None is allowed, its default and its info."""
+
+    name: str
+    kind: type
+    choices: tuple[Any, ...] | None
+    nullable: bool
+    default: Any
+    info: SettingInfo
+
+    @property
+    def required(self) -> bool:
+        """Whether the argument has no default (the model)."""
+        return self.default is MISSING
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag (vLLM's name): `--max-num-seqs` for max_num_seqs."""
+        return self.info.flag or "--" + self.name.replace("_", "-")
+
+    def refusal(self, value: Any) -> str | None:
+        """Why `value` is not allowed for this argument, or None when it is."""
+        if value is None:
+            return None if self.nullable else "a value (not None)"
+        if self.choices is not None:
+            return None if value in self.choices else "one of " + ", ".join(map(repr, self.choices))
+        if self.kind is bool and not isinstance(value, bool):
+            return "true or false"
+        numeric = {int: (int,), float: (int, float)}.get(self.kind)
+        if numeric is not None and (isinstance(value, bool) or not isinstance(value, numeric)):
+            return "an integer" if self.kind is int else "a number"
+        info = self.info
+        if info.at_least is not None and value < info.at_least:
+            return f"at least {info.at_least:g}"
+        if info.above is not None and value <= info.above:
+            return f"greater than {info.above:g}"
+        if info.at_most is not None and value > info.at_most:
+            return f"at most {info.at_most:g}"
+        return None
 
 
 @dataclass
 class EngineConfig:
     """Everything the engine needs besides the model's own config.json."""
 
-    model: str
-    tokenizer: str | None = None
-    backend: str = "auto"
-    dtype: str = "auto"
-    quantization: str | None = None
-    max_model_len: int | None = None
-    block_size: int = 16
-    max_num_seqs: int = 256
-    #: Most tokens one step computes; None: chosen at start-up from the device's
-    #: measured step times (accord.core.token_budget), at most vLLM's online 2048.
-    max_num_batched_tokens: int | None = None
-    enable_prefix_caching: bool = True
-    #: KV cache bytes (the budget on CPUs; overrides gpu_memory_utilization elsewhere).
-    kv_cache_memory: int | None = None
-    gpu_memory_utilization: float = 0.9
-    #: Exact KV block count, bypassing the memory budget (tests, reproducible runs).
-    num_gpu_blocks_override: int | None = None
-    kv_cache_dtype: str = "auto"
-    scheduling_policy: str = "fcfs"
-    seed: int = 0
-    #: Hash of prefix-cache block keys: "sha256" (collision-resistant) or "builtin".
-    prefix_caching_hash_algo: str = "sha256"
-    #: Ranks one model is sharded over (vLLM's -tp); one worker process each under "mp".
-    tensor_parallel_size: int = 1
-    #: How workers run: "uni" (in this process), "mp" (a process per rank) or "ray";
-    #: None picks "uni" for one rank and "mp" for more.
-    distributed_executor_backend: str | None = None
-    #: Split the routed experts of MoE layers across the ranks (vLLM's flag; EP size =
-    #: TP size x DP size) instead of slicing every expert's intermediate dim.
-    enable_expert_parallel: bool = False
+    model: str = setting(help="Hugging Face model directory, GGUF file, or accord-demo-random")
+    tokenizer: str | None = setting(None, help="tokenizer directory", default_help="the model directory")
+    backend: str = setting(
+        "auto", help="kernel backend: auto, cpu, reference, cuda, rocm, ascend or a plugin's (see `accord backends`)"
+    )
+    dtype: Dtype = setting("auto", help="compute dtype; auto follows config.json and the device")
+    quantization: Quantization | None = setting(None, help="weight quantization")
+    max_model_len: int | None = setting(None, help="context length", default_help="the model's", at_least=1)
+    block_size: int = setting(16, help="tokens per KV cache block", at_least=1)
+    max_num_seqs: int = setting(256, help="most sequences in one step", at_least=1)
+    max_num_batched_tokens: int | None = setting(
+        None, help="most tokens in one step", at_least=1,
+        default_help="chosen at start-up from measured step times: the largest power of two from max_num_seqs "
+        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.token_budget)",
+    )
+    enable_prefix_caching: bool = setting(True, help="reuse KV blocks of shared prompt prefixes")
+    kv_cache_memory: int | None = setting(
+        None, help="KV cache size in bytes (the budget on CPUs; overrides gpu_memory_utilization elsewhere)",
+        flag="--kv-cache-memory-bytes", at_least=1,
+        default_help="4 GiB on CPUs (256 MiB for the demo model), else from --gpu-memory-utilization",
+    )
+    gpu_memory_utilization: float = setting(
+        0.9, help="fraction of accelerator memory the engine may use", above=0.0, at_most=1.0
+    )
+    num_gpu_blocks_override: int | None = setting(
+        None, help="exact KV block count, bypassing the memory budget (tests, reproducible runs)",
+        default_help="from the memory budget", at_least=1,
+    )
+    kv_cache_dtype: KVCacheDtype = setting("auto", help="KV cache dtype")
+    scheduling_policy: SchedulingPolicy = setting("fcfs", help="order of waiting requests")
+    seed: int = setting(0, help="random seed of unseeded sampling")
+    prefix_caching_hash_algo: PrefixCachingHashAlgo = setting(
+        "sha256", help="hash of prefix-cache block keys; builtin is faster but not collision-resistant"
+    )
+    tensor_parallel_size: int = setting(
+        1, help="ranks (devices) one model is sharded over; one worker process each under mp", aliases=("-tp",),
+        at_least=1,
+    )
+    distributed_executor_backend: ExecutorBackend | None = setting(
+        None, help="how the ranks run: uni (in the server process), mp (a process per rank) or ray",
+        default_help="uni for one rank, mp for more",
+    )
+    enable_expert_parallel: bool = setting(
+        False, help="split MoE layers' routed experts across the ranks (EP size = TP size x DP size) instead of "
+        "slicing every expert's intermediate dim",
+    )
 
     def __post_init__(self) -> None:
-        checks = (
-            (self.block_size >= 1, f"block_size must be positive, got {self.block_size}"),
-            (self.max_num_seqs >= 1, f"max_num_seqs must be positive, got {self.max_num_seqs}"),
-            (
-                self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
-                f"max_num_batched_tokens must be positive, got {self.max_num_batched_tokens}",
-            ),
-            (
-                self.max_model_len is None or self.max_model_len >= 1,
-                f"max_model_len must be positive, got {self.max_model_len}",
-            ),
-            (
-                self.kv_cache_memory is None or self.kv_cache_memory > 0,
-                f"kv_cache_memory must be a positive byte count, got {self.kv_cache_memory}",
-            ),
-            (
-                self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 1,
-                f"num_gpu_blocks_override must be positive, got {self.num_gpu_blocks_override}",
-            ),
-            (
-                0.0 < self.gpu_memory_utilization <= 1.0,
-                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
-            ),
-            (
-                self.kv_cache_dtype in ("auto", "fp8"),
-                f"kv_cache_dtype must be 'auto' or 'fp8', got {self.kv_cache_dtype!r}",
-            ),
-            (
-                self.scheduling_policy in ("fcfs", "priority"),
-                f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}",
-            ),
-            (
-                self.prefix_caching_hash_algo in ("sha256", "builtin"),
-                f"prefix_caching_hash_algo must be 'sha256' or 'builtin', got {self.prefix_caching_hash_algo!r}",
-            ),
-            (
-                self.tensor_parallel_size >= 1,
-                f"tensor_parallel_size must be positive, got {self.tensor_parallel_size}",
-            ),
-            (
-                self.distributed_executor_backend in (None, "uni", "mp", "ray"),
-                "distributed_executor_backend must be uni, mp or ray, got "
-                f"{self.distributed_executor_backend!r}",
-            ),
-            (
-                self.distributed_executor_backend != "uni" or self.tensor_parallel_size == 1,
-                f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} needs mp (or ray)",
-            ),
-            (
-                self.dtype in ("auto", "float32", "bfloat16", "float16"),
-                f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}",
-            ),
-        )
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        for spec in engine_settings():
+            value = getattr(self, spec.name)
+            expected = spec.refusal(value)
+            if expected is not None:
+                raise ValueError(f"{spec.name} must be {expected}, got {value!r}")
+        if self.distributed_executor_backend == "uni" and self.tensor_parallel_size != 1:
+            raise ValueError(
+                f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} needs mp (or ray)"
+            )
 
     @property
     def executor_backend(self) -> str:
@@ -118,3 +168,28 @@ class EngineConfig:
                 f"max_model_len={wanted} exceeds the model's max_position_embeddings={max_position_embeddings}"
             )
         return wanted
+
+
+@lru_cache(maxsize=1)
+def engine_settings() -> tuple[EngineSetting, ...]:
+    """Every EngineConfig field as an `EngineSetting`, in field order."""
+    hints = get_type_hints(EngineConfig)
+    settings = []
+    for item in dataclasses.fields(EngineConfig):
+        if "setting" not in item.metadata:
+            raise TypeError(f"EngineConfig.{item.name} must be declared with setting(default, help=...)")
+        kind, nullable = _unwrap_optional(hints[item.name])
+        choices = get_args(kind) if get_origin(kind) is Literal else None
+        if choices is not None:
+            kind = type(choices[0])
+        settings.append(EngineSetting(item.name, kind, choices, nullable, item.default, item.metadata["setting"]))
+    return tuple(settings)
+
+
+def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    """(`T`, True) for `T | None`, (`T`, False) for `T`."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return members[0], True
+    return annotation, False

@@ -76,7 +76,7 @@ class LLMEngine:
             BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, config.prefix_caching_hash_algo),
             config.max_num_batched_tokens,
             config.max_num_seqs,
-            config.scheduling_policy,  # type: ignore[arg-type]
+            config.scheduling_policy,
             max_model_len=max_model_len,
             eos_token_ids=info.model_config.eos_token_ids,
             structured_output=StructuredOutputManager(

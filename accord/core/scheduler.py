@@ -18,15 +18,14 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable, Collection, Iterable
-from typing import Literal
+from typing import get_args
 
 from .block_manager import BlockManager
+from .config import SchedulingPolicy
 from .sched.output import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
 from .stats import EngineStats
 from .structured_output import GrammarBitmask, StructuredOutputManager
-
-Policy = Literal["fcfs", "priority"]
 
 #: Why a sequence stopped, and the stop token or string that did it (vLLM's names).
 StopDecision = tuple[str, int | str | None]
@@ -59,14 +58,14 @@ class Scheduler:
         block_manager: BlockManager,
         max_num_batched_tokens: int,
         max_num_seqs: int,
-        policy: Policy = "fcfs",
+        policy: SchedulingPolicy = "fcfs",
         *,
         max_model_len: int | None = None,
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
     ) -> None:
-        if policy not in ("fcfs", "priority"):
-            raise ValueError(f"unknown scheduling policy {policy!r}; use 'fcfs' or 'priority'")
+        if policy not in get_args(SchedulingPolicy):
+            raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs

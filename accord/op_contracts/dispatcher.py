@@ -19,7 +19,7 @@ import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import torch
 
@@ -29,6 +29,13 @@ from .kernel import CallSignature, CastAdapter, Kernel, TensorKey
 from .shapes import cdiv
 from .spec import REQUIRED, OpContract, OutputSpec, dtype_name, shape_dims
 from .validate import SizeStep, describe_tensor, replay_sizes, validate_call
+
+if TYPE_CHECKING:
+    # Type checkers and editors see every op as a typed method (generated from the
+    # contracts); at run time `__getattr__` serves each op through an OpHandle.
+    from .typed_ops import Ops as _TypedOps
+else:
+    _TypedOps = object
 
 logger = logging.getLogger("accord.contracts")
 
@@ -66,7 +73,7 @@ class CallPlan:
     outputs: tuple[tuple[str, tuple[Any, ...], OutputSpec], ...]
 
 
-class OpDispatcher:
+class OpDispatcher(_TypedOps):
     """Calls ops on one backend through their contracts: `ops.rms_norm(x, w, eps=1e-6)`.
 
     Arguments bind positionally in contract order (tensors, then parameters) or by

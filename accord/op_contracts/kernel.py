@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
 
-from .spec import dtype_name
+from .contracts import CONTRACTS
+from .spec import OpContract, dtype_name
 
 #: One tensor's part of a call signature: (dtype, rank, device type, contiguous).
 TensorKey = tuple[torch.dtype, int, str, bool] | None
@@ -90,11 +92,65 @@ class Kernel:
         return None
 
 
-class KernelSet:
-    """A backend's table of kernels, filled with the `register` decorator."""
+class KernelSignatureError(TypeError):
+    """A kernel registered for an op whose parameters are not the contract's argument
+    and output names (a renamed, missing or extra argument): raised at registration,
+    long before the dispatcher's keyword call would fail mid-step."""
 
-    def __init__(self) -> None:
+
+def kernel_parameter_names(contract: OpContract) -> tuple[str, ...]:
+    """What the dispatcher passes a kernel of `contract`, by keyword: every tensor
+    argument and parameter in contract order, then every pre-allocated output."""
+    return (*contract.arg_names, *(o.name for o in contract.outputs))
+
+
+def signature_mismatch(contract: OpContract, fn: Callable[..., None]) -> str | None:
+    """Why `fn` cannot be `contract`'s kernel, or None when its parameters are exactly
+    the contract's names. A `**kwargs` catch-all (a forwarding wrapper, a recorder)
+    takes every name it does not list; a positional-only parameter takes none."""
+    wanted = kernel_parameter_names(contract)
+    parameters = inspect.signature(fn).parameters.values()
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    catch_all = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    problems = []
+    missing = [name for name in wanted if name not in named]
+    if missing and not catch_all:
+        problems.append(f"missing {', '.join(missing)}")
+    extra = sorted(named - set(wanted))
+    if extra:
+        problems.append(f"extra {', '.join(extra)}")
+    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY]
+    if positional:
+        problems.append(f"positional-only {', '.join(positional)}")
+    return "; ".join(problems) or None
+
+
+class KernelSet:
+    """A backend's table of kernels, filled with the `register` decorator. Every kernel
+    is checked against its op's contract as it joins (`KernelSignatureError`), so a
+    kernel whose parameter names drifted from the contract fails at import, naming the
+    backend, the op and the names."""
+
+    def __init__(self, backend: str = "", contracts: Mapping[str, OpContract] = CONTRACTS) -> None:
+        #: The backend this table belongs to, as registration errors name it.
+        self.backend = backend
+        self.contracts = contracts
         self._kernels: dict[str, Kernel] = {}
+
+    def check(self, op: str, fn: Callable[..., None]) -> None:
+        """Refuse `fn` as the kernel of `op` unless `op` has a contract and `fn` takes
+        exactly its argument and output names (KernelSignatureError)."""
+        owner = f"backend '{self.backend}'" if self.backend else "an unnamed kernel set"
+        contract = self.contracts.get(op)
+        if contract is None:
+            raise KernelSignatureError(f"{owner}: a kernel for {op!r}, which no op contract defines")
+        mismatch = signature_mismatch(contract, fn)
+        if mismatch is not None:
+            raise KernelSignatureError(
+                f"{owner}: the {op} kernel {getattr(fn, '__qualname__', fn)!r} does not take the contract's "
+                f"arguments: {mismatch}. A kernel is called with every argument and output by name: "
+                f"{', '.join(kernel_parameter_names(contract))}"
+            )
 
     def register(
         self,
@@ -109,6 +165,7 @@ class KernelSet:
         def decorate(fn: Callable[..., None]) -> Callable[..., None]:
             if op in self._kernels:
                 raise ValueError(f"kernel for {op} registered twice")
+            self.check(op, fn)
             self._kernels[op] = Kernel(op, fn, dict(claims or {}), supports, adapters)
             return fn
 
@@ -116,6 +173,7 @@ class KernelSet:
 
     def add(self, kernel: Kernel) -> None:
         """Register an already built kernel (a backend reusing another's)."""
+        self.check(kernel.op, kernel.fn)
         self._kernels[kernel.op] = kernel
 
     def get(self, op: str) -> Kernel | None:

@@ -20,6 +20,7 @@ from jinja2.exceptions import TemplateError
 from pydantic import BaseModel
 
 from ..core.async_engine import AsyncLLM
+from ..core.config import SchedulingPolicy
 from ..core.outputs import RequestOutput
 from ..core.sampling_params import SamplingParams
 from ..core.structured_output import StructuredOutputsParams, token_bytes_function
@@ -41,7 +42,7 @@ class ServedModel:
     vocab_size: int
     description: str | None = None
     #: The engine's order of waiting requests; `priority` is refused under fcfs (as vLLM).
-    scheduling_policy: str = "fcfs"
+    scheduling_policy: SchedulingPolicy = "fcfs"
 
 
 T = TypeVar("T")

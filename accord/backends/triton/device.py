@@ -56,7 +56,7 @@ def restrict_fp8(kernels: KernelSet, fp8_dtype: torch.dtype) -> KernelSet:
     """`kernels` refusing every signature that has an fp8 tensor or fp8 dtype parameter
     of another format than the device's `fp8_dtype` (a GPU computes in one flavour;
     the interpreter in both)."""
-    restricted = KernelSet()
+    restricted = KernelSet(kernels.backend)
     for kernel in kernels.as_dict().values():
         restricted.add(_with_fp8_check(kernel, fp8_dtype))
     return restricted

@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, get_args
 
 import torch
 
 from ...op_contracts import OpDispatcher
+from ..config import Quantization
 from ..distributed import ParallelContext
 from ..gguf import is_gguf, open_gguf_model
 from ..loader import CheckpointError, SafetensorsCheckpoint, read_json
@@ -19,7 +20,8 @@ from .causal_lm import CausalLM
 from .registry import UnsupportedArchitectureError, check_supported, family, supported_architectures
 from .weights import WeightLoader
 
-QUANTIZATIONS = (None, "fp8")
+#: What `quantization` may be: none, or a method EngineConfig names.
+QUANTIZATIONS = (None, *get_args(Quantization))
 
 
 @dataclass(frozen=True)

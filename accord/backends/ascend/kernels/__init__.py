@@ -12,7 +12,7 @@ from . import attention, cache, compressed, elementwise, fp8, linear, moe, sampl
 
 def build_kernels(npu: Any) -> KernelSet:
     """Every contract's kernel, calling torch-npu's operators on `npu`."""
-    kernels = KernelSet()
+    kernels = KernelSet("ascend")
     for family in (elementwise, cache, attention, moe):
         family.register(kernels, npu)
     for plain in (fp8, linear, sampling, compressed):

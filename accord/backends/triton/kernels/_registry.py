@@ -2,4 +2,4 @@
 
 from ....op_contracts import KernelSet
 
-KERNELS = KernelSet()
+KERNELS = KernelSet("triton")

@@ -9,7 +9,7 @@ import torch
 from accord.backends import Backend, hookimpl
 from accord.op_contracts import KernelSet
 
-KERNELS = KernelSet()
+KERNELS = KernelSet("demo")
 
 
 @KERNELS.register("rms_norm")
