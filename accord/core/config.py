@@ -141,6 +141,15 @@ class EngineConfig:
         False, help="split MoE layers' routed experts across the ranks (EP size = TP size x DP size) instead of "
         "slicing every expert's intermediate dim",
     )
+    data_parallel_size: int = setting(
+        1, help="data-parallel ranks, each with its own scheduler and KV cache (EP size = TP size x DP size)",
+        aliases=("-dp",), at_least=1,
+    )
+    record_op_calls: str | None = setting(
+        None, help="folder each rank records the first calls of every op signature into, profile_run's "
+        "included (what `accord conformance --deploy` replays; it sets this itself)",
+        default_help="record nothing",
+    )
 
     def __post_init__(self) -> None:
         for spec in engine_settings():

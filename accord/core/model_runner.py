@@ -24,6 +24,7 @@ from .config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from .device import DeviceBackend
 from .input_batch import CachedRequestState, InputBatch
 from .models import CausalLM
+from .models.layers.mlp import worst_case_expert_load
 from .sampler import Sampler, prompt_logprobs
 from .sched.output import ModelRunnerOutput, SchedulerOutput
 from .structured_output import GrammarBitmask
@@ -118,7 +119,9 @@ class ModelRunner:
         """Run one forward at the configured maxima (the largest batch a step can hold,
         split over as many sequences as it may have, with logits for each) on a scratch
         KV cache, so shape and dtype problems show before the first request and the
-        allocator's peak is known before the KV cache is sized."""
+        allocator's peak is known before the KV cache is sized. The routed experts take
+        this rank's worst case: every token reaches this rank's experts (an
+        expert-parallel rank's heaviest step), whatever the router makes of the batch."""
         num_seqs = max(1, min(max_num_seqs, max_num_batched_tokens))
         lengths = [max_num_batched_tokens // num_seqs] * num_seqs
         lengths[-1] += max_num_batched_tokens - sum(lengths)
@@ -145,7 +148,7 @@ class ModelRunner:
         num_new = torch.tensor(lengths)
         start = time.perf_counter()
         batch = self.flatten(tokens, tables, torch.arange(num_seqs), torch.zeros(num_seqs, dtype=torch.int64), num_new)
-        with torch.inference_mode():
+        with torch.inference_mode(), worst_case_expert_load(self.model.moe_blocks()):
             hidden = self.model.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
             self.model.compute_logits(hidden[batch.last_rows])
         self.backend.synchronize()

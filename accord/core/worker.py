@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 
 from ..op_contracts import OpDispatcher
+from ..op_contracts.recording import CallRecorder, rank_directory
 from .config import EngineConfig
 from .device import BackendFactory
 from .distributed import ParallelContext, destroy_parallel, init_parallel
@@ -59,6 +60,9 @@ class Worker:
         else:
             self.parallel = ParallelContext.single()
         self.ops = OpDispatcher(backend)
+        if config.record_op_calls is not None:
+            # Installed before the model loads, so profile_run's calls are recorded too.
+            self.ops.add_hook(CallRecorder(rank_directory(config.record_op_calls, rank)))
         loaded = load_model(
             config.model,
             self.ops,

@@ -7,21 +7,24 @@ config called, at the recorded signatures plus the standard cases."""
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
-from typing import Callable, Mapping, Sequence, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping, Sequence, TypeVar
 
 import torch
 
 from ..backends import Backend, default_registry
 from ..core.engine import LLMEngine
 from ..core.outputs import CompletionOutput
+from ..op_contracts.recording import read_recordings
 from ..core.sampling_params import SamplingParams
 from ..entrypoints import LLM
 from ..conformance.case import Case
 from ..conformance.cases import cases_for
 from .deploy_config import DeployConfig, GateSettings
 from .preflight import preflight_checks
-from .recording import recording_calls
+from .recording import Recording, recorded_cases
 from .reports import Check, CheckStatus, GateReport
 from .reports.environment import capture_environment
 from .reports.samples import sample_outputs
@@ -30,6 +33,9 @@ from ..conformance.runner import ConformanceRunner, OpProgress
 from .server_checks import server_checks
 from .smoke import PASSAGE, Prompt, compare_streams, prompt_set
 
+#: The engine settings of a single-rank engine (the reference run's layout).
+SINGLE_RANK = {"tensor_parallel_size": 1, "data_parallel_size": 1, "enable_expert_parallel": False,
+               "distributed_executor_backend": None}
 #: Stage lines for the terminal ("profile_run at ...").
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -44,8 +50,7 @@ class _Stages:
     """What the model-level stages produced, for the op stage and the report."""
 
     checks: list[Check]
-    recorded: dict[str, list[Case]]
-    ops_called: list[str]
+    recording: Recording
 
 
 def run_gate(
@@ -67,16 +72,17 @@ def run_gate(
     if any(check.status is CheckStatus.FAIL for check in checks):
         return GateReport(environment, None, tuple(checks))
     stages = _model_stages(config, backend, say)
-    wanted = [op for op in stages.ops_called if ops is None or op in ops]
+    wanted = [op for op in stages.recording.ops_called if ops is None or op in ops]
     say(f"op conformance for the {len(wanted)} ops this config calls")
     # Kernels run as the engine runs them: under inference_mode. A workspace a kernel
     # cached while the engine generated is an inference tensor, which no other mode may
     # write (the cpu backend's cannot be); production only calls kernels in this mode.
     with torch.inference_mode():
-        conformance, cases = _op_conformance(backend, reference, config.gate, wanted, stages.recorded, progress)
+        conformance, cases = _op_conformance(
+            backend, reference, config.gate, wanted, stages.recording.cases, progress)
         samples = sample_outputs(backend, reference, cases, conformance.results)
     checks += stages.checks + requirement_checks(config.gate, conformance.results)
-    return GateReport(environment, conformance, tuple(checks), samples)
+    return GateReport(environment, conformance, tuple(checks), samples, stages.recording.signatures)
 
 
 class _StageFailed(Exception):
@@ -101,53 +107,86 @@ def _guarded(
 def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
     """profile_run, the recorded greedy generation, the reference comparison and the
     server checks. A broken stage fails its check and stops the later ones, which
-    would only fail for the same reason; the ops recorded up to then still run."""
+    would only fail for the same reason; the ops recorded up to then still run.
+
+    The production engine runs the deploy's parallel layout; each of its ranks records
+    its own calls (profile_run's included) through its dispatcher's hook into a folder
+    (the deploy's `record_op_calls`, else a scratch one), read back once the engine has
+    stopped."""
     checks: list[Check] = []
-    settings = dataclasses.asdict(config.engine)
     maxima = {
         "max_num_seqs": config.engine.max_num_seqs,
         "max_num_batched_tokens": config.engine.max_num_batched_tokens,
     }
-    try:
-        with recording_calls(backend, config.gate.seed) as recorder:
+    with _recording_folder(config.engine.record_op_calls) as folder:
+        settings = {**dataclasses.asdict(config.engine), "record_op_calls": folder}
+        try:
             say(f"profile_run at max_num_seqs={maxima['max_num_seqs']} "
-                f"max_num_batched_tokens={maxima['max_num_batched_tokens']}")
+                f"max_num_batched_tokens={maxima['max_num_batched_tokens']} on {_layout(config)}")
             llm = _guarded("profile_run", "deploy", lambda: LLM(**settings), maxima)
-            checks.append(Check("profile_run", "deploy", CheckStatus.PASS, "", maxima))
-            prompts = _prompts(llm, config)
-            say(f"greedy generation of {len(prompts)} prompts on '{backend.name}', recording op calls")
-            got = _guarded("greedy generation", "deploy", lambda: _greedy(llm, prompts, config.gate.max_tokens))
-        if config.gate.server_checks:
-            say("server-path checks (first streamed token, terminal EOS, usage)")
-            checks += _guarded("server checks", "server",
-                               lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))
-        else:
-            checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
-        reference = _reference_settings(config, prompts, llm.llm_engine)
-        del llm
-        say(f"the same prompts on '{config.gate.reference}'")
-        want = _guarded("reference generation", "deploy", lambda: _greedy(
-            LLM(**reference), prompts, config.gate.max_tokens))
-        checks.append(_comparison_check(config.gate, prompts, got, want))
-    except _StageFailed as failed:
-        checks.append(failed.check)
-        say(f"{failed.check.name}: FAILED {failed.check.message}")
-    if recorder.too_large:
-        say(f"{recorder.too_large} calls were too large to record; their ops still run their standard cases")
-    return _Stages(checks, recorder.cases(), recorder.ops_called)
+            try:
+                checks.append(Check("profile_run", "deploy", CheckStatus.PASS, "", maxima))
+                prompts = _prompts(llm, config)
+                say(f"greedy generation of {len(prompts)} prompts on '{backend.name}', recording op calls")
+                got = _guarded("greedy generation", "deploy", lambda: _greedy(llm, prompts, config.gate.max_tokens))
+                if config.gate.server_checks:
+                    say("server-path checks (first streamed token, terminal EOS, usage)")
+                    checks += _guarded("server checks", "server",
+                                       lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))
+                else:
+                    checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
+                reference = _reference_settings(config, prompts, llm.llm_engine)
+            finally:
+                llm.llm_engine.shutdown()
+                del llm
+            say(f"the same prompts on '{config.gate.reference}'")
+            want = _guarded("reference generation", "deploy",
+                            lambda: _greedy_once(reference, prompts, config.gate.max_tokens))
+            checks.append(_comparison_check(config.gate, prompts, got, want))
+        except _StageFailed as failed:
+            checks.append(failed.check)
+            say(f"{failed.check.name}: FAILED {failed.check.message}")
+        recording = recorded_cases(read_recordings(folder), config.gate.seed)
+    if recording.too_large:
+        say(f"{recording.too_large} calls were too large to record; their ops still run their standard cases")
+    return _Stages(checks, recording)
+
+
+@contextmanager
+def _recording_folder(kept: str | None) -> Iterator[str]:
+    """The folder the ranks record into: `kept` (the deploy's, left in place after the
+    run), else a scratch folder removed after."""
+    if kept is not None:
+        yield kept
+        return
+    with tempfile.TemporaryDirectory(prefix="accord-gate-calls-") as folder:
+        yield folder
+
+
+def _layout(config: DeployConfig) -> str:
+    """The parallel layout in words, for the stage line."""
+    engine = config.engine
+    ranks = engine.tensor_parallel_size * engine.data_parallel_size
+    return (f"{ranks} rank{'s' if ranks > 1 else ''} (tp={engine.tensor_parallel_size}, dp={engine.data_parallel_size}"
+            f"{', expert parallel' if engine.enable_expert_parallel else ''}, {engine.executor_backend} executor)")
 
 
 def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], engine: LLMEngine) -> dict[str, object]:
-    """The production settings on the reference backend, with a KV cache of just the
-    blocks the prompt set needs rather than the production budget: the production
-    engine's may not be freed yet (the server stack's caches can hold it), and greedy
-    tokens do not depend on how many blocks are spare. The reference chunks prompts
-    with the production engine's token budget (the configured or the measured one)."""
+    """The production settings on the reference backend, in one rank, with a KV cache of
+    just the blocks the prompt set needs rather than the production budget: the
+    production engine's may not be freed yet (the server stack's caches can hold it),
+    and greedy tokens do not depend on how many blocks are spare. One rank, because the
+    golden answer must not share the parallel code the deploy is checked for (a wrong
+    expert-parallel combine would agree with itself), and the reference backend runs
+    on the host, where the ranks would share the same memory anyway. It records nothing:
+    its calls are the golden's, not the deploy's. It chunks prompts with the production
+    engine's token budget (the configured or the measured one)."""
     block_size, max_model_len = config.engine.block_size, engine.max_model_len
     per_prompt = sum(-(-(len(p.token_ids) + config.gate.max_tokens) // block_size) for p in prompts)
     blocks = max(per_prompt, -(-max_model_len // block_size)) + 1
-    return {**dataclasses.asdict(engine.config), "backend": config.gate.reference, "max_model_len": max_model_len,
-            "kv_cache_memory": None, "num_gpu_blocks_override": blocks}
+    return {**dataclasses.asdict(config.engine), **SINGLE_RANK, "backend": config.gate.reference,
+            "max_num_batched_tokens": engine.config.max_num_batched_tokens, "max_model_len": max_model_len,
+            "kv_cache_memory": None, "num_gpu_blocks_override": blocks, "record_op_calls": None}
 
 
 def _prompts(llm: LLM, config: DeployConfig) -> list[Prompt]:
@@ -164,6 +203,15 @@ def _greedy(llm: LLM, prompts: Sequence[Prompt], max_tokens: int) -> list[Comple
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0, ignore_eos=True)
     outputs = llm.generate([{"prompt_token_ids": list(p.token_ids)} for p in prompts], params, use_tqdm=False)
     return [output.outputs[0] for output in outputs]
+
+
+def _greedy_once(settings: Mapping[str, object], prompts: Sequence[Prompt], max_tokens: int) -> list[CompletionOutput]:
+    """`_greedy` on an engine built for it and stopped after (its ranks freed at once)."""
+    llm = LLM(**settings)
+    try:
+        return _greedy(llm, prompts, max_tokens)
+    finally:
+        llm.llm_engine.shutdown()
 
 
 def _comparison_check(
@@ -198,7 +246,7 @@ def _op_conformance(
     reference: Backend,
     gate: GateSettings,
     ops: Sequence[str],
-    recorded: dict[str, list[Case]],
+    recorded: Mapping[str, list[Case]],
     progress: OpProgress | None,
 ) -> tuple[ConformanceReport, list[Case]]:
     """Each op's recorded calls, then (unless turned off) its standard cases."""

@@ -1,6 +1,12 @@
 """deploy.yaml: what `accord serve` takes (EngineConfig's fields, under the same names)
 plus a `gate:` section with the rollout gate's thresholds. Unknown keys are refused,
-so a misspelt setting can never be silently left at its default."""
+so a misspelt setting can never be silently left at its default.
+
+The parallel layout is part of the deployable event (vLLM's names):
+`tensor_parallel_size`, `data_parallel_size`, `enable_expert_parallel` and
+`distributed_executor_backend`; the gate runs the engine with them, so profile_run and
+the recorded op signatures are every rank's own. `record_op_calls` keeps the ranks'
+recorded calls in that folder (by default the gate records into a scratch folder)."""
 
 from __future__ import annotations
 
@@ -14,6 +20,8 @@ import yaml
 from ..core.config import EngineConfig
 
 GATE_SECTION = "gate"
+#: Keys holding paths, taken relative to the YAML file's folder.
+PATH_KEYS = ("model", "tokenizer", "record_op_calls")
 
 
 class DeployConfigError(ValueError):
@@ -83,7 +91,7 @@ def parse_deploy_config(data: Mapping[str, Any], base_dir: Path, where: str = "d
     engine_data = {k: v for k, v in data.items() if k != GATE_SECTION}
     if "model" not in engine_data:
         raise DeployConfigError(f"{where}: 'model' (the model directory) is required")
-    for key in ("model", "tokenizer"):
+    for key in PATH_KEYS:
         if engine_data.get(key) is not None:
             engine_data[key] = str((base_dir / str(engine_data[key])).resolve())
     try:

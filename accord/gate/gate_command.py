@@ -94,6 +94,9 @@ def _print_gate(report: GateReport) -> None:
         print()
     for check in report.checks:
         print(f"[{check.status.value:>7}] {check.group}/{check.name}" + (f": {check.message}" if check.message else ""))
+    if report.recorded:
+        counts = ", ".join(f"rank {rank}: {sum(s.rank == rank for s in report.recorded)}" for rank in report.ranks)
+        print(f"op signatures recorded and replayed: {counts} (report.html lists them per rank)")
     print(f"\nGATE {'PASSED' if report.passed else 'FAILED'} (backend '{report.backend}')")
     failures = report.failures()
     if failures:

@@ -11,6 +11,7 @@ import torch
 from ..backends import Backend
 from ..core.loader import CheckpointError, read_json
 from ..op_contracts import CONTRACTS, ContractError, OpDispatcher, dtype_name
+from ..op_contracts.recording import read_recordings
 from ..conformance.case import Case
 from ..conformance.cases import cases_for
 from .deploy_config import DeployConfig
@@ -25,7 +26,7 @@ ENGINE_INDEX_DTYPE = torch.int32
 
 def preflight_checks(config: DeployConfig, backend: Backend) -> list[Check]:
     """Every preflight check, in order; the gate stops if any fails."""
-    checks = [_block_size(config, backend)]
+    checks = [_block_size(config, backend), _recording_folder(config)]
     try:
         model_config = read_json(Path(config.engine.model), "config.json")
     except CheckpointError as error:
@@ -33,6 +34,18 @@ def preflight_checks(config: DeployConfig, backend: Backend) -> list[Check]:
     checks.append(Check("model directory", GROUP, CheckStatus.PASS, config.engine.model))
     checks.append(_kv_cache_dtype(config, backend, "mla" if "kv_lora_rank" in model_config else "gqa"))
     return checks
+
+
+def _recording_folder(config: DeployConfig) -> Check:
+    """A kept recording folder must not hold an earlier run's calls (they would be
+    replayed as this run's)."""
+    folder = config.engine.record_op_calls
+    if folder is None:
+        return Check("record_op_calls", GROUP, CheckStatus.PASS, "recorded into a scratch folder")
+    if read_recordings(folder):
+        return Check("record_op_calls", GROUP, CheckStatus.FAIL,
+                     f"{folder} already holds recorded calls of an earlier run; give an empty or new folder")
+    return Check("record_op_calls", GROUP, CheckStatus.PASS, f"recorded calls are kept in {folder}")
 
 
 def _block_size(config: DeployConfig, backend: Backend) -> Check:

@@ -1,9 +1,11 @@
-"""Records the op calls a real engine makes, so the gate can run conformance at the
-shapes and dtypes the deploy config actually produces (not only the standard cases).
+"""Turns the op calls a deploy's engine recorded (each rank through its dispatcher's
+`CallRecorder` hook, into a folder the gate reads back) into conformance cases, so the
+gate runs conformance at the shapes and dtypes the deploy config actually produces on
+every rank, not only the standard cases.
 
-The engine takes a backend by name and builds its own dispatcher, so the recorder
-wraps the backend's `kernel_for` for the duration of a `with` block: every kernel the
-dispatcher plans with is then a recording copy of the real one.
+Each rank's distinct signatures are replayed once: a call two ranks made alike (same op,
+dtypes and shapes) is one case naming both ranks, and a signature only one rank made
+(an expert-parallel rank's expert_map, a rank-specific index dtype) is a case of its own.
 
 A call is replayed by its signature, never with the production KV cache: a cache
 holds the whole KV budget (gigabytes on a real node), and replaying it would copy it
@@ -15,112 +17,73 @@ touches (plus a spare), with its block tables and slot mapping renumbered onto t
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..backends import Backend
-from ..op_contracts import CONTRACTS, Kernel, OpContract
+from ..op_contracts import CONTRACTS
+from ..op_contracts.recording import CacheSignature, RecordedCall, cache_args
 from ..conformance.case import Case, dtype_combo, randn, seeded
-
-#: Distinct shapes kept per (op, dtype combination): prefill, decode and a mixed step.
-MAX_SHAPES_PER_SIGNATURE = 3
-#: Host memory all recorded copies may take together; later calls that do not fit are
-#: counted, not kept (their ops still run the standard cases). Caches never count:
-#: they are not copied.
-MAX_RECORDED_BYTES = 512 << 20
-#: The contract's symbol for a paged cache's number of blocks: tensors shaped by it
-#: are caches, replayed on generated blocks.
-BLOCKS_DIM = "NB"
+from .reports.document import RecordedSignature
 
 
 @dataclasses.dataclass(frozen=True)
-class CacheSignature:
-    """What a replay needs of a production cache: its dtype and the shape of one
-    block (block size, heads, head dim), not its contents."""
+class Recording:
+    """What the deploy's ranks recorded, as the op stage and the report need it."""
 
-    dtype: torch.dtype
-    block_shape: tuple[int, ...]
-
-    @property
-    def block_size(self) -> int:
-        return self.block_shape[0]
-
-
-def cache_args(contract: OpContract) -> tuple[str, ...]:
-    """The contract's paged-cache tensors (first dimension NB)."""
-    return tuple(spec.name for spec in contract.tensors
-                 if not isinstance(spec.shape, tuple) or spec.shape[:1] == (BLOCKS_DIM,))
+    #: Replay cases by op (one per distinct signature over all ranks).
+    cases: Mapping[str, list[Case]]
+    #: The ops called on any rank, in order of first call.
+    ops_called: list[str]
+    #: Per rank, every distinct signature it called (the report's per-rank table).
+    signatures: tuple[RecordedSignature, ...]
+    #: Calls of a new shape too large to keep (their ops still run their standard cases).
+    too_large: int
 
 
-class CallRecorder:
-    """Keeps the first calls of each op signature (up to a few shapes each,
-    profile_run's maxima among them); `cases()` turns them into cases."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
-        self.calls: dict[tuple[str, str], dict[tuple[Any, ...], dict[str, Any]]] = {}
-        self.ops_called: list[str] = []
-        self.too_large = 0
-        self.recorded_bytes = 0
-
-    def record(self, op: str, call: dict[str, Any]) -> None:
-        """Note one call's inputs (outputs the dispatcher allocated are left out)."""
-        if op not in self.ops_called:
-            self.ops_called.append(op)
-        contract = CONTRACTS[op]
-        inputs = {name: call[name] for name in contract.arg_names}
-        caches = cache_args(contract)
-        shapes = tuple(
-            (tuple(v.shape[1:]) if name in caches else tuple(v.shape)) if isinstance(v, torch.Tensor) else v
-            for name, v in inputs.items()
-        )
-        seen = self.calls.setdefault((op, dtype_combo(contract, inputs)), {})
-        if shapes in seen or len(seen) >= MAX_SHAPES_PER_SIGNATURE:
-            return
-        size = sum(v.numel() * v.element_size() for name, v in inputs.items()
-                   if isinstance(v, torch.Tensor) and name not in caches)
-        if self.recorded_bytes + size > MAX_RECORDED_BYTES:
-            self.too_large += 1
-            return
-        self.recorded_bytes += size
-        # Copies go to host memory, so recording during profile_run does not shrink the
-        # device memory the engine then sizes its KV cache from; and they are made
-        # outside inference_mode, so the conformance run may write into them.
-        with torch.inference_mode(False):
-            seen[shapes] = {
-                name: CacheSignature(v.dtype, tuple(v.shape[1:])) if name in caches
-                else _host_copy(v) if isinstance(v, torch.Tensor) else v
-                for name, v in inputs.items()
-            }
-
-    def cases(self) -> dict[str, list[Case]]:
-        """The recorded calls as cases, by op, named by their shapes (on the host, like
-        generated cases: the runner moves them to each backend's device)."""
-        by_op: dict[str, list[Case]] = {}
-        for (op, _combo), calls in self.calls.items():
-            for index, recorded in enumerate(calls.values()):
-                args = replay_args(op, recorded, seeded(self.seed, "recorded", op, _combo, index))
-                by_op.setdefault(op, []).append(Case(op, f"recorded {_shape_label(args)}", args))
-        return by_op
-
-    def wrap(self, kernel: Kernel) -> Kernel:
-        """A copy of `kernel` that records each call before running it."""
-        def fn(**call: Any) -> None:
-            self.record(kernel.op, call)
-            kernel.fn(**call)
-
-        return dataclasses.replace(kernel, fn=fn)
+def recorded_cases(recordings: Mapping[int, Sequence[RecordedCall]], seed: int = 0) -> Recording:
+    """The ranks' recorded calls (by rank) as replay cases (on the host, like generated
+    cases: the runner moves them to each backend's device)."""
+    by_key: dict[tuple[str, str, str], list[int]] = {}
+    first: dict[tuple[str, str, str], RecordedCall] = {}
+    ops_called: list[str] = []
+    too_large = 0
+    for rank, calls in recordings.items():
+        for call in calls:
+            if call.op not in ops_called:
+                ops_called.append(call.op)
+            if call.args is None:
+                too_large += 1
+                continue
+            key = (call.op, dtype_combo(CONTRACTS[call.op], call.args), _signature_label(call))
+            by_key.setdefault(key, []).append(rank)
+            first.setdefault(key, call)
+    cases: dict[str, list[Case]] = {}
+    signatures = []
+    several_ranks = len(recordings) > 1
+    for key, ranks in by_key.items():
+        op, _combo, label = key
+        name = f"recorded {label}" + (f" on rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
+                                      if several_ranks else "")
+        case = Case(op, name, replay_args(op, first[key].args, seeded(seed, "recorded", op, name)))
+        cases.setdefault(op, []).append(case)
+        signatures += [RecordedSignature(rank, op, case.combo, name) for rank in ranks]
+    signatures.sort(key=lambda s: s.rank)
+    return Recording(cases, ops_called, tuple(signatures), too_large)
 
 
-def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A strided host copy of a recorded argument. A weight a backend prepacked into an
-    opaque layout (oneDNN's, for the cpu linear) is recorded as its plain values: the
-    contract's argument is the [N, K] matrix, and replay hands kernels plain tensors."""
-    if tensor.layout != torch.strided:
-        tensor = tensor.to_dense()
-    return tensor.to("cpu", copy=True)
+def _signature_label(call: RecordedCall) -> str:
+    """A call's shapes as text: each tensor present (a cache by its per-block shape), and
+    each parameter that is not a dtype (the dtype combination names those)."""
+    parts = []
+    for name, value in call.args.items():
+        if isinstance(value, CacheSignature):
+            parts.append(f"{name}=[NB, {', '.join(map(str, value.block_shape))}]")
+        elif isinstance(value, torch.Tensor):
+            parts.append(f"{name}={list(value.shape)}")
+        elif value is not None and not isinstance(value, torch.dtype):
+            parts.append(f"{name}={value}")
+    return " ".join(parts)
 
 
 def replay_args(op: str, recorded: dict[str, Any], generator: torch.Generator) -> dict[str, Any]:
@@ -174,23 +137,4 @@ def _used_blocks(args: dict[str, Any], block_size: int) -> torch.Tensor:
     return unique[first.argsort()]
 
 
-def _shape_label(args: dict[str, Any]) -> str:
-    return " ".join(f"{name}={list(v.shape)}" for name, v in args.items() if isinstance(v, torch.Tensor))
-
-
-@contextmanager
-def recording_calls(backend: Backend, seed: int = 0) -> Iterator[CallRecorder]:
-    """Within the block, every kernel `backend` hands out records its calls."""
-    recorder = CallRecorder(seed)
-    original = backend.kernel_for
-
-    def kernel_for(op: str) -> Kernel | None:
-        kernel = original(op)
-        return None if kernel is None else recorder.wrap(kernel)
-
-    # An instance attribute shadows the method only for this block (see module doc).
-    backend.kernel_for = kernel_for  # type: ignore[method-assign]
-    try:
-        yield recorder
-    finally:
-        del backend.kernel_for
+__all__ = ["CacheSignature", "Recording", "cache_args", "recorded_cases", "replay_args"]

@@ -1,7 +1,7 @@
 """Typed op contracts and the dispatcher that enforces them. Imports torch only."""
 
 from .contracts import CONTRACTS
-from .dispatcher import CallPlan, OpDispatcher, empty_allocator, strict_from_env
+from .dispatcher import CallHook, CallPlan, OpDispatcher, empty_allocator, strict_from_env
 from .errors import ContractError
 from .kernel import CallSignature, CastAdapter, Kernel, KernelSet
 from .spec import (
@@ -20,6 +20,7 @@ from .spec import (
 
 __all__ = [
     "CONTRACTS",
+    "CallHook",
     "CallPlan",
     "CallSignature",
     "CastAdapter",

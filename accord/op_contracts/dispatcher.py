@@ -10,6 +10,12 @@ signature the handle has not seen takes the full path, so a changed signature is
 validated (and refused with ContractError) exactly as on first sight. In strict mode
 (`ACCORD_STRICT_CONTRACTS=1`, tests, conformance) every call is validated. Nothing falls
 back to another backend: a backend missing an op raises.
+
+A `CallHook` installed on a dispatcher (`add_hook`) sees every call of that dispatcher,
+with its arguments as the caller made them, before any adapter or kernel runs (so a
+call whose kernel crashes is seen too); the rollout gate records op signatures this
+way. While a hook is installed calls take the full path; without one the fast path's
+only extra cost is one truth test.
 """
 
 from __future__ import annotations
@@ -49,6 +55,14 @@ class KernelProvider(Protocol):
     device_type: str
 
     def kernel_for(self, op: str) -> Kernel | None: ...
+
+
+class CallHook(Protocol):
+    """Observes a dispatcher's calls: `hook(op, call)` with the bound arguments (contract
+    names to values, outputs not yet allocated), before adapters and the kernel. A hook
+    must not change `call`."""
+
+    def __call__(self, op: str, call: Mapping[str, Any]) -> None: ...
 
 
 def empty_allocator(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -96,6 +110,16 @@ class OpDispatcher(_TypedOps):
         self.adapter_counts: Counter[str] = Counter()
         self._plans: dict[tuple[Any, ...], CallPlan] = {}
         self._callers: dict[str, OpHandle] = {}
+        #: The installed hooks; empty (falsy) keeps handles on their fast paths.
+        self.hooks: tuple[CallHook, ...] = ()
+
+    def add_hook(self, hook: CallHook) -> None:
+        """Have `hook` see every later call of this dispatcher (and of no other)."""
+        self.hooks = (*self.hooks, hook)
+
+    def remove_hook(self, hook: CallHook) -> None:
+        """Stop `hook` seeing calls; calls return to their fast paths once none is left."""
+        self.hooks = tuple(h for h in self.hooks if h is not hook)
 
     def __getattr__(self, op: str) -> "OpHandle":
         if op.startswith("_"):
@@ -155,6 +179,8 @@ class OpDispatcher(_TypedOps):
         return plan
 
     def _run(self, contract: OpContract, plan: CallPlan, call: dict[str, Any]) -> Any:
+        for hook in self.hooks:
+            hook(contract.name, call)
         for adapter in plan.adapters:
             call[adapter.arg] = call[adapter.arg].to(adapter.to)
             self.adapter_counts[f"{contract.name}.{adapter.arg}"] += 1
@@ -270,7 +296,7 @@ class OpHandle:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dispatcher = self.dispatcher
-        if kwargs or dispatcher.strict:
+        if kwargs or dispatcher.strict or dispatcher.hooks:
             return dispatcher.call(self.contract, args, kwargs)
         for path in self._paths:
             result = path(args)
@@ -396,4 +422,4 @@ def _output_dtype(spec: OutputSpec, call: Mapping[str, Any]) -> torch.dtype:
     return call[name].dtype if source == "like" else call[name]
 
 
-__all__ = ["OpDispatcher", "OpHandle", "CallPlan", "empty_allocator", "strict_from_env", "dtype_name"]
+__all__ = ["CallHook", "OpDispatcher", "OpHandle", "CallPlan", "empty_allocator", "strict_from_env", "dtype_name"]

@@ -21,7 +21,7 @@ from accord.core.config import EngineConfig, EngineSetting, engine_settings
 from accord.core.executor.base import EXECUTORS
 from accord.core.model_config import DTYPES_BY_NAME
 from accord.core.models import QUANTIZATIONS
-from accord.gate.deploy_config import DeployConfigError, parse_deploy_config
+from accord.gate.deploy_config import PATH_KEYS, DeployConfigError, parse_deploy_config
 
 SETTINGS = {setting.name: setting for setting in engine_settings()}
 #: Every field but the model (which `accord serve` takes as --model and resolves itself).
@@ -38,7 +38,9 @@ VLLM_FLAGS = {
     "scheduling_policy": "--scheduling-policy", "seed": "--seed",
     "prefix_caching_hash_algo": "--prefix-caching-hash-algo", "tensor_parallel_size": "--tensor-parallel-size",
     "distributed_executor_backend": "--distributed-executor-backend",
-    "enable_expert_parallel": "--enable-expert-parallel",
+    "enable_expert_parallel": "--enable-expert-parallel", "data_parallel_size": "--data-parallel-size",
+    # accord's own: where each rank records its op calls (the rollout gate's replay).
+    "record_op_calls": "--record-op-calls",
 }
 
 
@@ -92,7 +94,7 @@ def test_every_field_reaches_the_engine_config_from_the_command_line(name: str) 
 @pytest.mark.parametrize("name", OPTIONAL)
 def test_every_field_reaches_the_engine_config_from_deploy_yaml(name: str) -> None:
     value = another_value(SETTINGS[name])
-    expected = "/elsewhere" if name == "tokenizer" else value  # a path relative to the YAML's folder
+    expected = "/elsewhere" if name in PATH_KEYS else value  # a path relative to the YAML's folder
     assert getattr(from_yaml(**{name: value}), name) == expected
 
 

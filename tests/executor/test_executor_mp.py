@@ -6,20 +6,18 @@ running)."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 from engine_models import hf_greedy
-from processes import wait_until_gone
+from processes import assert_killing_a_worker_fails_the_engine, wait_until_gone
 
 from accord import LLM, LLMEngine, SamplingParams
-from accord.core.errors import EngineDeadError, WorkerError, WorkerStartupError
+from accord.core.errors import WorkerError, WorkerStartupError
 from accord.core.executor.mp import MultiprocExecutor
 
 MAX_NEW_TOKENS = 6
@@ -106,27 +104,7 @@ def test_a_killed_worker_fails_the_requests_in_flight_and_stops_every_worker(lla
     )
     pids = engine.executor.worker_pids
     try:
-        for index in range(3):
-            engine.add_request(f"r{index}", {"prompt_token_ids": [1, 2, 3 + index]}, SamplingParams(max_tokens=100))
-        engine.step()
-        os.kill(pids[1], signal.SIGKILL)
-        raised: list[BaseException] = []
-
-        def step_until_it_raises() -> None:
-            try:
-                for _ in range(200):
-                    engine.step()
-            except BaseException as error:  # noqa: BLE001 - handed to the test
-                raised.append(error)
-
-        stepper = threading.Thread(target=step_until_it_raises, daemon=True)
-        stepper.start()
-        stepper.join(timeout=60)
-        assert not stepper.is_alive(), "a step hung after a worker died"
-        assert len(raised) == 1 and isinstance(raised[0], EngineDeadError), raised
-        assert "worker rank 1 died" in str(raised[0])
-        with pytest.raises(EngineDeadError):
-            engine.step()
+        assert_killing_a_worker_fails_the_engine(engine, rank=1, timeout=60)
     finally:
         engine.shutdown()
     assert wait_until_gone(pids) == []

@@ -1,11 +1,14 @@
 """Test backend plugins for the gate's tests: the reference kernels with one injected
-bug, or with KV cache writers that refuse fp8 caches. They register through the real
+bug (one of them only on the expert-parallel path), or with KV cache writers that
+refuse fp8 caches. They register through the real
 plugin hook (`accord_backends`), so the gate finds them as it finds a vendor package."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable
+
+import torch
 
 from accord.backends import Backend, hookimpl
 from accord.backends.reference import ReferenceBackend
@@ -14,6 +17,7 @@ from accord.op_contracts import CallSignature, Kernel, KernelSet
 BUGGY_BACKEND = "gate-buggy"
 NO_FP8_CACHE_BACKEND = "gate-no-fp8-cache"
 CRASHING_BACKEND = "gate-crashing"
+EP_INDEX_BACKEND = "gate-ep-index-width"
 #: The op whose kernel carries the injected bug (and, on the crashing backend, the crash).
 BUGGY_OP = "silu_and_mul"
 #: The crashing kernel takes at most this many rows: fewer than profile_run's batch.
@@ -64,6 +68,26 @@ def silu_and_mul_crashing_on_big_batches(kernels: KernelSet) -> None:
     kernels.add(Kernel(BUGGY_OP, crashing))
 
 
+def fused_moe_reading_expert_map_as_int64(kernels: KernelSet) -> None:
+    """fused_moe that reads an int32 expert_map's buffer as int64 entries, the way a
+    kernel that takes every index tensor's width from one of them would: half as many
+    entries, each two ids run together, so no pick lands on this rank's experts. Only
+    the expert-parallel path passes an expert_map; without one the kernel is right."""
+    correct = kernels.get("fused_moe").fn
+
+    def misread(**call: Any) -> None:
+        expert_map = call["expert_map"]
+        if expert_map is not None and expert_map.dtype == torch.int32 and expert_map.numel() % 2 == 0:
+            wide = expert_map.contiguous().view(torch.int64)
+            local = call["w13"].shape[0]
+            seen = torch.full_like(expert_map, -1)
+            seen[: wide.numel()] = torch.where((wide >= 0) & (wide < local), wide, -1).to(torch.int32)
+            call = {**call, "expert_map": seen}
+        correct(**call)
+
+    kernels.add(Kernel("fused_moe", misread))
+
+
 def refuse_fp8_cache(signature: CallSignature) -> str | None:
     """The support rule of a cache writer that stores model-dtype caches only."""
     cache = signature.dtype("key_cache" if signature.op == "reshape_and_cache" else "kv_cache")
@@ -85,4 +109,5 @@ def accord_backends() -> list[Backend]:
         ReferenceVariant(BUGGY_BACKEND, silu_and_mul_off_by_a_tenth),
         ReferenceVariant(NO_FP8_CACHE_BACKEND, cache_writers_without_fp8),
         ReferenceVariant(CRASHING_BACKEND, silu_and_mul_crashing_on_big_batches),
+        ReferenceVariant(EP_INDEX_BACKEND, fused_moe_reading_expert_map_as_int64),
     ]

@@ -3,6 +3,9 @@ op conformance report, and installing the test backend plugin for a subprocess."
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,19 @@ def write_tiny_model(directory: Path) -> Path:
     return directory
 
 
+def write_tiny_moe_model(directory: Path) -> Path:
+    """A random Mixtral-architecture model (4 routed experts, top-2) with the demo
+    tokenizer, in fp32: two expert-parallel ranks hold two experts each."""
+    from engine_models import write_tokenizer
+    from tiny_models import build_tiny_model
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab_size, bos_id, eos_id = write_tokenizer(directory)
+    model = build_tiny_model("mixtral", vocab_size=vocab_size, bos_token_id=bos_id, eos_token_id=eos_id)
+    model.float().save_pretrained(directory)
+    return directory
+
+
 def write_deploy_yaml(path: Path, model_dir: Path, **overrides: Any) -> Path:
     """A deploy.yaml for `model_dir` with TINY_DEPLOY's settings and `overrides`
     (a `gate` override is merged into the gate section)."""
@@ -55,3 +71,16 @@ def install_test_plugin(site: Path) -> Path:
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: accord-gate-test-backends\nVersion: 0.1\n")
     (dist_info / "entry_points.txt").write_text("[accord.backends]\ngate = gate_backends\n")
     return site
+
+
+def gate_in_subprocess(folder: Path, deploy: Path) -> tuple[int, Path]:
+    """`accord conformance --deploy` in a fresh process where the test backends are an
+    installed plugin, found through their entry point like a vendor package:
+    (exit code, report folder)."""
+    site = install_test_plugin(folder / "site")
+    path = os.pathsep.join([str(site), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "accord", "conformance",
+               "--deploy", str(deploy), "--report-dir", str(folder / "reports")]
+    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=900)
+    assert (folder / "reports" / "report.json").exists(), done.stderr
+    return done.returncode, folder / "reports"

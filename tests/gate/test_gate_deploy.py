@@ -7,16 +7,13 @@ cannot serve fails before anything is generated."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from gate_backends import BUGGY_BACKEND, BUGGY_OP, CRASHING_BACKEND, NO_FP8_CACHE_BACKEND
 from gate_browser import needs_chromium, rendered_matrix
-from gate_helpers import install_test_plugin, write_deploy_yaml
+from gate_helpers import gate_in_subprocess, write_deploy_yaml
 
 from accord.gate.gate_command import EXIT_FAILED, EXIT_PASSED, run_deploy
 from accord.gate.reports import REPORT_FILES, validate_document
@@ -72,19 +69,6 @@ def test_the_model_level_checks_ran_and_passed(cpu_document: dict) -> None:
                  "at most one terminal EOS", "usage.completion_tokens equals tokens produced"):
         assert checks[name]["status"] == "pass", checks[name]
     assert checks["greedy comparison with the reference"]["figures"]["token_agreement"] == 1.0
-
-
-def gate_in_subprocess(folder: Path, deploy: Path) -> tuple[int, Path]:
-    """`accord conformance --deploy` in a fresh process where the test backends are an
-    installed plugin, found through their entry point like a vendor package:
-    (exit code, report folder)."""
-    site = install_test_plugin(folder / "site")
-    path = os.pathsep.join([str(site), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "accord", "conformance",
-               "--deploy", str(deploy), "--report-dir", str(folder / "reports")]
-    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300)
-    assert (folder / "reports" / "report.json").exists(), done.stderr
-    return done.returncode, folder / "reports"
 
 
 @pytest.fixture(scope="module")

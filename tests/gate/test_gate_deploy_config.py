@@ -58,3 +58,32 @@ def test_a_yaml_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
     (tmp_path / "deploy.yaml").write_text("- model\n- backend\n")
     with pytest.raises(DeployConfigError, match="expected a mapping"):
         load_deploy_config(tmp_path / "deploy.yaml")
+
+
+def test_the_parallel_layout_is_taken_from_the_yaml(tmp_path: Path) -> None:
+    (tmp_path / "deploy.yaml").write_text(
+        "model: m\ntensor_parallel_size: 2\ndata_parallel_size: 1\nenable_expert_parallel: true\n"
+        "distributed_executor_backend: mp\n"
+    )
+    engine = load_deploy_config(tmp_path / "deploy.yaml").engine
+    assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel,
+            engine.executor_backend) == (2, 1, True, "mp")
+
+
+@pytest.mark.parametrize("key,value,reason", [
+    ("tensor_parallel_size", 0, "tensor_parallel_size must be at least 1"),
+    ("tensor_parallel_size", True, "tensor_parallel_size must be an integer, got True"),
+    ("tensor_parallel_size", "2", "tensor_parallel_size must be an integer, got '2'"),
+    ("data_parallel_size", 1.5, "data_parallel_size must be an integer"),
+    ("data_parallel_size", 0, "data_parallel_size must be at least 1"),
+    ("enable_expert_parallel", "yes", "enable_expert_parallel must be true or false, got 'yes'"),
+    ("distributed_executor_backend", "slurm", "distributed_executor_backend must be one of 'uni', 'mp', 'ray'"),
+])
+def test_a_bad_parallel_setting_is_refused_by_name(key: str, value: object, reason: str) -> None:
+    with pytest.raises(DeployConfigError, match=reason):
+        parse_deploy_config({"model": "m", key: value}, Path("."))
+
+
+def test_a_relative_recording_folder_is_taken_from_the_yaml_files_folder(tmp_path: Path) -> None:
+    (tmp_path / "deploy.yaml").write_text("model: m\nrecord_op_calls: calls\n")
+    assert load_deploy_config(tmp_path / "deploy.yaml").engine.record_op_calls == str(tmp_path / "calls")

@@ -1,16 +1,20 @@
 """Preflight: before anything loads, the model directory must be readable, the block
-size one the backend takes, and an fp8 KV cache one its cache kernels accept."""
+size one the backend takes, an fp8 KV cache one its cache kernels accept, and a kept
+recording folder free of an earlier run's calls."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from gate_backends import ReferenceVariant, cache_writers_without_fp8
 
 from accord.backends import get_backend
 from accord.gate.deploy_config import DeployConfig, parse_deploy_config
 from accord.gate.preflight import preflight_checks
 from accord.gate.reports import Check, CheckStatus
+from accord.op_contracts import OpDispatcher
+from accord.op_contracts.recording import CallRecorder, rank_directory
 
 
 class SixteenTokenBlocks(ReferenceVariant):
@@ -54,3 +58,13 @@ def test_a_block_size_the_backend_does_not_take_fails(tiny_model: Path) -> None:
     backend = SixteenTokenBlocks("sixteen", lambda kernels: None)
     messages = failed(preflight_checks(config(tiny_model, block_size=32), backend))
     assert messages["block_size"] == "block_size=32 but backend 'sixteen' takes [16]"
+
+
+def test_a_kept_recording_folder_holding_an_earlier_run_is_refused(tiny_model: Path, tmp_path: Path) -> None:
+    earlier = tmp_path / "calls"
+    ops = OpDispatcher(get_backend("cpu"))
+    ops.add_hook(CallRecorder(rank_directory(earlier, 0)))
+    ops.rms_norm(torch.ones(2, 8), torch.ones(8), eps=1e-6)
+    checks = failed(preflight_checks(config(tiny_model, record_op_calls=str(earlier)), get_backend("cpu")))
+    assert list(checks) == ["record_op_calls"] and "earlier run" in checks["record_op_calls"]
+    assert failed(preflight_checks(config(tiny_model, record_op_calls=str(tmp_path / "new")), get_backend("cpu"))) == {}

@@ -4,8 +4,8 @@ worker and gather the per-rank results, shut down.
 An implementation provides `collective_rpc`, `shutdown` and `is_dead` semantics:
 a worker that can no longer answer (its process died) raises EngineDeadError from
 every later call and from the call in flight, never hangs it; a method that raises in
-a worker raises WorkerError after every rank has answered. A Ray executor (part 2)
-implements the same three on Ray actors.
+a worker raises WorkerError after every rank has answered. The mp (worker processes)
+and ray (Ray actors) executors carry the same call protocol (`rpc`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from ..device import BackendFactory
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
 
 #: Executor implementations by `distributed_executor_backend` name.
-EXECUTORS = {"uni": "accord.core.executor.uni:UniProcExecutor", "mp": "accord.core.executor.mp:MultiprocExecutor"}
+EXECUTORS = {
+    "uni": "accord.core.executor.uni:UniProcExecutor",
+    "mp": "accord.core.executor.mp:MultiprocExecutor",
+    "ray": "accord.core.executor.ray:RayExecutor",
+}
 
 
 class Executor(ABC):
@@ -59,9 +63,7 @@ class Executor(ABC):
 
 def executor_class(name: str) -> type[Executor]:
     """The executor class of a `distributed_executor_backend` name."""
-    if name == "ray":
-        raise NotImplementedError("the ray executor is part 2 of issue 10; use 'mp' for one host")
     if name not in EXECUTORS:
-        raise ValueError(f"unknown distributed_executor_backend {name!r}; use one of {[*EXECUTORS, 'ray']}")
+        raise ValueError(f"unknown distributed_executor_backend {name!r}; use one of {list(EXECUTORS)}")
     module, _, attribute = EXECUTORS[name].partition(":")
     return getattr(importlib.import_module(module), attribute)

@@ -21,7 +21,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ from ..config import EngineConfig
 from ..device import BackendFactory
 from ..errors import EngineDeadError, WorkerError, WorkerStartupError
 from .base import Executor
+from .rpc import call_worker, error_reply, reply_error
 
 logger = logging.getLogger("accord.executor")
 
@@ -131,10 +131,11 @@ class MultiprocExecutor(Executor):
                 except (EOFError, OSError):
                     continue  # the process is gone: its sentinel says so below
                 del pending[rank]
-                if reply[0] == "ok":
+                error = reply_error(rank, reply)
+                if error is None:
                     results[rank] = reply[1]
                 else:
-                    errors.append(WorkerError(rank, reply[1], reply[2]))
+                    errors.append(error)
                     if starting:
                         logger.error("worker rank %d failed to start:\n%s", rank, reply[2])
                         raise WorkerStartupError(f"worker rank {rank} failed to start: {reply[1]}")
@@ -237,7 +238,7 @@ def _worker_main(
     try:
         worker = Worker(config, backend_factory, rank, world_size, init_method)
     except BaseException as error:  # noqa: BLE001 - the engine must hear why
-        conn.send(("error", f"{type(error).__name__}: {error}", traceback.format_exc()))
+        conn.send(error_reply(error))
         os._exit(1)
     conn.send(("ok", None))
     while True:
@@ -247,10 +248,7 @@ def _worker_main(
             break  # the engine is gone
         if method == _SHUTDOWN:
             break
-        try:
-            reply = ("ok", getattr(worker, method)(*args, **kwargs))
-        except Exception as error:  # noqa: BLE001 - reported to the engine, the worker lives on
-            reply = ("error", f"{type(error).__name__}: {error}", traceback.format_exc())
+        reply = call_worker(worker, method, args, kwargs)
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):

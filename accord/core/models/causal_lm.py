@@ -14,6 +14,7 @@ from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ..distributed.sharding import rank_shard
 from ..model_config import ModelConfig
 from .layers import RMSNorm, RotaryEmbedding
+from .layers.mlp import RoutedExperts, SparseMoE
 from .layers.parallel import ParallelLMHead, VocabParallelEmbedding
 from .weights import WeightLoader
 
@@ -100,6 +101,10 @@ class CausalLM:
         comm = parallel.tp_comm()
         embedding = VocabParallelEmbedding(embed, rows.bounds(vocab)[0], comm)
         return cls(config, weights.ops, embedding, layers, norm, ParallelLMHead(lm_head, rows.extents(vocab), comm))
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        """The routed-expert blocks, for profile_run's worst-case routing."""
+        return [layer.feed_forward for layer in self.layers if isinstance(layer.feed_forward, SparseMoE)]
 
     def kv_cache_specs(self) -> list[KVCacheSpec]:
         """One cache spec per decoder layer, in layer order."""

@@ -67,6 +67,17 @@ CaseKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
+class RecordedSignature:
+    """One distinct op signature a rank of the deploy's engine called (profile_run and
+    generation), and the conformance case that replays it."""
+
+    rank: int
+    op: str
+    combo: str
+    case: str
+
+
+@dataclass(frozen=True)
 class GateReport:
     """One node's gate run. `conformance` is None when the gate stopped before the
     op checks (a deploy config the backend cannot serve, say)."""
@@ -75,6 +86,13 @@ class GateReport:
     conformance: ConformanceReport | None
     checks: tuple[Check, ...] = ()
     samples: Mapping[CaseKey, OutputSample] = field(default_factory=dict)
+    #: Every rank's recorded op signatures (empty without a deploy config).
+    recorded: tuple[RecordedSignature, ...] = ()
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks that recorded op signatures, in order."""
+        return tuple(sorted({signature.rank for signature in self.recorded}))
 
     @property
     def backend(self) -> str:
@@ -180,6 +198,7 @@ def report_document(report: GateReport) -> dict[str, Any]:
              "figures": {k: _number(v) for k, v in c.figures.items()}}
             for c in report.checks
         ],
+        "recorded": [{"rank": r.rank, "op": r.op, "combo": r.combo, "case": r.case} for r in report.recorded],
     }
 
 
@@ -228,7 +247,8 @@ def report_from_document(document: Mapping[str, Any]) -> GateReport:
     checks = tuple(
         Check(c["name"], c["group"], CheckStatus(c["status"]), c["message"], c["figures"]) for c in document["checks"]
     )
-    return GateReport(document["environment"], conformance, checks, samples)
+    recorded = tuple(RecordedSignature(r["rank"], r["op"], r["combo"], r["case"]) for r in document.get("recorded", ()))
+    return GateReport(document["environment"], conformance, checks, samples, recorded)
 
 
 def load_report(path: str | Path) -> GateReport:

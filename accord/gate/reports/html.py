@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import jinja2
 
-from .document import Check, GateReport, MergedReport
+from .document import Check, GateReport, MergedReport, RecordedSignature
 from .matrix import build_matrix
 
 _TEMPLATES = jinja2.Environment(
@@ -38,6 +38,8 @@ class SourceSection:
     failures: list[str]
     checks: tuple[Check, ...]
     environment: list[tuple[str, str]]
+    #: The op signatures each rank recorded (rank, op, dtypes, replaying case).
+    recorded: tuple[RecordedSignature, ...] = ()
 
 
 def _environment_rows(environment: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -63,7 +65,7 @@ def _summary(report: GateReport) -> str:
 
 def _section(label: str, report: GateReport) -> SourceSection:
     environment = _environment_rows(report.environment)
-    return SourceSection(label, _summary(report), report.failures(), report.checks, environment)
+    return SourceSection(label, _summary(report), report.failures(), report.checks, environment, report.recorded)
 
 
 def render_report_html(report: GateReport) -> str:

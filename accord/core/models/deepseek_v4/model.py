@@ -109,6 +109,10 @@ class DeepseekV4:
         self.lm_head = lm_head
         self._caches_per_layer = [len(layer.attention.cache_specs()) for layer in self.layers]
 
+    def moe_blocks(self) -> list[V4MoE]:
+        """The routed-expert blocks, for profile_run's worst-case routing."""
+        return [layer.moe for layer in self.layers]
+
     def kv_cache_specs(self) -> list[KVCacheSpec]:
         """Every layer's caches in layer order (K=V, then compressor and indexer state)."""
         return [spec for layer in self.layers for spec in layer.attention.cache_specs()]

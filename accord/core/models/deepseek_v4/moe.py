@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from ....op_contracts import OpDispatcher
 from ...model_config import ModelConfig, MoeConfig
 from ..layers import GatedMLP
+from ..layers.mlp import worst_case_ids
 from ..weights import ExpertWeights, WeightLoader
 
 #: Expert projections under DeepSeek's names: gate, up, down.
@@ -31,6 +32,8 @@ class V4MoE:
         self.swiglu_limit = swiglu_limit
         self.hash_table = hash_table
         self.correction_bias = correction_bias
+        #: profile_run's routing (see `worst_case_expert_load`).
+        self.worst_case_load = False
 
     @classmethod
     def load(cls, weights: WeightLoader, prefix: str, config: ModelConfig, layer: int) -> V4MoE:
@@ -69,6 +72,8 @@ class V4MoE:
                 logits, self.correction_bias, top_k=moe.top_k, scoring=moe.scoring, renormalize=True,
                 routed_scaling_factor=moe.routed_scaling_factor,
             )
+        if self.worst_case_load:
+            ids = worst_case_ids(ids, moe.num_experts, None)
         routed = self.ops.fused_moe(
             x, experts.w13, experts.w2, weights, ids, None, experts.w13_scale, experts.w2_scale,
             swiglu_limit=self.swiglu_limit,

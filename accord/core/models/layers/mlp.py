@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 
@@ -67,6 +71,8 @@ class SparseMoE:
         self.correction_bias = correction_bias
         self.shared = shared
         self.comm = comm
+        #: profile_run's routing (see `worst_case_expert_load`).
+        self.worst_case_load = False
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         cfg, experts = self.config, self.experts
@@ -75,6 +81,8 @@ class SparseMoE:
             router_logits, self.correction_bias, top_k=cfg.top_k, scoring=cfg.scoring, renormalize=cfg.renormalize,
             n_group=cfg.n_group, topk_group=cfg.topk_group, routed_scaling_factor=cfg.routed_scaling_factor,
         )
+        if self.worst_case_load:
+            topk_ids = worst_case_ids(topk_ids, self.router.shape[0], experts.expert_map)
         out = self.ops.fused_moe(
             x, experts.w13, experts.w2, topk_weights, topk_ids, experts.expert_map, experts.w13_scale,
             experts.w2_scale,
@@ -82,3 +90,43 @@ class SparseMoE:
         if self.shared is not None:
             out = out + self.shared(x)
         return out if self.comm is None else self.comm.all_reduce(out)
+
+
+class RoutedExperts(Protocol):
+    """A block of routed experts whose routing profile_run can make its worst case."""
+
+    worst_case_load: bool
+
+
+def worst_case_ids(topk_ids: torch.Tensor, num_experts: int, expert_map: torch.Tensor | None) -> torch.Tensor:
+    """profile_run's routing, in place of the router's picks (same shape and dtype):
+    every token picks as many of this rank's experts as top_k allows, turn about so each
+    of them gets tokens, and the rest of its picks elsewhere. An expert-parallel rank's
+    expert GEMMs then take the most rows they ever can (every token of the batch, as
+    when the router sends a whole batch to one rank), which a random profile batch
+    would not give: its tokens route alike and may miss this rank's experts altogether."""
+    device = topk_ids.device
+    here = (torch.arange(num_experts, device=device) if expert_map is None
+            else torch.nonzero(expert_map >= 0).flatten())
+    elsewhere = torch.ones(num_experts, dtype=torch.bool, device=device)
+    elsewhere[here] = False
+    order = torch.cat([here, torch.nonzero(elsewhere).flatten()])
+    tokens, top_k = topk_ids.shape
+    local = here.numel()
+    pick = torch.arange(top_k, device=device)[None, :]
+    turn = (torch.arange(tokens, device=device)[:, None] + pick) % local
+    ids = torch.where(pick < local, order[turn], order[pick.expand(tokens, -1)])
+    return ids.to(topk_ids.dtype)
+
+
+@contextmanager
+def worst_case_expert_load(blocks: Iterable[RoutedExperts]) -> Iterator[None]:
+    """Within the block, `blocks` route by `worst_case_ids` (profile_run)."""
+    blocks = list(blocks)
+    for block in blocks:
+        block.worst_case_load = True
+    try:
+        yield
+    finally:
+        for block in blocks:
+            block.worst_case_load = False
