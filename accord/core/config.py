@@ -105,7 +105,11 @@ class EngineConfig:
     max_model_len: int | None = setting(None, help="context length", default_help="the model's", at_least=1)
     block_size: int = setting(16, help="tokens per KV cache block", at_least=1)
     max_num_seqs: int = setting(256, help="most sequences in one step", at_least=1)
-    max_num_batched_tokens: int = setting(2048, help="most tokens in one step", at_least=1)
+    max_num_batched_tokens: int | None = setting(
+        None, help="most tokens in one step", at_least=1,
+        default_help="chosen at start-up from measured step times: the largest power of two from max_num_seqs "
+        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.token_budget)",
+    )
     enable_prefix_caching: bool = setting(True, help="reuse KV blocks of shared prompt prefixes")
     kv_cache_memory: int | None = setting(
         None, help="KV cache size in bytes (the budget on CPUs; overrides gpu_memory_utilization elsewhere)",

@@ -26,7 +26,7 @@ import itertools
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from .block_manager import BlockManager
@@ -45,6 +45,7 @@ from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats, RequestTimes
 from .structured_output import StructuredOutputManager
+from .token_budget import choose_token_budget
 from .tokenizer import Tokenizer, load_tokenizer
 from .worker import WorkerInfo
 
@@ -64,8 +65,10 @@ class LLMEngine:
         self.executor: Executor = executor_class(config.executor_backend)(config, backend_factory)
         try:
             info: WorkerInfo = self.executor.collective_rpc("info")[0]
+            if config.max_num_batched_tokens is None:
+                config = self.config = replace(config, max_num_batched_tokens=self._measured_token_budget())
             # profile_run on every rank at the maxima; the KV budget is per rank.
-            num_blocks = min(self.executor.collective_rpc("determine_num_blocks"))
+            num_blocks = min(self.executor.collective_rpc("determine_num_blocks", (config.max_num_batched_tokens,)))
             max_model_len = info.max_model_len
             if num_blocks * config.block_size < max_model_len:
                 raise ValueError(
@@ -119,6 +122,16 @@ class LLMEngine:
             info.kv_cache_dtype,
             num_blocks * info.bytes_per_block / 2**20,
         )
+
+    def _measured_token_budget(self) -> int:
+        """The default step token budget, from step times measured on every rank (the
+        slowest rank's time counts; all ranks run the same steps, so collectives meet)."""
+        budget = choose_token_budget(
+            lambda tokens: max(self.executor.collective_rpc("time_step", (tokens,))),
+            floor=self.config.max_num_seqs,
+        )
+        logger.info("default token budget from measured step times: %s", budget.describe())
+        return budget.tokens
 
     @classmethod
     def from_engine_args(cls, model: str, backend_factory: BackendFactory, **kwargs: Any) -> LLMEngine:

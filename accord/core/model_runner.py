@@ -13,6 +13,7 @@ from the same gathered logits; only the driver reports them.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -84,10 +85,16 @@ class ModelRunner:
 
     def _layer_cache(self, spec: KVCacheSpec, num_blocks: int) -> LayerKVCache:
         dtype, device = self.kv_cache_dtype, self.device
+        # Host caches are not zeroed: zeroing the CPU default of 4 GiB cost seconds of
+        # start-up and committed all of it at once, while an allocation that size is
+        # mapped fresh from the OS (zero pages, touched only as blocks are used), and the
+        # kernels already read past a sequence's slots only under a mask (a reused block
+        # holds a finished request's keys). Device memory is zeroed: it costs nothing there.
+        alloc = torch.empty if device.type == "cpu" else torch.zeros
         if spec.kind == "mla":
-            return (torch.zeros(num_blocks, self.block_size, spec.head_size, dtype=dtype, device=device),)
+            return (alloc(num_blocks, self.block_size, spec.head_size, dtype=dtype, device=device),)
         shape = self.backend.kv_cache_shape(num_blocks, self.block_size, spec.num_kv_heads, spec.head_size)
-        return (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        return (alloc(shape, dtype=dtype, device=device), alloc(shape, dtype=dtype, device=device))
 
     def num_blocks_for_budget(self) -> int:
         """Blocks this rank's KV budget holds: `kv_cache_memory` bytes if given (and on
@@ -108,7 +115,7 @@ class ModelRunner:
                 budget = int(free - total * (1.0 - self.config.gpu_memory_utilization))
         return max(0, budget // self.bytes_per_block)
 
-    # -- profile run ---------------------------------------------------------------
+    # -- profile run and step timing ------------------------------------------------
     def profile_run(self, max_num_seqs: int, max_num_batched_tokens: int) -> None:
         """Run one forward at the configured maxima (the largest batch a step can hold,
         split over as many sequences as it may have, with logits for each) on a scratch
@@ -119,18 +126,36 @@ class ModelRunner:
         num_seqs = max(1, min(max_num_seqs, max_num_batched_tokens))
         lengths = [max_num_batched_tokens // num_seqs] * num_seqs
         lengths[-1] += max_num_batched_tokens - sum(lengths)
+        self._scratch_forward(lengths)
+
+    def time_step(self, num_tokens: int) -> float:
+        """Seconds of a step computing `num_tokens` new tokens (one prompt chunk, split
+        over sequences only where it exceeds max_model_len; one token is a decode step)
+        with the logits of each sequence, on a scratch KV cache."""
+        lengths = [self.max_model_len] * (num_tokens // self.max_model_len)
+        if num_tokens % self.max_model_len:
+            lengths.append(num_tokens % self.max_model_len)
+        return self._scratch_forward(lengths)
+
+    def _scratch_forward(self, lengths: list[int]) -> float:
+        """Seconds of one synchronised forward (and logits of each sequence's last row)
+        of fresh sequences of these lengths, on a scratch KV cache freed afterwards."""
         lengths = [min(max(1, n), self.max_model_len) for n in lengths]
+        num_seqs = len(lengths)
         blocks_per_seq = -(-max(lengths) // self.block_size)
         self.allocate_kv_cache(num_seqs * blocks_per_seq)
         tokens = torch.zeros(num_seqs, max(lengths), dtype=torch.int32)
         tables = torch.arange(num_seqs * blocks_per_seq).view(num_seqs, blocks_per_seq)
         num_new = torch.tensor(lengths)
+        start = time.perf_counter()
         batch = self.flatten(tokens, tables, torch.arange(num_seqs), torch.zeros(num_seqs, dtype=torch.int64), num_new)
         with torch.inference_mode(), worst_case_expert_load(self.model.moe_blocks()):
             hidden = self.model.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
             self.model.compute_logits(hidden[batch.last_rows])
         self.backend.synchronize()
+        seconds = time.perf_counter() - start
         self.kv_caches = []
+        return seconds
 
     # -- a step --------------------------------------------------------------------
     def flatten(

@@ -89,12 +89,17 @@ class Worker:
             bytes_per_block=self.runner.bytes_per_block,
         )
 
-    def determine_num_blocks(self) -> int:
-        """Run profile_run at the configured maxima, then say how many KV blocks this
-        rank's budget holds (the engine takes the minimum over ranks)."""
-        config = self.config
+    def time_step(self, num_tokens: int) -> float:
+        """Seconds of a step computing `num_tokens` new tokens on this rank (the engine
+        chooses the default token budget from these; every rank runs the same steps)."""
+        return self.runner.time_step(num_tokens)
+
+    def determine_num_blocks(self, max_num_batched_tokens: int) -> int:
+        """Run profile_run at the configured maxima (`max_num_batched_tokens`: the token
+        budget in force), then say how many KV blocks this rank's budget holds (the
+        engine takes the minimum over ranks)."""
         self.runner.profile_run(
-            config.max_num_seqs, min(config.max_num_batched_tokens, config.max_num_seqs * self.max_model_len)
+            self.config.max_num_seqs, min(max_num_batched_tokens, self.config.max_num_seqs * self.max_model_len)
         )
         return self.runner.num_blocks_for_budget()
 

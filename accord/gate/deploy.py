@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Mapping, Sequence, TypeVar
 import torch
 
 from ..backends import Backend, default_registry
+from ..core.engine import LLMEngine
 from ..core.outputs import CompletionOutput
 from ..op_contracts.recording import read_recordings
 from ..core.sampling_params import SamplingParams
@@ -134,7 +135,7 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
                                        lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))
                 else:
                     checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
-                reference = _reference_settings(config, prompts, llm.llm_engine.max_model_len)
+                reference = _reference_settings(config, prompts, llm.llm_engine)
             finally:
                 llm.llm_engine.shutdown()
                 del llm
@@ -170,7 +171,7 @@ def _layout(config: DeployConfig) -> str:
             f"{', expert parallel' if engine.enable_expert_parallel else ''}, {engine.executor_backend} executor)")
 
 
-def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], max_model_len: int) -> dict[str, object]:
+def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], engine: LLMEngine) -> dict[str, object]:
     """The production settings on the reference backend, in one rank, with a KV cache of
     just the blocks the prompt set needs rather than the production budget: the
     production engine's may not be freed yet (the server stack's caches can hold it),
@@ -178,20 +179,22 @@ def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], max_mod
     golden answer must not share the parallel code the deploy is checked for (a wrong
     expert-parallel combine would agree with itself), and the reference backend runs
     on the host, where the ranks would share the same memory anyway. It records nothing:
-    its calls are the golden's, not the deploy's."""
-    block_size = config.engine.block_size
+    its calls are the golden's, not the deploy's. It chunks prompts with the production
+    engine's token budget (the configured or the measured one)."""
+    block_size, max_model_len = config.engine.block_size, engine.max_model_len
     per_prompt = sum(-(-(len(p.token_ids) + config.gate.max_tokens) // block_size) for p in prompts)
     blocks = max(per_prompt, -(-max_model_len // block_size)) + 1
     return {**dataclasses.asdict(config.engine), **SINGLE_RANK, "backend": config.gate.reference,
-            "max_model_len": max_model_len, "kv_cache_memory": None, "num_gpu_blocks_override": blocks,
-            "record_op_calls": None}
+            "max_num_batched_tokens": engine.config.max_num_batched_tokens, "max_model_len": max_model_len,
+            "kv_cache_memory": None, "num_gpu_blocks_override": blocks, "record_op_calls": None}
 
 
 def _prompts(llm: LLM, config: DeployConfig) -> list[Prompt]:
     engine = llm.llm_engine
     passage = engine.tokenizer.encode(PASSAGE, add_special_tokens=False)
     room = engine.max_model_len - config.gate.max_tokens
-    return prompt_set(passage, config.engine.max_num_batched_tokens, room)
+    # The budget in force: the configured one, or the one measured at start-up.
+    return prompt_set(passage, engine.config.max_num_batched_tokens, room)
 
 
 def _greedy(llm: LLM, prompts: Sequence[Prompt], max_tokens: int) -> list[CompletionOutput]:

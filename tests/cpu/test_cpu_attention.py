@@ -101,6 +101,24 @@ def test_a_small_call_after_a_large_one_matches_reference(cpu_ops, assert_matche
     assert_matches_reference("paged_attention", *_paged_call(((5, 1), (3, 3))), scale=0.25)
 
 
+def test_metadata_refilled_in_place_is_not_served_a_stale_plan(cpu_ops, reference_ops, nmse_of) -> None:
+    """Each step's plan (layout, decode batch indices) is reused across layers; the
+    same metadata tensors refilled in place with another step's values, or met with
+    another sliding window, must get plans of their own."""
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(
+        tuple((n, 1) for n in (9, 30, 2))
+    )
+    call = (query, key_cache, value_cache, block_tables, seq_lens, query_start_loc)
+    cpu_ops.paged_attention(*call, scale=0.25)
+    # Shorter contexts and two sequences' first blocks swapped, in the same tensors.
+    seq_lens.copy_(torch.tensor([3, 30, 1], dtype=seq_lens.dtype))
+    block_tables[[0, 1], 0] = block_tables[[1, 0], 0].clone()
+    for window in (0, 2):
+        got = cpu_ops.paged_attention(*call, scale=0.25, sliding_window=window)
+        want = reference_ops.paged_attention(*call, scale=0.25, sliding_window=window)
+        assert nmse_of(got, want) < 1e-10
+
+
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float8_e4m3fn])
 def test_mla_mixed_batch_matches_reference(assert_matches_reference, index_dtype, cache_dtype) -> None:

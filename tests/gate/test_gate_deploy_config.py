@@ -50,7 +50,7 @@ def test_thresholds_default_when_the_gate_section_is_absent() -> None:
 
 def test_the_recorded_config_includes_every_default() -> None:
     recorded = parse_deploy_config({"model": "m"}, Path("/")).as_dict()
-    assert recorded["max_num_batched_tokens"] == 2048
+    assert "max_num_batched_tokens" in recorded and recorded["max_num_batched_tokens"] is None  # measured at start-up
     assert recorded["gate"]["max_tokens"] == GateSettings().max_tokens
 
 

@@ -1,6 +1,7 @@
 """The gate on a production-sized KV budget: a deploy YAML reserving 2 GiB of KV cache
 on the cpu backend passes, and the gate's peak memory stays within a small margin of
-the engine's own (replays use a few generated blocks, never the production cache)."""
+the engine's own (replays use a few generated blocks, never a copy of the production
+cache)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def test_the_gate_on_a_2_gib_kv_deploy_passes_within_the_engines_memory(tiny_mod
     assert yaml.safe_load(deploy.read_text())["num_gpu_blocks_override"] is None
     engine_code, engine_peak, engine_output = peak_rss([sys.executable, "-c", ENGINE_ALONE, str(deploy)])
     assert engine_code == 0, engine_output
-    # The engine really holds the budget (zeroed caches are resident), or the bound says nothing.
-    assert engine_peak > KV_BYTES, engine_peak
+    # Host KV caches are allocated untouched (resident only as blocks are written), so
+    # a gate that copied one would write all of it: a whole cache tensor, twice the
+    # margin, above the engine's own peak.
     gate_code, gate_peak, gate_output = peak_rss(
         [sys.executable, "-m", "accord", "conformance", "--deploy", str(deploy), "--report-dir", str(tmp_path / "r")])
     assert gate_code == EXIT_PASSED, gate_output[-3000:]

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import llguidance
-import llguidance.torch as lltorch
 import torch
 
 from .grammar import grammar_source
@@ -113,6 +112,10 @@ class StructuredOutputManager:
         constrained = [seq_id for seq_id in seq_ids if seq_id in self._matchers]
         if not constrained:
             return None
+        # Imported on first use: llguidance.torch imports torch's compiler stack, seconds
+        # of every engine's start-up otherwise, constrained requests or not.
+        import llguidance.torch as lltorch
+
         bitmask = lltorch.allocate_token_bitmask(len(constrained), self.ll_tokenizer.vocab_size)
         assert self._executor is not None
         pairs = [(self._matchers[seq_id], row) for row, seq_id in enumerate(constrained)]

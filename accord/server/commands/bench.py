@@ -222,12 +222,16 @@ def vllm_environment(venv: Path, threads: int) -> dict[str, str]:
     thread per core, and tcmalloc / Intel OpenMP preloaded where installed."""
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OMP_NUM_THREADS=str(threads))
     env.pop("PYTHONPATH", None)
-    candidates = [
-        *sorted(venv.glob("lib/libiomp5.so")),
-        *sorted(Path("/usr/lib/x86_64-linux-gnu").glob("libtcmalloc*.so.4")),
-        *sorted(Path("/usr/lib/aarch64-linux-gnu").glob("libtcmalloc*.so.4")),
+    openmp = sorted(venv.glob("lib/libiomp5.so"))
+    # The plain tcmalloc, never its debug build (libtcmalloc_minimal_debug.so.4 sits
+    # beside it when Debian's libtcmalloc-minimal4 is installed).
+    tcmalloc = [
+        path
+        for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
+        for path in sorted(Path(folder).glob("libtcmalloc*.so.4"))
+        if "debug" not in path.name
     ]
-    preload = [str(path) for path in candidates]
+    preload = [str(path) for path in (*openmp[:1], *tcmalloc[:1])]
     if preload:
         env["LD_PRELOAD"] = ":".join(preload)
     return env

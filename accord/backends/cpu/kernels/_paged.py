@@ -54,6 +54,92 @@ def decode_buckets(decodes: list[tuple[int, int, int]]) -> list[list[tuple[int, 
     return buckets
 
 
+def visible(query_pos: torch.Tensor, key_pos: torch.Tensor, seq_len: torch.Tensor, sliding_window: int) -> torch.Tensor:
+    """Which cached positions each query row may attend to: causal, inside the cached
+    length, and within the sliding window when one is set."""
+    seen = (key_pos <= query_pos) & (key_pos < seq_len)
+    if sliding_window > 0:
+        seen &= query_pos - key_pos < sliding_window
+    return seen
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    """The index tensors of one padded decode batch: its query rows [n], the blocks
+    gathered per sequence [n, nblk] (block 0 past a sequence's length), the flat
+    positions of the padding [p] and the attention mask [n, 1, 1, nblk * BS]."""
+
+    rows: torch.Tensor
+    block_ids: torch.Tensor
+    padding: torch.Tensor
+    visible: torch.Tensor
+
+
+def decode_batch(
+    decodes: list[tuple[int, int, int]], block_tables: torch.Tensor, block_size: int, sliding_window: int
+) -> DecodeBatch:
+    """The index tensors of one bucket of decodes (sequence, query row, cached length)."""
+    seqs, rows, lens = (torch.tensor(column) for column in zip(*decodes))
+    blocks = -(-int(lens.max()) // block_size)
+    key_pos = torch.arange(blocks * block_size)
+    in_sequence = key_pos < lens[:, None]  # [n, L]
+    # Table entries past a sequence's length are unspecified: point them at block 0.
+    block_ids = block_tables.index_select(0, seqs)[:, :blocks].long()
+    block_ids.masked_fill_(~in_sequence[:, ::block_size], 0)
+    padding = (~in_sequence).flatten().nonzero().squeeze(1)
+    mask = visible(lens[:, None] - 1, key_pos, lens[:, None], sliding_window)
+    return DecodeBatch(rows, block_ids, padding, mask[:, None, None, :])
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What a step's attention needs besides the caches, the same for every layer:
+    its layout and the index tensors of its padded decode batches."""
+
+    layout: StepLayout
+    decode_batches: list[DecodeBatch]
+
+
+class StepPlans:
+    """Step plans memoised across the layers of a step. Every layer is handed the same
+    metadata, so the plan built for the first layer is reused while metadata equal to
+    it comes back (compared by value: callers may refill persistent tensors in place).
+    Plans are kept per (block size, sliding window), which layers may differ in."""
+
+    def __init__(self) -> None:
+        self._metadata: tuple[torch.Tensor, ...] = ()
+        self._plans: dict[tuple[int, int], StepPlan] = {}
+
+    def plan(
+        self, query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
+        block_size: int, sliding_window: int,
+    ) -> StepPlan:
+        """The plan for this metadata, built on first use."""
+        metadata = (query_start_loc, seq_lens, block_tables)
+        if not self._same(metadata):
+            self._metadata = tuple(t.clone() for t in metadata)
+            self._plans = {}
+        plan = self._plans.get((block_size, sliding_window))
+        if plan is None:
+            layout = step_layout(query_start_loc, seq_lens)
+            batches = [
+                decode_batch(bucket, block_tables, block_size, sliding_window)
+                for bucket in decode_buckets(layout.decodes)
+            ]
+            plan = self._plans[(block_size, sliding_window)] = StepPlan(layout, batches)
+        return plan
+
+    def _same(self, metadata: tuple[torch.Tensor, ...]) -> bool:
+        return len(self._metadata) == len(metadata) and all(
+            kept.shape == t.shape and kept.dtype == t.dtype and torch.equal(kept, t)
+            for kept, t in zip(self._metadata, metadata)
+        )
+
+
+#: The cpu kernels' plans (the engine's model runner is one thread per process).
+STEP_PLANS = StepPlans()
+
+
 @dataclass(frozen=True)
 class PagedKV:
     """Where one layer's keys and values live: separate key and value caches (GQA), or

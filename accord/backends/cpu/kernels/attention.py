@@ -14,57 +14,30 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._paged import PagedKV, StepLayout, decode_buckets, step_layout
+from ._paged import STEP_PLANS, DecodeBatch, PagedKV, StepPlan, visible
 from ._registry import KERNELS
 
 
-def _visible(
-    query_pos: torch.Tensor, key_pos: torch.Tensor, seq_len: torch.Tensor, sliding_window: int
-) -> torch.Tensor:
-    """Which cached positions each query row may attend to: causal, inside the cached
-    length, and within the sliding window when one is set."""
-    visible = (key_pos <= query_pos) & (key_pos < seq_len)
-    if sliding_window > 0:
-        visible &= query_pos - key_pos < sliding_window
-    return visible
-
-
 def _attend_decodes(
-    query: torch.Tensor,
-    kv: PagedKV,
-    block_tables: torch.Tensor,
-    decodes: list[tuple[int, int, int]],
-    scale: float,
-    sliding_window: int,
-    out: torch.Tensor,
+    query: torch.Tensor, kv: PagedKV, batch: DecodeBatch, scale: float, out: torch.Tensor
 ) -> None:
     """One padded SDPA call for single-row sequences; query is [T, Hk, G, Dk] in the
     fp32, out is [T, Hq, Dv]."""
-    seqs, rows, lens = (torch.tensor(column) for column in zip(*decodes))
-    block_size = kv.block_size
-    blocks = -(-int(lens.max()) // block_size)
-    key_pos = torch.arange(blocks * block_size)
-    in_sequence = key_pos < lens[:, None]  # [n, L]
-    # Table entries past a sequence's length are unspecified: point them at block 0.
-    block_ids = block_tables.index_select(0, seqs)[:, :blocks].long()
-    block_ids.masked_fill_(~in_sequence[:, ::block_size], 0)
-    keys, values = kv.gather(block_ids, query.dtype)
+    keys, values = kv.gather(batch.block_ids, query.dtype)
     # Padded slots hold whatever the cache held (NaN poison, say), and 0 * NaN is NaN
     # even under a -inf score: zero them so masked positions contribute exactly 0.
-    padding = (~in_sequence).flatten().nonzero().squeeze(1)
-    n, padded_len = in_sequence.shape
-    keys.view(n * padded_len, *keys.shape[2:]).index_fill_(0, padding, 0)
+    n, padded_len = batch.visible.shape[0], batch.visible.shape[-1]
+    keys.view(n * padded_len, *keys.shape[2:]).index_fill_(0, batch.padding, 0)
     if kv.value_cache is not None:
-        values.view(n * padded_len, *values.shape[2:]).index_fill_(0, padding, 0)
-    visible = _visible(lens[:, None] - 1, key_pos, lens[:, None], sliding_window)
+        values.view(n * padded_len, *values.shape[2:]).index_fill_(0, batch.padding, 0)
     attended = F.scaled_dot_product_attention(
-        query.index_select(0, rows),  # [n, Hk, G, Dk]: the group is the query axis
+        query.index_select(0, batch.rows),  # [n, Hk, G, Dk]: the group is the query axis
         keys.transpose(1, 2),
         values.transpose(1, 2),
-        attn_mask=visible[:, None, None, :],
+        attn_mask=batch.visible,
         scale=scale,
     )
-    out.index_copy_(0, rows, attended.reshape(n, out.shape[1], out.shape[2]).to(out.dtype))
+    out.index_copy_(0, batch.rows, attended.reshape(n, out.shape[1], out.shape[2]).to(out.dtype))
 
 
 def _attend_prefill(
@@ -92,7 +65,7 @@ def _attend_prefill(
     mask = None
     if not full_causal:
         query_pos = torch.arange(seq_len - q_len, seq_len)[:, None]
-        mask = _visible(query_pos, torch.arange(seq_len), torch.tensor(seq_len), sliding_window)
+        mask = visible(query_pos, torch.arange(seq_len), torch.tensor(seq_len), sliding_window)
     attended = F.scaled_dot_product_attention(
         q[None], keys[None], values[None], attn_mask=mask, is_causal=full_causal, scale=scale
     )[0]
@@ -103,18 +76,19 @@ def _attend_step(
     query: torch.Tensor,
     kv: PagedKV,
     block_tables: torch.Tensor,
-    layout: StepLayout,
+    plan: StepPlan,
     scale: float,
     sliding_window: int,
     out: torch.Tensor,
 ) -> None:
     """Attention of every sequence of the step; query is [T, Hk, G, Dk] in fp32.
     Rows no sequence owns are zeroed."""
+    layout = plan.layout
     first, last = layout.owned_rows
     out[:first].zero_()
     out[last:].zero_()
-    for bucket in decode_buckets(layout.decodes):
-        _attend_decodes(query, kv, block_tables, bucket, scale, sliding_window, out)
+    for batch in plan.decode_batches:
+        _attend_decodes(query, kv, batch, scale, out)
     for b, start, q_len, seq_len in layout.prefills:
         _attend_prefill(query, kv, block_tables[b], slice(start, start + q_len), seq_len, scale, sliding_window, out)
 
@@ -138,7 +112,8 @@ def paged_attention(
     kv_heads = key_cache.shape[2]
     grouped = query.float().view(tokens, kv_heads, q_heads // kv_heads, head_dim)
     kv = PagedKV(key_cache, value_cache, head_dim, k_scale, v_scale)
-    _attend_step(grouped, kv, block_tables, step_layout(query_start_loc, seq_lens), scale, sliding_window, out)
+    plan = STEP_PLANS.plan(query_start_loc, seq_lens, block_tables, kv.block_size, sliding_window)
+    _attend_step(grouped, kv, block_tables, plan, scale, sliding_window, out)
 
 
 @KERNELS.register("mla_attention")
@@ -157,4 +132,5 @@ def mla_attention(
     is the latent, so every query head is in one group."""
     query = torch.cat([q_latent.float(), q_pe.float()], dim=-1).unsqueeze(1)  # [T, 1, H, L+R]
     kv = PagedKV(kv_cache.unsqueeze(2), None, q_latent.shape[2], kv_scale, kv_scale)
-    _attend_step(query, kv, block_tables, step_layout(query_start_loc, seq_lens), scale, 0, out)
+    plan = STEP_PLANS.plan(query_start_loc, seq_lens, block_tables, kv.block_size, 0)
+    _attend_step(query, kv, block_tables, plan, scale, 0, out)
