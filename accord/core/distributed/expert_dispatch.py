@@ -210,9 +210,10 @@ def expert_dispatch(
     parallel: ParallelContext, ops: OpDispatcher, num_experts: int, experts_dtype: torch.dtype
 ) -> ExpertDispatch | None:
     """The exchange a routed-expert layer uses, or None when it needs none: no expert
-    parallelism, or the allgather strategy with one DP rank (see below). Activations travel as fp8 only when the experts
-    are fp8 already (a quantised checkpoint, as vLLM quantises dispatch only under an
-    fp8 quant config) and the communicator's all_to_all carries fp8."""
+    parallelism, or the allgather strategy with one DP rank (see below). Activations
+    travel as fp8 only when the experts are fp8 already (a quantised checkpoint, as vLLM
+    quantises dispatch only under an fp8 quant config) and the communicator's all_to_all
+    carries fp8."""
     ep = parallel.ep_comm()
     if ep is None:
         return None
