@@ -36,6 +36,7 @@ class GpuBackend(Backend):
     vendor: str = "CUDA/ROCm"
     #: The CUDA graph memory pool every captured bucket shares (made on first capture).
     _graph_pool: tuple[int, int] | None = None
+    captures_graphs = True
 
     def runtime_missing(self) -> str | None:
         """Why this torch build cannot drive this backend's GPUs, or None when it can."""
