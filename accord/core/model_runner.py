@@ -209,7 +209,9 @@ class ModelRunner:
         )
         return self.model.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
 
-    def _forward(self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray) -> tuple[torch.Tensor, FlatBatch]:
+    def _forward(
+        self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray
+    ) -> tuple[torch.Tensor, FlatBatch]:
         """Hidden states of the step's new tokens: a captured graph's replay for a
         pure-decode step within the buckets, else an eager forward."""
         batch, graphs = self.input_batch, self.decode_graphs
@@ -279,7 +281,8 @@ class ModelRunner:
         if len(samplers):
             sampling = [states[b] for b in samplers]
             # Every row a sampler's last (a decode step): the hidden states as they are.
-            sampled_rows = hidden if len(samplers) == len(hidden) else hidden[torch.from_numpy(flat.last_rows[samplers])]
+            every_row = len(samplers) == len(hidden)
+            sampled_rows = hidden if every_row else hidden[torch.from_numpy(flat.last_rows[samplers])]
             logits = self.model.compute_logits(sampled_rows)
             sampled = self.sampler(logits, sampling, self._grammar_bitmask)
             output.req_ids = [s.req_id for s in sampling]

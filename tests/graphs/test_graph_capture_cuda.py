@@ -11,7 +11,9 @@ import torch
 
 from accord.core.graph_capture import DecodeGraphs, InputSpec, capture_sizes
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
+)
 
 
 def _backend():
