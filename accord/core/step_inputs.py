@@ -74,6 +74,10 @@ class StepInputs:
         self.block_size = block_size
         self.device = device
         self.max_blocks_per_seq = max_blocks_per_seq
+        #: Recorded after a step's host-to-device copies (off the host only): the host
+        #: buffers are rewritten only once those copies ran, as a step that samples
+        #: nothing (a prefill chunk) returns without waiting for the device.
+        self._copied: torch.Event | None = None
         self._allocate(max_seqs, max_tokens)
 
     def _allocate(self, max_seqs: int, max_tokens: int) -> None:
@@ -111,6 +115,8 @@ class StepInputs:
         max_query_len = int(num_new.max())
         width = self.max_blocks_per_seq if full_width else -(-max_seq_len // self.block_size)
         num_tokens = num_seqs if max_query_len == 1 else int(num_new.sum())
+        if self._copied is not None:
+            self._copied.synchronize()
         self._fit(num_seqs, num_tokens)
         if max_query_len == 1:  # a decode step: one token per sequence, at its last position
             query_start_loc = self._arange[: num_seqs + 1]
@@ -139,9 +145,13 @@ class StepInputs:
             max_query_len=max_query_len,
             max_seq_len=max_seq_len,
         )
-        return FlatBatch(
+        flat = FlatBatch(
             input_ids=self.input_ids.to_device(num_tokens),
             positions=self.positions.to_device(num_tokens),
             attn=attn,
             last_rows=query_start_loc[1:] - 1,
         )
+        if self.device.type != "cpu":
+            self._copied = torch.Event(device=self.device)
+            self._copied.record()
+        return flat
