@@ -228,7 +228,8 @@ def run_transformers(
             width = max(len(r.prompt_token_ids) for r in batch)
             pad = [[0] * (width - len(r.prompt_token_ids)) for r in batch]
             ids = torch.tensor([p + r.prompt_token_ids for p, r in zip(pad, batch)], device=device)
-            mask = torch.tensor([[0] * len(p) + [1] * len(r.prompt_token_ids) for p, r in zip(pad, batch)], device=device)
+            mask = [[0] * len(p) + [1] * len(r.prompt_token_ids) for p, r in zip(pad, batch)]
+            mask = torch.tensor(mask, device=device)
             longest = max(r.output_len for r in batch)
             with torch.inference_mode():
                 model.generate(
@@ -494,8 +495,9 @@ def gpu_refusal(backend: str) -> str | None:
 
     if torch.cuda.is_available():
         return None
-    runtime = getattr(torch.version, "hip", None) or torch.version.cuda
-    build = f"built for {'HIP ' if getattr(torch.version, 'hip', None) else 'CUDA '}{runtime}" if runtime else "a CPU-only build"
+    hip = getattr(torch.version, "hip", None)
+    runtime = f"HIP {hip}" if hip else f"CUDA {torch.version.cuda}" if torch.version.cuda else None
+    build = f"built for {runtime}" if runtime else "a CPU-only build"
     return (
         f"accord bench --backend {backend} measures on a GPU, and torch sees none here "
         f"(torch.cuda.is_available() is False; torch {torch.__version__} is {build}). "
