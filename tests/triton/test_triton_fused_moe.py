@@ -73,9 +73,10 @@ def test_fused_moe_dequantises_fp8_weights_by_their_block_scales(assert_matches_
     )
 
 
-@pytest.mark.parametrize("fp8_dtype", FP8_DTYPES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("swiglu_limit", [0.0, 4.0])
+@pytest.mark.parametrize(
+    "dtype, fp8_dtype, swiglu_limit",
+    [(torch.bfloat16, torch.float8_e4m3fn, 0.0), (torch.float16, torch.float8_e4m3fnuz, 4.0)],
+)
 def test_fused_moe_fp8_dot_path_meets_the_gpu_backends_declared_bound(
     triton_ops, reference_ops, nmse_of, dtype, fp8_dtype, swiglu_limit
 ):
@@ -84,7 +85,7 @@ def test_fused_moe_fp8_dot_path_meets_the_gpu_backends_declared_bound(
     from accord.backends.triton.gpu_backend import FP8_DOT_MOE_NMSE
     from accord.backends.triton.kernels.fused_moe import Fp8Path, run_fused_moe
 
-    intermediate, hidden_size = 144, 288
+    intermediate, hidden_size = 144, 160
     w13, w13_scale = _block_quantised(_randn(4, 2 * intermediate, hidden_size, seed=1) * 8, fp8_dtype)
     w2, w2_scale = _block_quantised(_randn(4, hidden_size, intermediate, seed=2) * 8, fp8_dtype)
     expert_map = torch.tensor([0, -1, 1, 2, -1, 3], dtype=torch.int32)
