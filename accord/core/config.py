@@ -150,6 +150,11 @@ class EngineConfig:
         1, help="data-parallel ranks, each with its own scheduler and KV cache (EP size = TP size x DP size)",
         aliases=("-dp",), at_least=1,
     )
+    compilation_config: int = setting(
+        0, help="torch.compile level of the model forward (vLLM's -O): 0 runs it eagerly, 1-3 compile it with "
+        "inductor, the contract ops opaque (accord.core.compilation; measured figures in docs/performance.md)",
+        flag="--compilation-config", aliases=("-O",), at_least=0, at_most=3,
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",

@@ -21,6 +21,7 @@ import torch
 
 from ..op_contracts import OpDispatcher
 from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from .compilation import compile_forward
 from .config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from .device import DeviceBackend
 from .input_batch import CachedRequestState, InputBatch
@@ -61,6 +62,8 @@ class ModelRunner:
         self.backend = backend
         self.device = backend.device()
         self.model = model
+        # The forward every step runs: compiled when -O asks (accord.core.compilation).
+        self.forward = compile_forward(model, ops) if config.compilation_config else model.forward
         self.max_model_len = max_model_len
         self.block_size = config.block_size
         self.is_driver = is_driver
@@ -150,7 +153,7 @@ class ModelRunner:
         start = time.perf_counter()
         batch = self.flatten(tokens, tables, torch.arange(num_seqs), torch.zeros(num_seqs, dtype=torch.int64), num_new)
         with torch.inference_mode(), worst_case_expert_load(self.model.moe_blocks()):
-            hidden = self.model.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
+            hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
             self.model.compute_logits(hidden[batch.last_rows])
         self.backend.synchronize()
         seconds = time.perf_counter() - start
@@ -226,7 +229,7 @@ class ModelRunner:
                             torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), one)
         padding = torch.full_like(flat.attn.slot_mapping, -1)
         attn = dataclasses.replace(flat.attn, slot_mapping=padding)
-        self.model.forward(flat.input_ids, flat.positions, attn, self.kv_caches)
+        self.forward(flat.input_ids, flat.positions, attn, self.kv_caches)
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
         """Run the last step again for only `req_ids` (the step failed and the engine is
@@ -242,7 +245,7 @@ class ModelRunner:
         num_computed = torch.tensor([s.num_computed_tokens for s in states], dtype=torch.int64)
         num_new = torch.tensor(list(num_scheduled_tokens.values()), dtype=torch.int64)
         flat = self.flatten(batch.token_ids, batch.block_table, rows, num_computed, num_new)
-        hidden = self.model.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches)
+        hidden = self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches)
         ends = (num_computed + num_new).tolist()
         samplers = [b for b, state in enumerate(states) if ends[b] == state.num_tokens]
         prompt_entries = self._prompt_logprobs(states, num_computed.tolist(), num_new.tolist(), flat, hidden)
