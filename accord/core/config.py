@@ -162,6 +162,11 @@ class EngineConfig:
         "only backends whose capture is real (CUDA graphs) capture", at_least=1,
         default_help=f"min(max_num_seqs, {DEFAULT_MAX_CAPTURE_SIZE})",
     )
+    compilation_config: int = setting(
+        0, help="torch.compile level of the model forward (vLLM's -O): 0 runs it eagerly, 1-3 compile it with "
+        "inductor, the contract ops opaque (accord.core.compilation; measured figures in docs/performance.md)",
+        flag="--compilation-config", aliases=("-O",), at_least=0, at_most=3,
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",

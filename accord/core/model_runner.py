@@ -25,6 +25,7 @@ import torch
 
 from ..op_contracts import ContractError, OpDispatcher
 from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from .compilation import compile_forward
 from .config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from .device import DeviceBackend
 from .graph_capture import DecodeGraphs, InputSpec, capture_sizes
@@ -56,6 +57,8 @@ class ModelRunner:
         self.backend = backend
         self.device = backend.device()
         self.model = model
+        # The forward every step runs: compiled when -O asks (accord.core.compilation).
+        self.forward = compile_forward(model, ops) if config.compilation_config else model.forward
         self.max_model_len = max_model_len
         self.block_size = config.block_size
         self.is_driver = is_driver
@@ -156,7 +159,7 @@ class ModelRunner:
         rows = np.arange(num_seqs)
         batch = self.step_inputs.flatten(tokens, tables, rows, np.zeros(num_seqs, dtype=np.int64), num_new)
         with torch.inference_mode(), worst_case_expert_load(self.model.moe_blocks()):
-            hidden = self.model.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
+            hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
             self.model.compute_logits(hidden[torch.from_numpy(batch.last_rows).to(hidden.device)])
         self.backend.synchronize()
         seconds = time.perf_counter() - start
@@ -207,7 +210,7 @@ class ModelRunner:
             max_query_len=1,
             max_seq_len=self.max_model_len,
         )
-        return self.model.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
+        return self.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
 
     def _forward(
         self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray
@@ -222,7 +225,7 @@ class ModelRunner:
             inputs = {"input_ids": flat.input_ids, "positions": flat.positions, "slot_mapping": flat.attn.slot_mapping,
                       "block_tables": flat.attn.block_tables, "seq_lens": flat.attn.seq_lens}
             return graphs.run(inputs), flat
-        return self.model.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
+        return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
 
     # -- a step --------------------------------------------------------------------
     def update_states(self, step: SchedulerOutput) -> None:
@@ -257,7 +260,7 @@ class ModelRunner:
                                         zero, zero, np.ones(1, dtype=np.int64))
         padding = torch.full_like(flat.attn.slot_mapping, -1)
         attn = dataclasses.replace(flat.attn, slot_mapping=padding)
-        self.model.forward(flat.input_ids, flat.positions, attn, self.kv_caches)
+        self.forward(flat.input_ids, flat.positions, attn, self.kv_caches)
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
         """Run the last step again for only `req_ids` (the step failed and the engine is

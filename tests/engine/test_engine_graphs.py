@@ -47,13 +47,13 @@ class GraphDoubleCpu(CpuBackend):
 def _llm(model_dir: Path, backend: CpuBackend, **engine_args) -> LLM:
     llm = LLM(str(model_dir), lambda: backend, max_num_seqs=6, max_model_len=256, **engine_args)
     runner = llm.llm_engine.executor.driver_worker.runner
-    forward = runner.model.forward
+    forward = runner.forward  # the forward every step runs (the model's, or its compiled form)
 
     def recording_forward(input_ids, *args, **kwargs):
         backend.forwards.append((int(input_ids.shape[0]), backend.replaying))
         return forward(input_ids, *args, **kwargs)
 
-    runner.model.forward = recording_forward
+    runner.forward = recording_forward
     return llm
 
 
