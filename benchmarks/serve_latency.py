@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -49,14 +50,14 @@ add_cli_args(parser)
 main(parser.parse_args(sys.argv[1:]))
 """
 
-#: Figures in the table: (column title, key in the client's result JSON, scale).
+#: Figures in the table: (column title, key in the client's result JSON).
 COLUMNS = [
-    ("out tok/s", "output_throughput", 1.0),
-    ("TTFT p50 ms", "median_ttft_ms", 1.0),
-    ("TTFT p99 ms", "p99_ttft_ms", 1.0),
-    ("ITL p50 ms", "median_itl_ms", 1.0),
-    ("ITL p99 ms", "p99_itl_ms", 1.0),
-    ("TPOT p50 ms", "median_tpot_ms", 1.0),
+    ("out tok/s", "output_throughput"),
+    ("TTFT p50 ms", "median_ttft_ms"),
+    ("TTFT p99 ms", "p99_ttft_ms"),
+    ("ITL p50 ms", "median_itl_ms"),
+    ("ITL p99 ms", "p99_itl_ms"),
+    ("TPOT p50 ms", "median_tpot_ms"),
 ]
 
 
@@ -130,8 +131,9 @@ def running(command: list[str], env: dict[str, str], log: Path, port: int, timeo
 
 def accord_command(args: argparse.Namespace, model: Path, port: int) -> list[str]:
     return [
-        sys.executable, "-m", "accord", "--log-level", "INFO", "serve", "--model", str(model), "--served-model-name", SERVED_NAME,
-        "--port", str(port), "--backend", args.backend, *args.accord_args,
+        sys.executable, "-m", "accord", "--log-level", "INFO", "serve",
+        "--model", str(model), "--served-model-name", SERVED_NAME, "--port", str(port),
+        "--backend", args.backend, *args.accord_args,
     ]  # fmt: skip
 
 
@@ -200,9 +202,9 @@ def measure(args: argparse.Namespace, label: str, model: Path, scratch: Path) ->
 
 def render_table(results: dict[str, dict]) -> str:
     """The side-by-side table: one row per server."""
-    titles = ["server", *(title for title, _, _ in COLUMNS)]
+    titles = ["server", *(title for title, _ in COLUMNS)]
     rows = [
-        [label, *(f"{figures.get(key, float('nan')) * scale:.1f}" for _, key, scale in COLUMNS)]
+        [label, *(f"{figures[key]:.1f}" if key in figures else "failed" for _, key in COLUMNS)]
         for label, figures in results.items()
     ]
     widths = [max(len(row[i]) for row in [titles, *rows]) for i in range(len(titles))]
@@ -233,8 +235,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vllm-memory-fraction", type=float, default=0.3, help="vllm serve's KV share of host memory")
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds a server may take to start")
-    parser.add_argument("--accord-args", nargs=argparse.REMAINDER, default=[], help="extra `accord serve` flags (last)")
-    parser.add_argument("--vllm-args", nargs="*", default=[], help="extra `vllm serve` flags")
+    parser.add_argument("--accord-args", type=shlex.split, default=[], help="extra `accord serve` flags, as one string")
+    parser.add_argument("--vllm-args", type=shlex.split, default=[], help="extra `vllm serve` flags, as one string")
     parser.add_argument("--json", help="also write every figure to this JSON file")
     parser.add_argument("--log-dir", help="keep the server logs and client results here (default: deleted)")
     return parser.parse_args(argv)
@@ -243,7 +245,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not (Path(args.vllm_venv) / "bin" / "python").exists():
-        print(f"no vLLM virtualenv at {args.vllm_venv}: its bench serve client is needed (--vllm-venv)", file=sys.stderr)
+        print(f"no vLLM virtualenv at {args.vllm_venv}: its bench serve client is needed (--vllm-venv)",
+              file=sys.stderr)
         return 2
     model = serving_model(build_model(Path(args.model_dir)))
     # A SIGTERM unwinds like Ctrl-C, so every server started is stopped.
@@ -253,8 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         scratch = Path(args.log_dir or folder)
         scratch.mkdir(parents=True, exist_ok=True)
         for label in ("accord", "vllm"):
-            if label not in args.skip:
+            if label in args.skip:
+                continue
+            try:
                 results[label] = measure(args, label, model, scratch)
+            except (RuntimeError, subprocess.CalledProcessError) as error:
+                print(f"{label} failed: {error} (logs: {scratch})", file=sys.stderr)
+                results[label] = {"error": str(error), "load_average": os.getloadavg()}
     print(render_table(results))
     print(f"load average (1, 5, 15 min) after each run: "
           + "; ".join(f"{label} {' '.join(f'{x:.1f}' for x in r['load_average'])}" for label, r in results.items()))

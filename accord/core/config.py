@@ -107,9 +107,8 @@ class EngineConfig:
     max_num_seqs: int = setting(256, help="most sequences in one step", at_least=1)
     max_num_batched_tokens: int | None = setting(
         None, help="most tokens in one step", at_least=1,
-        default_help="chosen at start-up from measured step times: the largest power of two up to 2048 whose "
-        "step takes at most 5 one-request decode steps caps prompt tokens beside decodes, raised to max_num_seqs "
-        "for the budget (accord.core.token_budget)",
+        default_help="chosen at start-up from measured step times: the largest power of two from max_num_seqs "
+        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.token_budget)",
     )
     enable_prefix_caching: bool = setting(True, help="reuse KV blocks of shared prompt prefixes")
     kv_cache_memory: int | None = setting(

@@ -45,7 +45,7 @@ from .scheduler import Scheduler
 from .sequence import Sequence
 from .stats import EngineStats, RequestTimes
 from .structured_output import StructuredOutputManager
-from .token_budget import TokenBudget, choose_token_budget
+from .token_budget import choose_token_budget
 from .tokenizer import Tokenizer, load_tokenizer
 from .worker import WorkerInfo
 
@@ -65,12 +65,8 @@ class LLMEngine:
         self.executor: Executor = executor_class(config.executor_backend)(config, backend_factory)
         try:
             info: WorkerInfo = self.executor.collective_rpc("info")[0]
-            #: Prompt tokens a step computes beside decodes (None: the whole token budget).
-            self.prefill_chunk: int | None = None
             if config.max_num_batched_tokens is None:
-                budget = self._measured_token_budget()
-                config = self.config = replace(config, max_num_batched_tokens=budget.tokens)
-                self.prefill_chunk = budget.prefill_chunk
+                config = self.config = replace(config, max_num_batched_tokens=self._measured_token_budget())
             # profile_run on every rank at the maxima; the KV budget is per rank.
             num_blocks = min(self.executor.collective_rpc("determine_num_blocks", (config.max_num_batched_tokens,)))
             max_model_len = info.max_model_len
@@ -102,7 +98,6 @@ class LLMEngine:
                 structured_output=StructuredOutputManager(
                     self.tokenizer, info.model_config.vocab_size, info.model_config.eos_token_ids
                 ),
-                prefill_chunk=self.prefill_chunk,
             )
             for _ in range(config.data_parallel_size)
         ]
@@ -128,16 +123,15 @@ class LLMEngine:
             num_blocks * info.bytes_per_block / 2**20,
         )
 
-    def _measured_token_budget(self) -> TokenBudget:
-        """The default step token budget and prefill chunk, from step times measured on
-        every rank (the slowest rank's time counts; all ranks run the same steps, so
-        collectives meet)."""
+    def _measured_token_budget(self) -> int:
+        """The default step token budget, from step times measured on every rank (the
+        slowest rank's time counts; all ranks run the same steps, so collectives meet)."""
         budget = choose_token_budget(
             lambda tokens: max(self.executor.collective_rpc("time_step", (tokens,))),
             floor=self.config.max_num_seqs,
         )
         logger.info("default token budget from measured step times: %s", budget.describe())
-        return budget
+        return budget.tokens
 
     @classmethod
     def from_engine_args(cls, model: str, backend_factory: BackendFactory, **kwargs: Any) -> LLMEngine:

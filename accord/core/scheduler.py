@@ -4,12 +4,9 @@ token counts), and what a step's results do to the sequences.
 
 Order within a step: running sequences that decode, then running sequences part-way
 through their prompt, then waiting ones, so a long prompt is chunked and never stalls
-the decodes. Beside running decodes a step computes at most `prefill_chunk` prompt
-tokens (the Sarathi-Serve chunk, which keeps the decodes' inter-token gap short); a
-step without decodes may fill the whole token budget with prompts. When blocks run
-out, the lowest-priority (then youngest) running sequence is preempted: its blocks
-are freed and it is recomputed later, reusing whatever of its prefix the cache still
-holds.
+the decodes. When blocks run out, the lowest-priority (then youngest) running sequence
+is preempted: its blocks are freed and it is recomputed later, reusing whatever of
+its prefix the cache still holds.
 
 The step goes to the workers as a plain `SchedulerOutput` (new requests in full,
 running ones as diffs); `update_from_output` applies the runner's results: it is the
@@ -66,14 +63,11 @@ class Scheduler:
         max_model_len: int | None = None,
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
-        prefill_chunk: int | None = None,
     ) -> None:
         if policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
-        #: Most prompt tokens (prefill or recompute) in a step that also decodes.
-        self.prefill_chunk = max_num_batched_tokens if prefill_chunk is None else prefill_chunk
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
@@ -153,21 +147,13 @@ class Scheduler:
         scheduled: dict[str, int] = {}
         batch: list[Sequence] = []
         preempted: list[Sequence] = []
-        # Running prompts scheduled, and the prompt tokens the step may compute (fixed
-        # once the decodes are in: the prefill chunk beside decodes).
-        prompts: list[Sequence] = []
-        prompt_limit: int | None = None
         # Decodes first (one token left to compute), then partly computed prompts.
         for seq in sorted(self.running, key=lambda s: s.num_tokens - s.num_computed_tokens > 1):
+            if budget == 0:
+                break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            left = seq.num_tokens - seq.num_computed_tokens
-            if left > 1 and prompt_limit is None:
-                prompt_limit = self._prompt_limit(decoding=bool(batch))
-            room = budget if left == 1 else min(budget, prompt_limit - sum(scheduled[s.seq_id] for s in prompts))
-            if room == 0:
-                break
-            count = min(left, room)
+            count = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not self.block_manager.allocate(seq.seq_id, seq.num_computed_tokens + count):
                 victim = max(self.running, key=self.order_key)
                 self._preempt(victim)
@@ -175,22 +161,15 @@ class Scheduler:
                 if victim.seq_id in scheduled:
                     budget += scheduled.pop(victim.seq_id)
                     batch.remove(victim)
-                    if victim in prompts:
-                        prompts.remove(victim)
                 if victim is seq:
                     break
             else:
                 scheduled[seq.seq_id] = count
                 batch.append(seq)
                 budget -= count
-                if left > 1:
-                    prompts.append(seq)
         admitted: list[Sequence] = []
         if not preempted:
-            if prompt_limit is None:
-                prompt_limit = self._prompt_limit(decoding=bool(batch))
-            room = min(budget, prompt_limit - sum(scheduled[s.seq_id] for s in prompts))
-            budget -= room - self._admit_waiting(room, scheduled, batch, admitted)
+            budget = self._admit_waiting(budget, scheduled, batch, admitted)
         for seq in batch:
             self.block_manager.cache_full_blocks(
                 seq.seq_id, seq.token_ids, seq.num_computed_tokens + scheduled[seq.seq_id]
@@ -207,11 +186,6 @@ class Scheduler:
         self._finished_ids = set()
         self._update_gauges()
         return output
-
-    def _prompt_limit(self, decoding: bool) -> int:
-        """Prompt tokens a step may compute: the prefill chunk beside decodes, else
-        the whole token budget (no decode waits on the step)."""
-        return self.prefill_chunk if decoding else self.max_num_batched_tokens
 
     def _grammar_bitmask(self, scheduled: dict[str, int]) -> GrammarBitmask | None:
         """The token bitmask of the constrained sequences that sample this step."""

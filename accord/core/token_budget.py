@@ -6,16 +6,8 @@ the step's token budget bounds how long the decodes wait between two tokens. Lar
 chunks prefill faster; past the point where the device's GEMMs are saturated they
 only lengthen the inter-token gap. Sarathi-Serve sets its strict inter-token latency
 target at 5x the time of a one-request decode step and takes the largest chunk whose
-step stays under it; this does the same with power-of-two chunks up to a ceiling
-(vLLM's online default).
-
-Two figures come out. The prefill chunk is the largest measured chunk within the
-target: the most prompt tokens a step computes beside running decodes. The step token
-budget (max_num_batched_tokens) is that chunk raised to a floor where every running
-sequence can decode in one step (max_num_seqs). On a slow device (a CPU, where a
-256-token step takes 6 to 7 one-token steps) the chunk falls below that floor: the
-budget alone would let a step with a long prompt run 256 prompt tokens while the
-decodes wait for it; the chunk keeps such steps within the target.
+step stays under it; this does the same with power-of-two budgets between a floor
+(every running sequence can decode in one step) and a ceiling (vLLM's online default).
 """
 
 from __future__ import annotations
@@ -34,12 +26,9 @@ DECODE_REPEATS = 3
 
 @dataclass(frozen=True)
 class TokenBudget:
-    """The chosen budget and chunk and the measurements they came from."""
+    """The chosen budget and the measurements it came from."""
 
-    #: The step token budget (max_num_batched_tokens): at least the floor.
     tokens: int
-    #: Prompt tokens a step computes beside running decodes (at most `tokens`).
-    prefill_chunk: int
     #: Seconds of a one-token step (one decoding request).
     decode_seconds: float
     #: The step time the budget keeps under.
@@ -51,16 +40,21 @@ class TokenBudget:
         """One log line: the budget, the target and the step times behind it."""
         steps = ", ".join(f"{n}: {s * 1e3:.0f} ms" for n, s in self.measured.items())
         return (
-            f"max_num_batched_tokens={self.tokens}, prefill chunk {self.prefill_chunk} (decode step {self.decode_seconds * 1e3:.0f} ms, "
+            f"max_num_batched_tokens={self.tokens} (decode step {self.decode_seconds * 1e3:.0f} ms, "
             f"target {self.target_seconds * 1e3:.0f} ms; steps {steps})"
         )
 
 
-def candidate_chunks(ceiling: int) -> list[int]:
-    """Chunks the search may measure, ascending: powers of two below `ceiling`, then
-    `ceiling` itself."""
-    chunks = [1 << k for k in range(ceiling.bit_length()) if 1 << k < ceiling]
-    return [*chunks, ceiling]
+def candidate_budgets(floor: int, ceiling: int) -> list[int]:
+    """Budgets tried, ascending: `floor` rounded up to a power of two, doubling up to
+    `ceiling` (which is tried itself when it is not a power of two)."""
+    floor = max(1, min(floor, ceiling))
+    budget = 1 << (floor - 1).bit_length()
+    budgets = []
+    while budget < ceiling:
+        budgets.append(budget)
+        budget *= 2
+    return [*budgets, ceiling]
 
 
 def choose_token_budget(
@@ -69,30 +63,18 @@ def choose_token_budget(
     ceiling: int = DEFAULT_CEILING,
     slo_decode_steps: float = SLO_DECODE_STEPS,
 ) -> TokenBudget:
-    """The largest candidate chunk whose measured step (`step_seconds(tokens)`) stays
-    within `slo_decode_steps` one-token steps (a one-token chunk when none does), and
-    the budget: that chunk raised to `floor`. The decode step is the best of
-    `DECODE_REPEATS` (the first also warms the device up). The search starts at the
-    floor (rounded up to a candidate) and walks up while steps stay within the target,
-    or down until one does, so it measures few steps: on a fast device the same ones
-    as a search up from the floor, on a slow one the floor and the chunks below it
-    down to the first within the target."""
+    """The largest candidate budget whose measured step (`step_seconds(tokens)`) stays
+    within `slo_decode_steps` one-token steps; the smallest candidate when none does.
+    The decode step is the best of `DECODE_REPEATS` (the first also warms the device
+    up); budgets are measured once each, in ascending order, stopping at the first one
+    over the target, so the search costs about two target step times."""
     decode = min(step_seconds(1) for _ in range(DECODE_REPEATS))
     target = slo_decode_steps * decode
-    candidates = candidate_chunks(ceiling)
-    index = next(i for i, n in enumerate(candidates) if n >= min(max(1, floor), ceiling))
-    measured: dict[int, float] = {}
-
-    def within(i: int) -> bool:
-        measured[candidates[i]] = step_seconds(candidates[i])
-        return measured[candidates[i]] <= target
-
-    if within(index):
-        while index + 1 < len(candidates) and within(index + 1):
-            index += 1
-    else:
-        while index > 0 and not within(index - 1):
-            index -= 1
-        index = max(0, index - 1)
-    chunk = candidates[index]
-    return TokenBudget(max(chunk, min(floor, ceiling)), chunk, decode, target, measured)
+    candidates = candidate_budgets(floor, ceiling)
+    chosen, measured = candidates[0], {}
+    for tokens in candidates:
+        measured[tokens] = step_seconds(tokens)
+        if measured[tokens] > target:
+            break
+        chosen = tokens
+    return TokenBudget(chosen, decode, target, measured)

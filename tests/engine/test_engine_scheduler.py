@@ -31,12 +31,8 @@ def make_seq(num_prompt_tokens: int, priority: int = 0, first_token: int = 1) ->
     )
 
 
-def make_scheduler(
-    num_blocks: int = 64, budget: int = 16, max_num_seqs: int = 8, policy: str = "fcfs", prefill_chunk: int | None = None
-) -> Scheduler:
-    return Scheduler(
-        BlockManager(num_blocks, BLOCK_SIZE), budget, max_num_seqs, policy, prefill_chunk=prefill_chunk  # type: ignore[arg-type]
-    )
+def make_scheduler(num_blocks: int = 64, budget: int = 16, max_num_seqs: int = 8, policy: str = "fcfs") -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, BLOCK_SIZE), budget, max_num_seqs, policy)  # type: ignore[arg-type]
 
 
 def run_step(scheduler: Scheduler, token: int = 0) -> SchedulerOutput:
@@ -84,34 +80,6 @@ def test_a_long_prompt_never_stalls_running_decodes() -> None:
     for _ in range(3):
         out = run_step(scheduler)
         assert out.num_scheduled_tokens == {short.seq_id: 1, long_prompt.seq_id: 15}
-
-
-def test_beside_decodes_a_step_computes_at_most_the_prefill_chunk_of_prompt_tokens() -> None:
-    scheduler = make_scheduler(budget=32, prefill_chunk=6)
-    short = make_seq(3)
-    scheduler.add(short)
-    assert run_step(scheduler).num_scheduled_tokens == {short.seq_id: 3}
-    # A running prompt and two waiting ones share the chunk, in order, beside the decode.
-    first, second, third = make_seq(8, first_token=100), make_seq(5, first_token=200), make_seq(5, first_token=300)
-    scheduler.add(first)
-    assert run_step(scheduler).num_scheduled_tokens == {short.seq_id: 1, first.seq_id: 6}
-    scheduler.add(second)
-    scheduler.add(third)
-    assert run_step(scheduler).num_scheduled_tokens == {short.seq_id: 1, first.seq_id: 2, second.seq_id: 4}
-    assert run_step(scheduler).num_scheduled_tokens == {
-        short.seq_id: 1, first.seq_id: 1, second.seq_id: 1, third.seq_id: 5,
-    }
-
-
-def test_without_decodes_prompts_fill_the_whole_token_budget() -> None:
-    scheduler = make_scheduler(budget=32, prefill_chunk=6)
-    first, second = make_seq(20), make_seq(20, first_token=100)
-    scheduler.add(first)
-    scheduler.add(second)
-    assert run_step(scheduler).num_scheduled_tokens == {first.seq_id: 20, second.seq_id: 12}
-    # Now `first` decodes: `second`'s last 8 prompt tokens go 6 then 2.
-    assert run_step(scheduler).num_scheduled_tokens == {first.seq_id: 1, second.seq_id: 6}
-    assert run_step(scheduler).num_scheduled_tokens == {first.seq_id: 1, second.seq_id: 2}
 
 
 def test_max_num_seqs_caps_the_running_set() -> None:

@@ -1,7 +1,6 @@
-"""The default step token budget and prefill chunk: the chunk is the largest power of
-two up to vLLM's online 2048 whose measured step keeps within 5 one-token steps
-(Sarathi-Serve's strict target); the budget is that chunk raised to max_num_seqs; a
-configured budget is never measured."""
+"""The default step token budget: the largest power-of-two budget whose measured step
+keeps within 5 one-token steps (Sarathi-Serve's strict target), between a floor of
+max_num_seqs and vLLM's online 2048; a configured budget is never measured."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accord.core.token_budget import DECODE_REPEATS, candidate_chunks, choose_token_budget
+from accord.core.token_budget import DECODE_REPEATS, candidate_budgets, choose_token_budget
 from accord.core.worker import Worker
 
 
@@ -23,45 +22,36 @@ def timed(fixed: float, per_token: float, calls: list[int]):
     return step_seconds
 
 
-@pytest.mark.parametrize(("ceiling", "expected"), [
-    (2048, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]),
-    (1000, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]),
-    (1, [1]),
+@pytest.mark.parametrize(("floor", "ceiling", "expected"), [
+    (256, 2048, [256, 512, 1024, 2048]),
+    (200, 2048, [256, 512, 1024, 2048]),
+    (64, 1000, [64, 128, 256, 512, 1000]),
+    (4096, 2048, [2048]),
+    (1, 4, [1, 2, 4]),
 ])
-def test_candidates_are_powers_of_two_up_to_the_ceiling(ceiling: int, expected: list[int]) -> None:
-    assert candidate_chunks(ceiling) == expected
+def test_candidates_double_from_the_floor_to_the_ceiling(floor: int, ceiling: int, expected: list[int]) -> None:
+    assert candidate_budgets(floor, ceiling) == expected
 
 
-@pytest.mark.parametrize("floor", [1, 64, 200, 256])
-@pytest.mark.parametrize(("fixed", "per_token"), [
-    (0.010, 0.0001), (0.010, 0.00002), (0.001, 0.001), (0.05, 1e-6), (0.077, 0.0018), (0.0, 1.0),
-])
-def test_the_largest_chunk_within_five_decode_steps_is_chosen(floor: int, fixed: float, per_token: float) -> None:
+@pytest.mark.parametrize(("fixed", "per_token"), [(0.010, 0.0001), (0.010, 0.00002), (0.001, 0.001), (0.05, 1e-6)])
+def test_the_largest_budget_within_five_decode_steps_is_chosen(fixed: float, per_token: float) -> None:
     calls: list[int] = []
-    budget = choose_token_budget(timed(fixed, per_token, calls), floor=floor, ceiling=2048)
+    budget = choose_token_budget(timed(fixed, per_token, calls), floor=64, ceiling=2048)
     decode = fixed + per_token
-    powers = [1 << k for k in range(12)]
-    within = [n for n in powers if fixed + per_token * n <= 5 * decode]
-    assert budget.prefill_chunk == within[-1]
-    assert budget.tokens == max(within[-1], floor)
+    within = [n for n in candidate_budgets(64, 2048) if fixed + per_token * n <= 5 * decode]
+    assert budget.tokens == (within[-1] if within else 64)
     assert budget.target_seconds == pytest.approx(5 * decode)
-    # The search measures the candidate at the floor, then walks one way only: up to
-    # the first candidate over the target, or down to the first within it.
-    assert calls[:DECODE_REPEATS] == [1] * DECODE_REPEATS
-    start = next(n for n in powers if n >= floor)
-    if start in within:
-        walk = [n for n in powers if start <= n <= min(2 * within[-1], 2048)]
-    else:
-        walk = [n for n in reversed(powers) if within[-1] <= n <= start]
-    assert calls[DECODE_REPEATS:] == walk and list(budget.measured) == walk
+    # Ascending, stopping at the first budget over the target: never past one too slow.
+    budgets = calls[DECODE_REPEATS:]
+    over = [n for n in budgets if fixed + per_token * n > 5 * decode]
+    assert calls[:DECODE_REPEATS] == [1] * DECODE_REPEATS and budgets == sorted(budgets) and len(over) <= 1
+    assert list(budget.measured) == budgets
 
 
-def test_on_a_slow_device_the_chunk_falls_below_the_floor_and_the_budget_stays_at_it() -> None:
-    # Step times as measured on a 2-core CPU: 77 ms per decode step, ~1.8 ms per prompt token.
+def test_when_even_the_floor_is_too_slow_the_floor_is_the_budget() -> None:
     calls: list[int] = []
-    budget = choose_token_budget(timed(0.077, 0.0018, calls), floor=256, ceiling=2048)
-    assert (budget.tokens, budget.prefill_chunk) == (256, 128)
-    assert calls == [1] * DECODE_REPEATS + [256, 128]
+    budget = choose_token_budget(timed(0.0, 1.0, calls), floor=256, ceiling=2048)
+    assert budget.tokens == 256 and calls == [1] * DECODE_REPEATS + [256]
 
 
 def test_the_engine_measures_a_default_budget_and_schedules_with_it(llama_dir: Path, monkeypatch) -> None:
@@ -77,9 +67,8 @@ def test_the_engine_measures_a_default_budget_and_schedules_with_it(llama_dir: P
     monkeypatch.setattr(Worker, "time_step", recording)
     llm = LLM(model=str(llama_dir), max_model_len=256, max_num_seqs=8, kv_cache_memory=8 << 20)
     engine = llm.llm_engine
-    budget, chunk = engine.config.max_num_batched_tokens, engine.scheduler.prefill_chunk
-    assert measured[:DECODE_REPEATS] == [1] * DECODE_REPEATS and chunk in measured[DECODE_REPEATS:]
-    assert budget == max(chunk, 8) and chunk in candidate_chunks(2048)
+    budget = engine.config.max_num_batched_tokens
+    assert measured[:DECODE_REPEATS] == [1] * DECODE_REPEATS and budget in measured[DECODE_REPEATS:] and budget in candidate_budgets(8, 2048)
     assert engine.scheduler.max_num_batched_tokens == budget
     out = llm.generate({"prompt_token_ids": list(range(3, 40))}, SamplingParams(max_tokens=4, ignore_eos=True),
                        use_tqdm=False)
@@ -96,4 +85,3 @@ def test_a_configured_budget_is_used_without_measuring(llama_dir: Path, monkeypa
     llm = LLM(model=str(llama_dir), max_model_len=256, max_num_seqs=8, max_num_batched_tokens=96,
               kv_cache_memory=8 << 20)
     assert llm.llm_engine.scheduler.max_num_batched_tokens == 96
-    assert llm.llm_engine.scheduler.prefill_chunk == 96
