@@ -234,7 +234,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="vLLM's OpenMP threads")
     parser.add_argument("--vllm-memory-fraction", type=float, default=0.3, help="vllm serve's KV share of host memory")
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
-    parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds a server may take to start")
+    parser.add_argument(
+        "--ready-timeout", type=float, default=900.0, help="seconds a server may take to start (vllm compiles first)"
+    )
     parser.add_argument("--accord-args", type=shlex.split, default=[], help="extra `accord serve` flags, as one string")
     parser.add_argument("--vllm-args", type=shlex.split, default=[], help="extra `vllm serve` flags, as one string")
     parser.add_argument("--json", help="also write every figure to this JSON file")
