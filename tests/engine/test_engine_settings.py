@@ -39,6 +39,7 @@ VLLM_FLAGS = {
     "prefix_caching_hash_algo": "--prefix-caching-hash-algo", "tensor_parallel_size": "--tensor-parallel-size",
     "distributed_executor_backend": "--distributed-executor-backend",
     "enable_expert_parallel": "--enable-expert-parallel", "data_parallel_size": "--data-parallel-size",
+    "enforce_eager": "--enforce-eager", "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
     # accord's own: where each rank records its op calls (the rollout gate's replay).
     "record_op_calls": "--record-op-calls",
 }
