@@ -1,6 +1,7 @@
 """Host cost of a contract call: the dispatcher's fast path (a handle bound at the call
-site, a signature it has seen) against calling the kernel directly, the full path
-(bind + signature lookup, what every call paid before the fast path) and strict mode.
+site, a signature it has seen, positional or with parameters by name) against calling
+the kernel directly, the full path (bind + signature lookup, what every call paid
+before the fast path) and strict mode.
 
     PYTHONPATH=. python benchmarks/dispatch_overhead.py [--calls 20000]
 
@@ -33,14 +34,17 @@ def per_call_us(fn: Callable[[], Any], calls: int) -> float:
     return best / calls * 1e6
 
 
-def cases() -> dict[str, tuple[tuple[Any, ...], dict[str, tuple[int, ...]]]]:
-    """Per op: decode-sized positional arguments (one token) and its output shapes."""
+def cases() -> dict[str, tuple[str, tuple[Any, ...], dict[str, Any], dict[str, tuple[int, ...]]]]:
+    """Per row: the op, decode-sized arguments (one token; positional, then by name as
+    the model layers pass parameters) and its output shapes."""
     hidden = 64
     weight = get_backend("cpu").prepare_linear_weight(torch.randn(96, hidden))
+    x, norm_weight = torch.randn(1, hidden), torch.randn(hidden)
     return {
-        "rms_norm": ((torch.randn(1, hidden), torch.randn(hidden), 1e-6), {"out": (1, hidden)}),
-        "linear": ((torch.randn(1, hidden), weight, None), {"out": (1, 96)}),
-        "silu_and_mul": ((torch.randn(1, 2 * hidden),), {"out": (1, hidden)}),
+        "rms_norm": ("rms_norm", (x, norm_weight, 1e-6), {}, {"out": (1, hidden)}),
+        "rms_norm eps=": ("rms_norm", (x, norm_weight), {"eps": 1e-6}, {"out": (1, hidden)}),
+        "linear": ("linear", (x, weight, None), {}, {"out": (1, 96)}),
+        "silu_and_mul": ("silu_and_mul", (torch.randn(1, 2 * hidden),), {}, {"out": (1, hidden)}),
     }
 
 
@@ -50,12 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     backend = get_backend("cpu")
     fast, strict = OpDispatcher(backend, strict=False), OpDispatcher(backend, strict=True)
-    print(f"{'op':<14}{'kernel+alloc':>14}{'fast path':>12}{'overhead':>10}{'full path':>11}{'strict':>9}  (us/call)")
-    for op, (positional, outputs) in cases().items():
+    print(f"{'call':<15}{'kernel+alloc':>13}{'fast path':>12}{'overhead':>10}{'full path':>11}{'strict':>9}  (us/call)")
+    for row, (op, positional, keywords, outputs) in cases().items():
         contract = CONTRACTS[op]
         kernel = backend.kernel_for(op).fn  # type: ignore[union-attr]
-        names = contract.arg_names
-        bound = dict(zip(names, positional))
+        bound = fast.bind(contract, positional, keywords)
         dtype = positional[0].dtype
 
         def direct() -> None:
@@ -63,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
         handle, strict_handle = getattr(fast, op), getattr(strict, op)
         direct_us = per_call_us(direct, args.calls)
-        fast_us = per_call_us(lambda: handle(*positional), args.calls)
-        full_us = per_call_us(lambda: fast.call(contract, positional, {}), args.calls)
-        strict_us = per_call_us(lambda: strict_handle(*positional), args.calls // 4)
-        print(f"{op:<14}{direct_us:>14.2f}{fast_us:>12.2f}{fast_us - direct_us:>10.2f}{full_us:>11.2f}{strict_us:>9.2f}")
+        fast_us = per_call_us(lambda: handle(*positional, **keywords), args.calls)
+        full_us = per_call_us(lambda: fast.call(contract, positional, keywords), args.calls)
+        strict_us = per_call_us(lambda: strict_handle(*positional, **keywords), args.calls // 4)
+        print(f"{row:<15}{direct_us:>13.2f}{fast_us:>12.2f}{fast_us - direct_us:>10.2f}{full_us:>11.2f}{strict_us:>9.2f}")
     return 0
 
 

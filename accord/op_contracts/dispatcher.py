@@ -3,9 +3,10 @@
 On first sight of a call signature the dispatcher validates the call against the op's
 contract and the backend's declared support, works out the boundary adapters to apply,
 and caches that plan. `ops.<name>` is an `OpHandle` bound to one op: a call site keeps it
-(a layer binds `ops.linear` once), and a positional call whose signature the handle has
-seen skips binding and validation altogether (`FastPath`): a guard over the tensors'
-dtype, rank, contiguity and device, the output allocation and the kernel call. A
+(a layer binds `ops.linear` once), and a call whose signature (and whose form: how many
+positional arguments, which keywords) the handle has seen skips binding and validation
+altogether (`fast_path`): a guard over the tensors' dtype, rank, contiguity and device,
+the output allocation and the kernel call. A
 signature the handle has not seen takes the full path, so a changed signature is
 validated (and refused with ContractError) exactly as on first sight. In strict mode
 (`ACCORD_STRICT_CONTRACTS=1`, tests, conformance) every call is validated. Nothing falls
@@ -285,27 +286,28 @@ class OpDispatcher(_TypedOps):
 
 class OpHandle:
     """`ops.<name>`: the dispatcher bound to one op. Keep it at the call site: after the
-    first call of a signature, positional calls of that signature run its `FastPath`."""
+    first call of a signature, calls of that signature in the same form (positional
+    arity and keyword names) run its fast path."""
 
     def __init__(self, dispatcher: OpDispatcher, contract: OpContract) -> None:
         self.dispatcher = dispatcher
         self.contract = contract
         self.__name__ = contract.name
         self.__doc__ = contract.doc
-        self._paths: list[Callable[[tuple[Any, ...]], Any]] = []
+        self._paths: list[Callable[[tuple[Any, ...], dict[str, Any]], Any]] = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dispatcher = self.dispatcher
-        if kwargs or dispatcher.strict or dispatcher.hooks:
+        if dispatcher.strict or dispatcher.hooks:
             return dispatcher.call(self.contract, args, kwargs)
         for path in self._paths:
-            result = path(args)
+            result = path(args, kwargs)
             if result is not MISS:
                 return result
         call = dispatcher.bind(self.contract, args, kwargs)
         plan = dispatcher.plan_of(self.contract, call)
         if not plan.adapters and len(self._paths) < MAX_FAST_PATHS:
-            self._paths.append(fast_path(dispatcher, self.contract, plan, args))
+            self._paths.append(fast_path(dispatcher, self.contract, plan, call, len(args), tuple(kwargs)))
         return dispatcher._run(self.contract, plan, call)
 
     @property
@@ -324,23 +326,37 @@ MAX_FAST_PATHS = 4
 
 
 def fast_path(
-    dispatcher: OpDispatcher, contract: OpContract, plan: CallPlan, args: tuple[Any, ...]
-) -> Callable[[tuple[Any, ...]], Any]:
-    """Compile the steady-state call of `plan`'s signature at the arity of `args`: a
-    guard (per tensor: presence, dtype, rank, contiguity, device type; code-path
-    parameter values; other parameters' types) that returns MISS when the call is of
-    another signature, then the sizes the outputs need (as validation learned them), the
-    output allocation and the kernel call. Generated as one Python function, because
-    every generic step (binding a dict, looping over specs) costs about a microsecond."""
-    names = contract.arg_names[: len(args)]
+    dispatcher: OpDispatcher, contract: OpContract, plan: CallPlan, call: Mapping[str, Any], arity: int,
+    keywords: tuple[str, ...],
+) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """Compile the steady-state call of `plan`'s signature in the form of the bound call
+    `call` that made it (`arity` arguments positional, then the ones named `keywords`):
+    a guard (the same
+    arity and keyword names; per tensor: presence, dtype, rank, contiguity, device type;
+    code-path parameter values; other parameters' types) that returns MISS when the call
+    is of another signature or form, then the sizes the outputs need (as validation
+    learned them), the output allocation and the kernel call. Generated as one Python
+    function, because every generic step (binding a dict, looping over specs) costs
+    about a microsecond."""
+    positional = contract.arg_names[:arity]
+    names = (*positional, *keywords)
     int_params = {p.name for p in contract.params if p.type is int}
     env: dict[str, Any] = {
         "MISS": MISS, "Tensor": torch.Tensor, "kernel": plan.kernel.fn, "dispatcher": dispatcher, "cdiv": cdiv,
+        "empty": torch.empty, "empty_like": torch.empty_like,
     }
     device_check = {"cpu": "{0}.is_cpu", "cuda": "{0}.is_cuda"}.get(
         dispatcher.backend.device_type, "{0}.device.type == " + repr(dispatcher.backend.device_type)
     )
-    lines = ["def fast(args):", f"    if len(args) != {len(names)}: return MISS", f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"]
+    form_check = f"len(args) != {len(positional)} or len(kwargs) != {len(keywords)}"
+    lines = ["def fast(args, kwargs):", f"    if {form_check}: return MISS"]
+    if positional:
+        lines.append(f"    {', '.join(positional)}{',' if len(positional) == 1 else ''} = args")
+    if keywords:
+        # The same count of keywords, all of these names: exactly the form compiled.
+        lines.append("    try:")
+        lines.extend(f"        {name} = kwargs[{name!r}]" for name in keywords)
+        lines.append("    except KeyError: return MISS")
     for index, spec in enumerate(contract.tensors):
         key = dict(plan.signature.tensors)[spec.name]
         if spec.name not in names:
@@ -366,24 +382,17 @@ def fast_path(
             env[f"value_{spec.name}"] = signature_params[spec.name]
             lines.append(f"    if {spec.name} != value_{spec.name}: return MISS")
         else:
-            env[f"type_{spec.name}"] = type(args[names.index(spec.name)])
+            env[f"type_{spec.name}"] = type(call[spec.name])
             lines.append(f"    if {spec.name}.__class__ is not type_{spec.name}: return MISS")
     defaults = [s.name for s in contract.tensors if s.name not in names]
     defaults += [p.name for p in contract.params if p.name not in names]
     for name in defaults:
         env[f"default_{name}"] = None if name in {s.name for s in contract.tensors} else contract.param(name).default
         lines.append(f"    {name} = default_{name}")
-    for number, (symbol, tensor, axis, dim) in enumerate(plan.size_steps):
-        size = f"{tensor}.shape[{axis}]"
-        if dim.text == symbol:
-            lines.append(f"    s_{symbol} = {size}")
-        else:
-            env[f"dim_{number}"] = dim
-            known = ", ".join([f"{s!r}: s_{s}" for s, *_ in plan.size_steps[:number]] + [f"{p!r}: {p}" for p in int_params])
-            lines.append(f"    s_{symbol} = dim_{number}.solve({size}, {{{known}}})[1]")
-    outputs = []
+    outputs, allocations = [], []
     for number, (name, dims, spec) in enumerate(plan.outputs):
         shape = ", ".join(_symbols_to_locals(d.text, int_params) for d in dims)
+        shape = f"({shape}{',' if len(dims) == 1 else ''})"
         if isinstance(spec.dtype, torch.dtype):
             env[f"out_dtype_{number}"] = spec.dtype
             dtype_expr = f"out_dtype_{number}"
@@ -391,13 +400,44 @@ def fast_path(
             source, arg = spec.dtype.split(":", 1)
             dtype_expr = f"{arg}.dtype" if source == "like" else arg
         outputs.append(name)
-        lines.append(f"    {name} = dispatcher.allocator(({shape}{',' if len(dims) == 1 else ''}), {dtype_expr}, {contract.primary}.device)")
-    keywords = ", ".join(f"{n}={n}" for n in (*contract.arg_names, *outputs))
-    lines.append(f"    kernel({keywords})")
+        allocations.append(f"    {name} = {_allocation(dispatcher, contract, plan, spec, shape, dtype_expr, env)}")
+    # Only the sizes the allocations read (and the ones solving them needs) are taken.
+    used = " ".join(allocations)
+    needed = max((n + 1 for n, (symbol, *_) in enumerate(plan.size_steps) if f"s_{symbol}" in used), default=0)
+    for number, (symbol, tensor, axis, dim) in enumerate(plan.size_steps[:needed]):
+        size = f"{tensor}.shape[{axis}]"
+        if dim.text == symbol:
+            lines.append(f"    s_{symbol} = {size}")
+        else:
+            env[f"dim_{number}"] = dim
+            known = ", ".join([f"{s!r}: s_{s}" for s, *_ in plan.size_steps[:number]] + [f"{p!r}: {p}" for p in int_params])
+            lines.append(f"    s_{symbol} = dim_{number}.solve({size}, {{{known}}})[1]")
+    lines.extend(allocations)
+    kernel_args = ", ".join(f"{n}={n}" for n in (*contract.arg_names, *outputs))
+    lines.append(f"    kernel({kernel_args})")
     lines.append(f"    return {'None' if not outputs else outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ',)'}")
     source = "\n".join(lines)
     exec(compile(source, f"<fast path {contract.name}: {plan.signature.describe()}>", "exec"), env)
     return env["fast"]
+
+
+def _allocation(
+    dispatcher: OpDispatcher, contract: OpContract, plan: CallPlan, spec: OutputSpec, shape: str, dtype: str,
+    env: dict[str, Any],
+) -> str:
+    """The expression that allocates one output in a fast path. With the production
+    allocator torch is called directly (a Python call less), and an output shaped and
+    typed like a contiguous input is `empty_like` of it, the cheapest allocation torch
+    has (the guard has checked that input's contiguity)."""
+    if dispatcher.allocator is not empty_allocator:
+        return f"dispatcher.allocator({shape}, {dtype}, {contract.primary}.device)"
+    keys = dict(plan.signature.tensors)
+    for tensor in contract.tensors:
+        key = keys[tensor.name]
+        if key is not None and key[3] and tensor.shape == spec.shape and spec.dtype == f"like:{tensor.name}":
+            return f"empty_like({tensor.name})"
+    device = "" if dispatcher.backend.device_type == "cpu" else f", device={contract.primary}.device"
+    return f"empty({shape}, dtype={dtype}{device})"
 
 
 def _symbols_to_locals(text: str, int_params: set[str]) -> str:

@@ -99,3 +99,47 @@ def test_strict_mode_validates_every_call_of_a_seen_signature() -> None:
     with pytest.raises(ContractError, match="linear"):
         handle(torch.randn(2, 7), w, None)  # same signature, a width the contract refuses
     assert handle.fast_paths == 0
+
+
+def test_keyword_calls_take_a_fast_path_of_their_form(monkeypatch) -> None:
+    ops = OpDispatcher(get_backend("cpu"), strict=False)
+    golden = OpDispatcher(get_backend("reference"), strict=True)
+    x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8)
+    ops.fused_add_rms_norm(x, r, w, eps=1e-6)
+    import accord.op_contracts.dispatcher as dispatcher
+
+    def refuse(*_: Any) -> None:
+        raise AssertionError("validated a signature the handle has seen")
+
+    monkeypatch.setattr(dispatcher, "validate_call", refuse)
+    x2, r2 = torch.randn(5, 8), torch.randn(5, 8)
+    out, residual = ops.fused_add_rms_norm(x2, r2, w, eps=1e-5)
+    monkeypatch.undo()
+    want_out, want_residual = golden.fused_add_rms_norm(x2, r2, w, eps=1e-5)
+    assert torch.allclose(out, want_out, atol=1e-5) and torch.allclose(residual, want_residual, atol=1e-6)
+    assert ops.fused_add_rms_norm.fast_paths == 1
+    # Another form of the same signature (the weight by name) compiles a path of its own.
+    ops.fused_add_rms_norm(x2, r2, weight=w, eps=1e-5)
+    ops.fused_add_rms_norm(x2, r2, weight=w, eps=1e-5)
+    assert ops.fused_add_rms_norm.fast_paths == 2
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        lambda x, w: ((x.int(), w), {"eps": 1e-6}),  # dtype of a positional tensor
+        lambda x, w: ((x,), {"weight": w.double(), "eps": 1e-6}),  # dtype of a keyword tensor
+        lambda x, w: ((x,), {"weight": None, "eps": 1e-6}),  # an absent required tensor, by name
+        lambda x, w: ((x, w), {"eps": 1e-6, "epsilon": 1e-6}),  # an unknown keyword
+        lambda x, w: ((x, w), {"weight": w, "eps": 1e-6}),  # given positionally and by name
+    ],
+)
+def test_a_changed_keyword_call_is_validated_and_refused(changed) -> None:
+    ops = OpDispatcher(get_backend("cpu"), strict=False)
+    x, w = torch.randn(4, 8), torch.randn(8)
+    ops.rms_norm(x, w, eps=1e-6)
+    ops.rms_norm(x, weight=w, eps=1e-6)
+    ops.rms_norm(x, w, eps=1e-6)
+    args, kwargs = changed(x, w)
+    with pytest.raises(ContractError, match="rms_norm"):
+        ops.rms_norm(*args, **kwargs)

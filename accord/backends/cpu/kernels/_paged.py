@@ -67,12 +67,15 @@ def visible(query_pos: torch.Tensor, key_pos: torch.Tensor, seq_len: torch.Tenso
 class DecodeBatch:
     """The index tensors of one padded decode batch: its query rows [n], the blocks
     gathered per sequence [n, nblk] (block 0 past a sequence's length), the flat
-    positions of the padding [p] and the attention mask [n, 1, 1, nblk * BS]."""
+    positions of the padding [p] and the attention mask [n, 1, 1, nblk * BS].
+    `row_span` is (first, end) when the rows are consecutive and in order (the query
+    and output are then sliced, not indexed), else None."""
 
     rows: torch.Tensor
     block_ids: torch.Tensor
     padding: torch.Tensor
     visible: torch.Tensor
+    row_span: tuple[int, int] | None = None
 
 
 def decode_batch(
@@ -88,7 +91,9 @@ def decode_batch(
     block_ids.masked_fill_(~in_sequence[:, ::block_size], 0)
     padding = (~in_sequence).flatten().nonzero().squeeze(1)
     mask = visible(lens[:, None] - 1, key_pos, lens[:, None], sliding_window)
-    return DecodeBatch(rows, block_ids, padding, mask[:, None, None, :])
+    span = (decodes[0][1], decodes[0][1] + len(decodes))
+    row_span = span if [row for _, row, _ in decodes] == list(range(*span)) else None
+    return DecodeBatch(rows, block_ids, padding, mask[:, None, None, :], row_span)
 
 
 @dataclass(frozen=True)

@@ -26,18 +26,26 @@ def _attend_decodes(
     keys, values = kv.gather(batch.block_ids, query.dtype)
     # Padded slots hold whatever the cache held (NaN poison, say), and 0 * NaN is NaN
     # even under a -inf score: zero them so masked positions contribute exactly 0.
+    # (Attending the cache in place would skip the copy, but SDPA's bits depend on the
+    # key length, so a sequence would get other bits alone than in a padded batch.)
     n, padded_len = batch.visible.shape[0], batch.visible.shape[-1]
-    keys.view(n * padded_len, *keys.shape[2:]).index_fill_(0, batch.padding, 0)
-    if kv.value_cache is not None:
-        values.view(n * padded_len, *values.shape[2:]).index_fill_(0, batch.padding, 0)
+    if batch.padding.numel():
+        keys.view(n * padded_len, *keys.shape[2:]).index_fill_(0, batch.padding, 0)
+        if kv.value_cache is not None:
+            values.view(n * padded_len, *values.shape[2:]).index_fill_(0, batch.padding, 0)
+    span = batch.row_span
     attended = F.scaled_dot_product_attention(
-        query.index_select(0, batch.rows),  # [n, Hk, G, Dk]: the group is the query axis
+        # [n, Hk, G, Dk]: the group is the query axis
+        query[span[0] : span[1]] if span else query.index_select(0, batch.rows),
         keys.transpose(1, 2),
         values.transpose(1, 2),
         attn_mask=batch.visible,
         scale=scale,
-    )
-    out.index_copy_(0, batch.rows, attended.reshape(n, out.shape[1], out.shape[2]).to(out.dtype))
+    ).reshape(n, out.shape[1], out.shape[2])
+    if span:
+        out[span[0] : span[1]].copy_(attended)
+    else:
+        out.index_copy_(0, batch.rows, attended.to(out.dtype))
 
 
 def _attend_prefill(
@@ -85,8 +93,10 @@ def _attend_step(
     Rows no sequence owns are zeroed."""
     layout = plan.layout
     first, last = layout.owned_rows
-    out[:first].zero_()
-    out[last:].zero_()
+    if first > 0:
+        out[:first].zero_()
+    if last < out.shape[0]:
+        out[last:].zero_()
     for batch in plan.decode_batches:
         _attend_decodes(query, kv, batch, scale, out)
     for b, start, q_len, seq_len in layout.prefills:

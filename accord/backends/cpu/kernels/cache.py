@@ -10,13 +10,23 @@ from ._fp8 import as_stored
 from ._registry import KERNELS
 
 
-def _write_slots(cache: torch.Tensor, slot_mapping: torch.Tensor, rows: torch.Tensor, scale: float) -> None:
-    """Store `rows[t]` at flat slot `slot_mapping[t]` of `cache`; negative slots are
-    padding and skipped (filtered only when present, the common step has none)."""
+def _kept_slots(slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The slots to write as int64, and which tokens they belong to when negative slots
+    (padding, skipped) are present; None keeps every token (the common step has no
+    padding, so filtering costs only the check)."""
     slots = slot_mapping.long()
-    if slots.numel() and bool((slots < 0).any()):
+    if slots.numel() and slots.min().item() < 0:
         keep = slots >= 0
-        slots, rows = slots[keep], rows[keep]
+        return slots[keep], keep
+    return slots, None
+
+
+def _write_slots(
+    cache: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor | None, rows: torch.Tensor, scale: float
+) -> None:
+    """Store the kept `rows` at their flat slots `slots` of `cache`."""
+    if keep is not None:
+        rows = rows[keep]
     flat = cache.view(-1, *cache.shape[2:])  # [NB * BS, ...]: slot s is row s
     stored = as_stored(rows, scale, cache.dtype)
     # index_copy_ has no fp8 kernel on CPU; the bytes are the same as uint8.
@@ -36,8 +46,9 @@ def reshape_and_cache(
     v_scale: float,
 ) -> None:
     """Write this step's keys and values into their cache slots."""
-    _write_slots(key_cache, slot_mapping, key, k_scale)
-    _write_slots(value_cache, slot_mapping, value, v_scale)
+    slots, keep = _kept_slots(slot_mapping)
+    _write_slots(key_cache, slots, keep, key, k_scale)
+    _write_slots(value_cache, slots, keep, value, v_scale)
 
 
 @KERNELS.register("concat_and_cache_mla")
@@ -49,4 +60,4 @@ def concat_and_cache_mla(
     scale: float,
 ) -> None:
     """Write concat(kv_c, k_pe) of each token into its latent cache slot."""
-    _write_slots(kv_cache, slot_mapping, torch.cat([kv_c, k_pe], dim=-1), scale)
+    _write_slots(kv_cache, *_kept_slots(slot_mapping), torch.cat([kv_c, k_pe], dim=-1), scale)

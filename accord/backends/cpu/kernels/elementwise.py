@@ -9,11 +9,26 @@ import torch
 from ._registry import KERNELS
 
 
+def _eps_tensor(eps: float) -> torch.Tensor:
+    """eps as a 0-dim fp32 tensor, made once per value: a Python scalar operand costs
+    torch a wrapped tensor on every call (several microseconds at decode sizes)."""
+    tensor = _EPS_TENSORS.get(eps)
+    if tensor is None:
+        with torch.inference_mode(False):
+            tensor = _EPS_TENSORS[eps] = torch.tensor(eps, dtype=torch.float32)
+    return tensor
+
+
+_EPS_TENSORS: dict[float, torch.Tensor] = {}
+
+
 def _rms_norm_into(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
     """out = x * rsqrt(mean(x^2) + eps) * weight, in fp32, rounded once to out's dtype."""
     x32 = x.float()
-    # vector_norm reduces without materialising x^2: mean(x^2) = |x|^2 / H.
-    inv_rms = torch.linalg.vector_norm(x32, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+    # vector_norm reduces without materialising x^2: mean(x^2) + eps = eps + |x|^2 / H,
+    # one addcmul (the ops at decode sizes cost their dispatch, not their arithmetic).
+    norm = torch.linalg.vector_norm(x32, dim=-1, keepdim=True)
+    inv_rms = torch.addcmul(_eps_tensor(eps), norm, norm, value=1.0 / x.shape[-1]).rsqrt_()
     if out.dtype == torch.float32:
         torch.mul(x32, inv_rms, out=out)
         out.mul_(weight)
@@ -66,6 +81,20 @@ def _rotate(source: torch.Tensor, target: torch.Tensor, cos: torch.Tensor, sin: 
         rotated.copy_(result)
 
 
+#: The signs of sin in the neox rotation's halves: (a, b) -> (a*cos - b*sin, b*cos + a*sin).
+_NEOX_SIN_SIGNS = torch.tensor([[-1.0], [1.0]])
+
+
+def _rotate_neox(source: torch.Tensor, target: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
+    """Whole-head neox rotation of fp32 `source` [T, H, D] into fp32 `target`, each head
+    seen as its two halves [2, D/2]: cos [T, 1, 1, D/2] and signed_sin [T, 1, 2, D/2]
+    (-sin, sin) broadcast over them, against the halves swapped."""
+    tokens, heads, dim = source.shape
+    halves = (tokens, heads, 2, dim // 2)
+    swapped = torch.cat([source[..., dim // 2 :], source[..., : dim // 2]], -1).view(halves)
+    torch.mul(source.view(halves), cos, out=target.view(halves)).addcmul_(swapped, signed_sin)
+
+
 @KERNELS.register("rotary_embedding")
 def rotary_embedding(
     positions: torch.Tensor,
@@ -77,8 +106,16 @@ def rotary_embedding(
     key_out: torch.Tensor,
 ) -> None:
     """Rotary position embedding of query and key (neox or gpt-j pairs, partial R)."""
-    table = cos_sin_cache.index_select(0, positions.long())
+    table = cos_sin_cache.index_select(0, positions)
     half = cos_sin_cache.shape[1] // 2
+    if is_neox and 2 * half == query.shape[-1] and query_out.dtype == torch.float32:
+        # The common case (whole-head neox in fp32, Llama and Qwen here) in few ops:
+        # at decode sizes each op costs its dispatch, not its arithmetic.
+        signed_sin = torch.mul(table[:, None, half:], _NEOX_SIN_SIGNS)[:, None]
+        cos = table[:, None, None, :half]
+        _rotate_neox(query, query_out, cos, signed_sin)
+        _rotate_neox(key, key_out, cos, signed_sin)
+        return
     cos, sin = table[:, None, :half], table[:, None, half:]
     _rotate(query, query_out, cos, sin, is_neox)
     _rotate(key, key_out, cos, sin, is_neox)
@@ -90,7 +127,9 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor) -> None:
     intermediate = x.shape[1] // 2
     gate, up = x[:, :intermediate], x[:, intermediate:]
     if out.dtype == torch.float32:
-        torch.ops.aten.silu.out(gate, out=out)
+        # The out= form F.silu lacks; torch.ops.aten.silu.out reaches the same kernel
+        # through a Python-level overload call, several microseconds more per call.
+        torch._C._nn.silu(gate, out=out)
         out.mul_(up)
     else:
         activated = torch.nn.functional.silu(gate.float(), inplace=True).mul_(up)

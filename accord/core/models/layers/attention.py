@@ -81,8 +81,10 @@ class GQAAttention:
         """hidden [T, H] -> attention output [T, H]; writes this step's keys and values."""
         tokens, head_dim = hidden.shape[0], self.head_dim
         q_size, kv_size = self.num_heads * head_dim, self.num_kv_heads * head_dim
-        # The contracts take contiguous tensors, so the fused projection is split by copy.
-        q, k, v = (part.contiguous() for part in self.qkv(hidden).split([q_size, kv_size, kv_size], dim=-1))
+        # The contracts take contiguous tensors, so the fused projection is split by copy
+        # (none for one token, whose parts are contiguous already). split_with_sizes is
+        # Tensor.split without its Python wrapper.
+        q, k, v = (part.contiguous() for part in self.qkv(hidden).split_with_sizes([q_size, kv_size, kv_size], -1))
         if self.q_norm is not None and self.k_norm is not None:
             q = self.q_norm(q.view(-1, head_dim))
             k = self.k_norm(k.view(-1, head_dim))
