@@ -27,16 +27,12 @@ logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("bf16_weight_gemm.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
-#: Where built libraries are kept (one per source, compiler and host ISA).
-CACHE_VARIABLE = "ACCORD_KERNEL_CACHE"
 
 GemmFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", torch.Tensor], None]
 
 
 def _cache_dir() -> Path:
-    configured = os.environ.get(CACHE_VARIABLE)
-    if configured:
-        return Path(configured)
+    """Where built libraries are kept (one per source, compiler and host ISA)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "accord" / "kernels"
 
