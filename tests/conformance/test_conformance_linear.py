@@ -8,7 +8,7 @@ import pytest
 from conformance_doubles import Bf16CopyReference
 
 from accord.backends import Backend, get_backend
-from accord.backends.cpu.kernels.linear import BF16_COPY
+from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
 from accord.conformance import CaseResult, ConformanceRunner, Status
 
 
@@ -33,11 +33,8 @@ def test_cpu_linear_passes_on_every_weight_form() -> None:
 
 
 def test_cpu_keeps_a_bf16_copy_of_bf16_valued_fp32_weights_where_it_computes_bf16_in_fp32() -> None:
-    from accord.backends.cpu import cpu_has_native_bf16
-    from accord.backends.cpu.kernels._native_gemm import gemm
-
-    if cpu_has_native_bf16() or gemm() is None:
-        pytest.skip("this host computes bf16 natively or has no C compiler: no bf16 copies are made")
+    if not streams_bf16_weights():
+        pytest.skip("no bf16 copies on this host: not an AVX512 CPU computing bf16 in fp32 with oneDNN and a C compiler")
     from accord.conformance.cases.linear import linear_cases
 
     case = next(c for c in linear_cases(0) if "bf16-valued" in c.name)

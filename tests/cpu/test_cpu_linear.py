@@ -9,7 +9,7 @@ import torch
 
 from accord.backends import get_backend
 from accord.backends.cpu import cpu_has_native_bf16
-from accord.backends.cpu.kernels.linear import BF16_COPY
+from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
 from accord.op_contracts import CONTRACTS, ContractError
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -61,16 +61,9 @@ def test_linear_refuses_a_width_mismatch_on_a_prepacked_weight(cpu_ops) -> None:
         cpu_ops.linear(torch.randn(2, 31), packed)
 
 
-def _bf16_copies_made() -> bool:
-    """Whether this host keeps bf16 copies of bf16-valued fp32 weights."""
-    from accord.backends.cpu.kernels._native_gemm import gemm
-
-    return torch.backends.mkldnn.is_available() and not cpu_has_native_bf16() and gemm() is not None
-
-
 needs_bf16_copies = pytest.mark.skipif(
-    not _bf16_copies_made(),
-    reason="bf16 copies are made only without native bf16, with oneDNN and a C compiler; this host lacks one",
+    not streams_bf16_weights(),
+    reason="bf16 copies are made only on AVX512 CPUs computing bf16 in fp32, with oneDNN and a C compiler",
 )
 
 
@@ -121,4 +114,9 @@ def test_no_bf16_copy_where_the_cpu_computes_bf16_natively(monkeypatch) -> None:
     from accord.backends import cpu as cpu_backend
 
     monkeypatch.setattr(cpu_backend, "cpu_has_native_bf16", lambda: True)
+    assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)
+
+
+def test_no_bf16_copy_on_a_cpu_the_bf16_weight_gemm_does_not_pay_on(monkeypatch) -> None:
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)

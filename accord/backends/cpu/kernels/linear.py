@@ -13,8 +13,10 @@ A bf16 checkpoint on a CPU without native bf16 runs in fp32, so its weights arri
 as fp32 values that are exactly bf16. At a few rows the GEMM is bound by streaming the
 weights, so such a weight also keeps a bf16 copy (`BF16_COPY`, half the bytes) that the
 bf16-weight GEMM of `_native_gemm` widens back to fp32 exactly inside its loop: fp32
-activations, fp32 accumulation, the fp32 path's numerics at about 1.4-2x its speed for
-1-4 rows. From `BF16_WEIGHT_MAX_ROWS + 1` rows the GEMM is compute-bound and oneDNN's
+activations, fp32 accumulation, the fp32 path's numerics at about 1.3-2x its speed for
+1-4 rows on AVX512. Built for AVX2 only (-march=haswell, against oneDNN held to AVX2 by
+ONEDNN_MAX_CPU_ISA) it tied oneDNN's fp32 at one row and lost 2-10x from two, so AVX2
+CPUs keep the fp32 path (`BF16_WEIGHT_CAPABILITIES`). From `BF16_WEIGHT_MAX_ROWS + 1` rows the GEMM is compute-bound and oneDNN's
 fp32 kernel on the prepacked weight is up to 2x faster than the bf16-weight one, so the
 prepacked fp32 form stays: the two forms cost 1.5x the fp32 weight memory (6 bytes per
 parameter instead of 4). oneDNN's own bf16 GEMM is no substitute: it rounds the fp32
@@ -36,6 +38,9 @@ BF16_COPY = "accord_bf16_copy"
 #: on the 152M model's projections (the bf16-weight GEMM wins at 1, 2 and 4 rows, ties
 #: or loses at 8, loses 1.5-2x from 16).
 BF16_WEIGHT_MAX_ROWS = 4
+#: torch's CPU capabilities (`torch.backends.cpu.get_cpu_capability()`) the bf16-weight
+#: GEMM was measured faster on.
+BF16_WEIGHT_CAPABILITIES = ("AVX512",)
 
 
 def prepack(weight: torch.Tensor) -> torch.Tensor:
@@ -58,10 +63,20 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
     return packed
 
 
+def streams_bf16_weights() -> bool:
+    """Whether this host keeps bf16 copies of exactly-bf16 fp32 weights for few rows:
+    an AVX512 CPU that computes bf16 in fp32, with oneDNN and the bf16-weight GEMM built."""
+    return (
+        torch.backends.mkldnn.is_available()
+        and work_dtype(torch.bfloat16) == torch.float32
+        and torch.backends.cpu.get_cpu_capability() in BF16_WEIGHT_CAPABILITIES
+        and bf16_weight_gemm() is not None
+    )
+
+
 def _exact_bf16(weight: torch.Tensor) -> torch.Tensor | None:
-    """The bf16 copy of an fp32 weight that loses nothing, where it pays: on CPUs that
-    compute bf16 in fp32 and can build the bf16-weight GEMM; else None."""
-    if weight.dtype != torch.float32 or work_dtype(torch.bfloat16) != torch.float32 or bf16_weight_gemm() is None:
+    """The bf16 copy of an fp32 weight that loses nothing, where it pays; else None."""
+    if weight.dtype != torch.float32 or not streams_bf16_weights():
         return None
     copy = weight.to(torch.bfloat16)
     return copy if torch.equal(copy.to(torch.float32), weight) else None
