@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from accord.backends.cpu import CpuBackend
 from accord.backends.cpu.kernels import linear as cpu_linear
-from accord.backends.cpu.kernels._native_gemm import gemm
+from accord.backends.cpu.kernels import _native_gemm
 
 #: (name, N, K) of each projection.
 SHAPES = (("qkv", 1536, 1024), ("o", 1024, 1024), ("gate_up", 5632, 1024), ("down", 1024, 2816), ("lm_head", 8192, 1024))
@@ -55,14 +55,13 @@ def paths(rows: int, n: int, k: int) -> tuple[dict[str, Callable[[], object]], i
     packed32 = torch.ops.mkldnn._reorder_linear_weight(w32)
     packed16 = torch.ops.mkldnn._reorder_linear_weight(weight)
     x16 = x.to(torch.bfloat16)
-    native = gemm()
     prepared = CpuBackend().prepare_linear_weight(w32)
     calls: dict[str, Callable[[], object]] = {
         "fp32 F.linear": lambda: torch.mm(x, w32.t(), out=out),
         "fp32 oneDNN": lambda: torch.ops.mkldnn._linear_pointwise(x, packed32, None, "none", [], ""),
     }
-    if native is not None:
-        calls["bf16w native"] = lambda: native(x, weight, None, out)
+    if _native_gemm.available():
+        calls["bf16w native"] = lambda: _native_gemm.gemm(x, weight, None, out)
     calls["bf16 oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(x16, packed16, None, "none", [], "")
     calls["backend"] = lambda: cpu_linear.linear(x, prepared, None, out)
     return calls, weight.numel()

@@ -86,12 +86,12 @@ def test_bf16_valued_weight_matches_reference_at_fp32_tolerance(cpu_ops, referen
 def test_bf16_weight_gemm_keeps_fp32_activations() -> None:
     # Activations with more mantissa than bf16 holds: rounding them to bf16 (what
     # oneDNN's bf16 GEMM does) would move the result by ~1e-3 relative.
-    from accord.backends.cpu.kernels._native_gemm import gemm
+    from accord.backends.cpu.kernels import _native_gemm
 
     weight = torch.randn(64, 48).bfloat16()
     x = torch.randn(3, 48) * (1 + 2**-12)
     out = torch.empty(3, 64)
-    gemm()(x, weight, None, out)
+    _native_gemm.gemm(x, weight, None, out)
     want = (x.double() @ weight.double().t()).float()
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
@@ -120,3 +120,14 @@ def test_no_bf16_copy_where_the_cpu_computes_bf16_natively(monkeypatch) -> None:
 def test_no_bf16_copy_on_a_cpu_the_bf16_weight_gemm_does_not_pay_on(monkeypatch) -> None:
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)
+
+
+@needs_bf16_copies
+def test_exact_bf16_copy_is_the_values_and_refuses_a_value_bf16_cannot_hold() -> None:
+    from accord.backends.cpu.kernels import _native_gemm
+
+    weight = torch.randn(33, 70).bfloat16().float()
+    copy = _native_gemm.exact_bf16(weight)
+    assert copy is not None and copy.dtype == torch.bfloat16 and torch.equal(copy.float(), weight)
+    weight[32, 69] += weight[32, 69].abs() * 2**-12
+    assert _native_gemm.exact_bf16(weight) is None

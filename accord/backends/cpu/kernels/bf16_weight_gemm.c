@@ -103,3 +103,16 @@ void accord_bf16_weight_gemm(
         }
     }
 }
+
+/* dst = the high halves (bf16 bits) of the n fp32 values at src; returns 1 when every
+ * low half is zero, i.e. the values are exactly bf16 and dst loses nothing, else 0.
+ * One pass and no temporaries: it runs over every weight at load. */
+int accord_exact_bf16(const uint32_t *src, uint16_t *dst, long n, int threads) {
+    uint32_t low = 0;
+#pragma omp parallel for schedule(static) reduction(| : low) num_threads(threads)
+    for (long i = 0; i < n; ++i) {
+        dst[i] = (uint16_t)(src[i] >> 16);
+        low |= src[i] & 0xFFFFu;
+    }
+    return low == 0;
+}

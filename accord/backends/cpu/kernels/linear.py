@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._native_gemm import gemm as bf16_weight_gemm
+from . import _native_gemm
 from ._precision import work_dtype
 from ._registry import KERNELS
 
@@ -70,7 +70,7 @@ def streams_bf16_weights() -> bool:
         torch.backends.mkldnn.is_available()
         and work_dtype(torch.bfloat16) == torch.float32
         and torch.backends.cpu.get_cpu_capability() in BF16_WEIGHT_CAPABILITIES
-        and bf16_weight_gemm() is not None
+        and _native_gemm.available()
     )
 
 
@@ -78,8 +78,7 @@ def _exact_bf16(weight: torch.Tensor) -> torch.Tensor | None:
     """The bf16 copy of an fp32 weight that loses nothing, where it pays; else None."""
     if weight.dtype != torch.float32 or not streams_bf16_weights():
         return None
-    copy = weight.to(torch.bfloat16)
-    return copy if torch.equal(copy.to(torch.float32), weight) else None
+    return _native_gemm.exact_bf16(weight)
 
 
 @KERNELS.register("linear")
@@ -93,7 +92,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out
             # x is fp32 (it shares the weight's logical dtype); the C kernel wants unit
             # column strides and a contiguous bias.
             bias = None if bias is None else bias.contiguous()
-            bf16_weight_gemm()(x if x.stride(1) == 1 else x.contiguous(), copy, bias, out)  # type: ignore[misc]
+            _native_gemm.gemm(x if x.stride(1) == 1 else x.contiguous(), copy, bias, out)
             return
         # oneDNN's linear has no out= form; the copy is T*N elements, small beside the GEMM.
         out.copy_(torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""))
