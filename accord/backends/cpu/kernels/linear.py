@@ -16,10 +16,10 @@ bf16-weight GEMM of `_native_gemm` widens back to fp32 exactly inside its loop: 
 activations, fp32 accumulation, the fp32 path's numerics at about 1.3-2x its speed for
 1-4 rows on AVX512. Built for AVX2 only (-march=haswell, against oneDNN held to AVX2 by
 ONEDNN_MAX_CPU_ISA) it tied oneDNN's fp32 at one row and lost 2-10x from two, so AVX2
-CPUs keep the fp32 path (`BF16_WEIGHT_CAPABILITIES`). From `BF16_WEIGHT_MAX_ROWS + 1` rows the GEMM is compute-bound and oneDNN's
-fp32 kernel on the prepacked weight is up to 2x faster than the bf16-weight one, so the
-prepacked fp32 form stays: the two forms cost 1.5x the fp32 weight memory (6 bytes per
-parameter instead of 4). oneDNN's own bf16 GEMM is no substitute: it rounds the fp32
+CPUs keep the fp32 path (`BF16_WEIGHT_CAPABILITIES`). From `BF16_WEIGHT_MAX_ROWS + 1`
+rows the GEMM is compute-bound and oneDNN's fp32 kernel on the prepacked weight is up
+to 2x faster than the bf16-weight one, so the prepacked fp32 form stays: the two forms
+cost 1.5x the fp32 weight memory (6 bytes per parameter instead of 4). oneDNN's own bf16 GEMM is no substitute: it rounds the fp32
 activations to bf16 and is 2-3x slower than fp32 from 2 rows up without native bf16.
 """
 
