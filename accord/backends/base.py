@@ -173,6 +173,12 @@ class Backend:
         of an initialised torch.distributed world."""
         return TorchCommunicator(group, self.collective_support())
 
+    #: Whether `graph_capture` records a real graph (the model runner captures the decode
+    #: step only then). A CPU replay that re-executes the step gains nothing (its host
+    #: cost is the step itself, and its kernels plan from tensor values on the host), so
+    #: the default is False and such backends run every step eagerly.
+    captures_graphs: bool = False
+
     def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
         """Capture a no-argument step over persistent buffers into a replay that returns
         its (static) output (accord.core.graph_capture keeps the books); by default the

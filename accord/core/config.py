@@ -20,6 +20,10 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 #: VLLM_CPU_KVCACHE_SPACE is 4 GiB too).
 DEFAULT_CPU_KV_CACHE_BYTES = 4 << 30
 
+#: The largest decode batch captured as a graph when max_cudagraph_capture_size is not
+#: given (vLLM's default cap): every bucket costs capture time at start-up and graph memory.
+DEFAULT_MAX_CAPTURE_SIZE = 512
+
 #: The allowed values of the engine's string choices (vLLM's names).
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Quantization = Literal["fp8"]
@@ -150,6 +154,19 @@ class EngineConfig:
         1, help="data-parallel ranks, each with its own scheduler and KV cache (EP size = TP size x DP size)",
         aliases=("-dp",), at_least=1,
     )
+    enforce_eager: bool = setting(
+        False, help="run every step eagerly: capture no graphs of the decode step even where the backend can",
+    )
+    max_cudagraph_capture_size: int | None = setting(
+        None, help="largest decode batch captured as a graph (buckets 1, 2, 4, then multiples of 8 up to it); "
+        "only backends whose capture is real (CUDA graphs) capture", at_least=1,
+        default_help=f"min(max_num_seqs, {DEFAULT_MAX_CAPTURE_SIZE})",
+    )
+    compilation_config: int = setting(
+        0, help="torch.compile level of the model forward (vLLM's -O): 0 runs it eagerly, 1-3 compile it with "
+        "inductor, the contract ops opaque (accord.core.compilation; measured figures in docs/performance.md)",
+        flag="--compilation-config", aliases=("-O",), at_least=0, at_most=3,
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",
@@ -172,6 +189,12 @@ class EngineConfig:
     def world_size(self) -> int:
         """Ranks in the torch.distributed world: tensor_parallel_size x data_parallel_size."""
         return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
+    def cudagraph_capture_size(self) -> int:
+        """The largest decode batch captured (the default resolved; never past max_num_seqs)."""
+        wanted = self.max_cudagraph_capture_size or DEFAULT_MAX_CAPTURE_SIZE
+        return min(wanted, self.max_num_seqs)
 
     @property
     def executor_backend(self) -> str:

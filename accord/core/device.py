@@ -34,6 +34,11 @@ class DeviceBackend(KernelProvider, Protocol):
 
     def synchronize(self) -> None: ...
 
+    #: Whether graph_capture records a real (replayable without the host) graph.
+    captures_graphs: bool
+
+    def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]: ...
+
 
 #: Builds the backend in whichever process calls it; must pickle (workers are spawned).
 BackendFactory = Callable[[], DeviceBackend]

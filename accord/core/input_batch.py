@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .sampling_params import SamplingParams
@@ -57,6 +58,9 @@ class InputBatch:
     def __init__(self, max_num_reqs: int, max_model_len: int, max_blocks_per_req: int) -> None:
         self.token_ids = torch.zeros(max_num_reqs, max_model_len, dtype=TOKEN_DTYPE)
         self.block_table = torch.zeros(max_num_reqs, max_blocks_per_req, dtype=TOKEN_DTYPE)
+        # numpy views of the same memory: a step's inputs are gathered from these.
+        self.token_ids_np = self.token_ids.numpy()
+        self.block_table_np = self.block_table.numpy()
         self.requests: dict[str, CachedRequestState] = {}
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
 
@@ -66,8 +70,8 @@ class InputBatch:
             raise RuntimeError(f"the persistent batch is full ({len(self.requests)} requests)")
         row = self._free_rows.pop()
         tokens = new.prompt_token_ids + new.output_token_ids
-        self.token_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=TOKEN_DTYPE)
-        self.block_table[row, : len(new.block_ids)] = torch.tensor(new.block_ids, dtype=TOKEN_DTYPE)
+        self.token_ids_np[row, : len(tokens)] = tokens
+        self.block_table_np[row, : len(new.block_ids)] = new.block_ids
         self.requests[new.req_id] = CachedRequestState(
             req_id=new.req_id,
             row=row,
@@ -87,7 +91,7 @@ class InputBatch:
             state.num_computed_tokens = num_computed
             if new_blocks:
                 end = state.num_blocks + len(new_blocks)
-                self.block_table[state.row, state.num_blocks : end] = torch.tensor(new_blocks, dtype=TOKEN_DTYPE)
+                self.block_table_np[state.row, state.num_blocks : end] = new_blocks
                 state.num_blocks = end
 
     def remove(self, req_id: str) -> None:
@@ -98,8 +102,8 @@ class InputBatch:
 
     def append_tokens(self, states: list[CachedRequestState], token_ids: list[int]) -> None:
         """Record one sampled token per request."""
-        rows = torch.tensor([s.row for s in states], dtype=torch.int64)
-        positions = torch.tensor([s.num_tokens for s in states], dtype=torch.int64)
-        self.token_ids[rows, positions] = torch.tensor(token_ids, dtype=TOKEN_DTYPE)
+        rows = np.fromiter((s.row for s in states), np.int64, len(states))
+        positions = np.fromiter((s.num_tokens for s in states), np.int64, len(states))
+        self.token_ids_np[rows, positions] = token_ids
         for state, token in zip(states, token_ids):
             state.output_token_ids.append(token)

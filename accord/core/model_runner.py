@@ -3,9 +3,12 @@ the persistent batch, and one forward per step over a flattened varlen batch, th
 sampling.
 
 A step arrives as a plain `SchedulerOutput`; the runner applies its diffs to the
-persistent batch and gathers the step's inputs from it with tensor indexing: new
-tokens back to back, with the typed AttentionMetadata (int32 index tensors, as the
-contracts pin them). Logits are computed only for rows that sample (and prompt rows
+persistent batch and gathers the step's inputs from it with vectorised indexing into
+persistent buffers (`StepInputs`): new tokens back to back, with the typed
+AttentionMetadata (int32 index tensors, as the contracts pin them). On a backend whose
+graph capture is real (CUDA graphs), pure-decode steps replay the decode step captured
+per batch-size bucket after the KV cache is allocated (`DecodeGraphs`); every other step
+runs eagerly. Logits are computed only for rows that sample (and prompt rows
 whose logprobs were asked for). Every tensor-parallel rank samples the same tokens
 from the same gathered logits; only the driver reports them.
 """
@@ -13,35 +16,28 @@ from the same gathered logits; only the driver reports them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from ..op_contracts import OpDispatcher
+from ..op_contracts import ContractError, OpDispatcher
 from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from .compilation import compile_forward
 from .config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from .device import DeviceBackend
+from .graph_capture import DecodeGraphs, InputSpec, capture_sizes
 from .input_batch import CachedRequestState, InputBatch
 from .models import CausalLM
 from .models.layers.mlp import worst_case_expert_load
 from .sampler import Sampler, prompt_logprobs
 from .sched.output import ModelRunnerOutput, SchedulerOutput
+from .step_inputs import INDEX_DTYPE, FlatBatch, StepInputs
 from .structured_output import GrammarBitmask
 
-INDEX_DTYPE = torch.int32
-
-
-@dataclass(frozen=True)
-class FlatBatch:
-    """One step flattened: model inputs, attention metadata, and where rows sit."""
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    attn: AttentionMetadata
-    #: Row index of each request's last new token.
-    last_rows: torch.Tensor
+logger = logging.getLogger(__name__)
 
 
 class ModelRunner:
@@ -61,6 +57,8 @@ class ModelRunner:
         self.backend = backend
         self.device = backend.device()
         self.model = model
+        # The forward every step runs: compiled when -O asks (accord.core.compilation).
+        self.forward = compile_forward(model, ops) if config.compilation_config else model.forward
         self.max_model_len = max_model_len
         self.block_size = config.block_size
         self.is_driver = is_driver
@@ -68,7 +66,12 @@ class ModelRunner:
         self.kv_cache_dtype = backend.fp8_dtype() if config.kv_cache_dtype == "fp8" else model_dtype
         self.kv_caches: list[LayerKVCache] = []
         self.sampler = Sampler(ops, seed=config.seed)
-        self.input_batch = InputBatch(config.max_num_seqs, max_model_len, -(-max_model_len // self.block_size))
+        max_blocks = -(-max_model_len // self.block_size)
+        self.input_batch = InputBatch(config.max_num_seqs, max_model_len, max_blocks)
+        max_tokens = max(config.max_num_batched_tokens or 0, max_model_len, config.max_num_seqs)
+        self.step_inputs = StepInputs(config.max_num_seqs, max_tokens, max_blocks, self.block_size, self.device)
+        #: The captured decode steps (None: every step runs eagerly).
+        self.decode_graphs: DecodeGraphs | None = None
         # The last step's token counts, kept so a failed step can be re-run in parts.
         self._last_step: dict[str, int] = {}
         self._grammar_bitmask: GrammarBitmask | None = None
@@ -78,6 +81,11 @@ class ModelRunner:
     def bytes_per_block(self) -> int:
         """KV bytes one block costs across all layers (on this rank)."""
         return self.block_size * sum(spec.bytes_per_token(self.kv_cache_dtype) for spec in self.specs)
+
+    def initialize_cache(self, num_blocks: int) -> None:
+        """Allocate the KV cache for serving, then capture the decode graphs over it."""
+        self.allocate_kv_cache(num_blocks)
+        self.capture_decode_graphs()
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """Allocate every layer's cache with `num_blocks` blocks, in the backend's layout."""
@@ -144,56 +152,82 @@ class ModelRunner:
         num_seqs = len(lengths)
         blocks_per_seq = -(-max(lengths) // self.block_size)
         self.allocate_kv_cache(num_seqs * blocks_per_seq)
-        tokens = torch.zeros(num_seqs, max(lengths), dtype=torch.int32)
-        tables = torch.arange(num_seqs * blocks_per_seq).view(num_seqs, blocks_per_seq)
-        num_new = torch.tensor(lengths)
+        tokens = np.zeros((num_seqs, max(lengths)), dtype=np.int32)
+        tables = np.arange(num_seqs * blocks_per_seq).reshape(num_seqs, blocks_per_seq)
+        num_new = np.array(lengths, dtype=np.int64)
         start = time.perf_counter()
-        batch = self.flatten(tokens, tables, torch.arange(num_seqs), torch.zeros(num_seqs, dtype=torch.int64), num_new)
+        rows = np.arange(num_seqs)
+        batch = self.step_inputs.flatten(tokens, tables, rows, np.zeros(num_seqs, dtype=np.int64), num_new)
         with torch.inference_mode(), worst_case_expert_load(self.model.moe_blocks()):
-            hidden = self.model.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
-            self.model.compute_logits(hidden[batch.last_rows])
+            hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
+            self.model.compute_logits(hidden[torch.from_numpy(batch.last_rows).to(hidden.device)])
         self.backend.synchronize()
         seconds = time.perf_counter() - start
         self.kv_caches = []
         return seconds
 
-    # -- a step --------------------------------------------------------------------
-    def flatten(
-        self,
-        token_ids: torch.Tensor,
-        block_table: torch.Tensor,
-        rows: torch.Tensor,
-        num_computed: torch.Tensor,
-        num_new: torch.Tensor,
-    ) -> FlatBatch:
-        """Model inputs and attention metadata for the requests in `rows` of
-        `token_ids`/`block_table`, each computing `num_new[b]` tokens after
-        `num_computed[b]` cached ones."""
-        device = self.device
-        query_start_loc = torch.zeros(len(num_new) + 1, dtype=torch.int64)
-        torch.cumsum(num_new, 0, out=query_start_loc[1:])
-        num_tokens = int(query_start_loc[-1])
-        row_seq = torch.repeat_interleave(torch.arange(len(num_new)), num_new)
-        positions = torch.arange(num_tokens) - query_start_loc[row_seq] + num_computed[row_seq]
-        seq_lens = num_computed + num_new
-        width = -(-int(seq_lens.max()) // self.block_size)
-        tables = block_table[rows, :width]
-        slots = tables[row_seq, positions // self.block_size] * self.block_size + positions % self.block_size
-        attn = AttentionMetadata(
-            slot_mapping=slots.to(device=device, dtype=INDEX_DTYPE),
-            block_tables=tables.to(device=device, dtype=INDEX_DTYPE),
-            seq_lens=seq_lens.to(device=device, dtype=INDEX_DTYPE),
-            query_start_loc=query_start_loc.to(device=device, dtype=INDEX_DTYPE),
-            max_query_len=int(num_new.max()),
-            max_seq_len=int(seq_lens.max()),
-        )
-        return FlatBatch(
-            input_ids=token_ids[rows[row_seq], positions].to(device=device, dtype=torch.int64),
-            positions=positions.to(device),
-            attn=attn,
-            last_rows=query_start_loc[1:] - 1,
-        )
+    # -- decode graphs ---------------------------------------------------------------
+    def capture_decode_graphs(self) -> None:
+        """Capture the decode step for every batch-size bucket over the allocated KV
+        cache, when the backend's capture is real and --enforce-eager is off. The first
+        (warm-up) run of each bucket validates its contract calls; a capture the
+        backend cannot take (a host sync inside the step, say) leaves the runner eager."""
+        self.decode_graphs = None
+        if self.config.enforce_eager or not self.backend.captures_graphs:
+            return
+        max_blocks = self.input_batch.block_table.shape[1]
+        inputs = {
+            "input_ids": InputSpec((), torch.int64, 0),
+            "positions": InputSpec((), torch.int64, 0),
+            # Padding rows write no KV (slot -1) and attend to one key of block 0, so
+            # every kernel sees a well-formed sequence; their outputs are dropped.
+            "slot_mapping": InputSpec((), INDEX_DTYPE, -1),
+            "block_tables": InputSpec((max_blocks,), INDEX_DTYPE, 0),
+            "seq_lens": InputSpec((), INDEX_DTYPE, 1),
+        }
+        largest = self.config.cudagraph_capture_size
+        self._decode_query_start_loc = torch.arange(largest + 1, dtype=INDEX_DTYPE, device=self.device)
+        graphs = DecodeGraphs(self.backend, self._decode_step, inputs, capture_sizes(largest), self.device)
+        try:
+            with torch.inference_mode():
+                graphs.capture()
+        except ContractError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager steps
+            logger.warning("decode graph capture failed (%s); every step runs eagerly", error)
+            return
+        self.decode_graphs = graphs
 
+    def _decode_step(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The hidden states of one token per sequence over the graphs' buffers. The
+        attention bound is max_model_len, fixed at capture (kernels mask by seq_lens)."""
+        num_seqs = inputs["input_ids"].shape[0]
+        attn = AttentionMetadata(
+            slot_mapping=inputs["slot_mapping"],
+            block_tables=inputs["block_tables"],
+            seq_lens=inputs["seq_lens"],
+            query_start_loc=self._decode_query_start_loc[: num_seqs + 1],
+            max_query_len=1,
+            max_seq_len=self.max_model_len,
+        )
+        return self.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
+
+    def _forward(
+        self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray
+    ) -> tuple[torch.Tensor, FlatBatch]:
+        """Hidden states of the step's new tokens: a captured graph's replay for a
+        pure-decode step within the buckets, else an eager forward."""
+        batch, graphs = self.input_batch, self.decode_graphs
+        decode = graphs is not None and len(num_new) <= graphs.sizes[-1] and int(num_new.max()) == 1
+        flat = self.step_inputs.flatten(batch.token_ids_np, batch.block_table_np, rows, num_computed, num_new,
+                                        full_width=decode)
+        if decode:
+            inputs = {"input_ids": flat.input_ids, "positions": flat.positions, "slot_mapping": flat.attn.slot_mapping,
+                      "block_tables": flat.attn.block_tables, "seq_lens": flat.attn.seq_lens}
+            return graphs.run(inputs), flat
+        return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
+
+    # -- a step --------------------------------------------------------------------
     def update_states(self, step: SchedulerOutput) -> None:
         """Apply a step's diffs to the persistent batch: drop ended and preempted
         requests, add new ones, extend block tables and computed counts."""
@@ -221,12 +255,12 @@ class ModelRunner:
         """One padding token (id 0 at position 0) through the model, for its
         collectives: it writes no KV (slot -1 is skipped), reads block 0's first slot
         and samples nothing, so no request's state changes."""
-        one = torch.ones(1, dtype=torch.int64)
-        flat = self.flatten(torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int64),
-                            torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), one)
+        zero = np.zeros(1, dtype=np.int64)
+        flat = self.step_inputs.flatten(np.zeros((1, 1), dtype=np.int32), np.zeros((1, 1), dtype=np.int32),
+                                        zero, zero, np.ones(1, dtype=np.int64))
         padding = torch.full_like(flat.attn.slot_mapping, -1)
         attn = dataclasses.replace(flat.attn, slot_mapping=padding)
-        self.model.forward(flat.input_ids, flat.positions, attn, self.kv_caches)
+        self.forward(flat.input_ids, flat.positions, attn, self.kv_caches)
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
         """Run the last step again for only `req_ids` (the step failed and the engine is
@@ -238,18 +272,21 @@ class ModelRunner:
         """Forward, logits for sampling rows, sampling, for requests of the batch."""
         batch = self.input_batch
         states = [batch.requests[req_id] for req_id in num_scheduled_tokens]
-        rows = torch.tensor([s.row for s in states], dtype=torch.int64)
-        num_computed = torch.tensor([s.num_computed_tokens for s in states], dtype=torch.int64)
-        num_new = torch.tensor(list(num_scheduled_tokens.values()), dtype=torch.int64)
-        flat = self.flatten(batch.token_ids, batch.block_table, rows, num_computed, num_new)
-        hidden = self.model.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches)
-        ends = (num_computed + num_new).tolist()
-        samplers = [b for b, state in enumerate(states) if ends[b] == state.num_tokens]
+        count = len(states)
+        rows = np.fromiter((s.row for s in states), np.int64, count)
+        num_computed = np.fromiter((s.num_computed_tokens for s in states), np.int64, count)
+        num_new = np.fromiter(num_scheduled_tokens.values(), np.int64, count)
+        num_tokens = np.fromiter((s.num_tokens for s in states), np.int64, count)
+        hidden, flat = self._forward(rows, num_computed, num_new)
+        samplers = np.flatnonzero(num_computed + num_new == num_tokens)
         prompt_entries = self._prompt_logprobs(states, num_computed.tolist(), num_new.tolist(), flat, hidden)
         output = ModelRunnerOutput(prompt_logprobs={states[b].req_id: entries for b, entries in prompt_entries})
-        if samplers:
+        if len(samplers):
             sampling = [states[b] for b in samplers]
-            logits = self.model.compute_logits(hidden[flat.last_rows[samplers]])
+            # Every row a sampler's last (a decode step): the hidden states as they are.
+            every_row = len(samplers) == len(hidden)
+            sampled_rows = hidden if every_row else hidden[torch.from_numpy(flat.last_rows[samplers])]
+            logits = self.model.compute_logits(sampled_rows)
             sampled = self.sampler(logits, sampling, self._grammar_bitmask)
             output.req_ids = [s.req_id for s in sampling]
             output.sampled_token_ids = [t.token_id for t in sampled]
@@ -271,7 +308,9 @@ class ModelRunner:
     ) -> list[tuple[int, list]]:
         """Logprobs of the prompt tokens this step's rows predict, for requests that
         asked and have not had them yet (a recompute after preemption skips them)."""
-        results = []
+        results: list[tuple[int, list]] = []
+        if not any(state.needs_prompt_logprobs for state in states):
+            return results
         last_rows = flat.last_rows.tolist()
         for b, state in enumerate(states):
             if not state.needs_prompt_logprobs:

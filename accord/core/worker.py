@@ -105,7 +105,7 @@ class Worker:
 
     def initialize_cache(self, num_blocks: int) -> None:
         """Allocate the KV cache with the block count the engine chose."""
-        self.runner.allocate_kv_cache(num_blocks)
+        self.runner.initialize_cache(num_blocks)
 
     def execute_model(self, steps: list[SchedulerOutput]) -> ModelRunnerOutput | None:
         """Run this rank's data-parallel replica's step of `steps` (one per replica);

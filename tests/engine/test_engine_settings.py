@@ -39,7 +39,9 @@ VLLM_FLAGS = {
     "prefix_caching_hash_algo": "--prefix-caching-hash-algo", "tensor_parallel_size": "--tensor-parallel-size",
     "distributed_executor_backend": "--distributed-executor-backend",
     "enable_expert_parallel": "--enable-expert-parallel", "data_parallel_size": "--data-parallel-size",
+    "enforce_eager": "--enforce-eager", "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
     # accord's own: where each rank records its op calls (the rollout gate's replay).
+    "compilation_config": "--compilation-config",
     "record_op_calls": "--record-op-calls",
 }
 
@@ -83,6 +85,7 @@ def test_engine_flags_keep_vllms_names() -> None:
     assert {name: SETTINGS[name].flag for name in OPTIONAL} == VLLM_FLAGS
     assert from_cli("-tp", "2").tensor_parallel_size == 2
     assert from_cli("-dp", "2").data_parallel_size == 2
+    assert from_cli("-O3").compilation_config == 3
 
 
 @pytest.mark.parametrize("name", OPTIONAL)

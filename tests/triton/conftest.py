@@ -34,6 +34,12 @@ def nmse(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @pytest.fixture(scope="session")
+def nmse_of() -> Callable[[torch.Tensor, torch.Tensor], float]:
+    """`nmse`, for tests that hold an output to a bound of their own."""
+    return nmse
+
+
+@pytest.fixture(scope="session")
 def triton_ops() -> OpDispatcher:
     """The triton backend (on the interpreter) behind a dispatcher that validates every call."""
     if _IMPORTED_COMPILED:

@@ -71,3 +71,61 @@ def test_fused_moe_dequantises_fp8_weights_by_their_block_scales(assert_matches_
     assert_matches_reference(
         "fused_moe", hidden, w13, w2, *_routing(torch.int64), None, w13_scale, w2_scale
     )
+
+
+@pytest.mark.parametrize(
+    "dtype, fp8_dtype, swiglu_limit",
+    [(torch.bfloat16, torch.float8_e4m3fn, 0.0), (torch.float16, torch.float8_e4m3fnuz, 4.0)],
+)
+def test_fused_moe_fp8_dot_path_meets_the_gpu_backends_declared_bound(
+    triton_ops, reference_ops, nmse_of, dtype, fp8_dtype, swiglu_limit
+):
+    # The GPU path (activations quantised per 128-wide group, fp8 dots, scales on the
+    # accumulator), forced under the interpreter; two of six global experts elsewhere.
+    from accord.backends.triton.gpu_backend import FP8_DOT_MOE_NMSE
+    from accord.backends.triton.kernels.fused_moe import Fp8Path, run_fused_moe
+
+    intermediate, hidden_size = 144, 160
+    w13, w13_scale = _block_quantised(_randn(4, 2 * intermediate, hidden_size, seed=1) * 8, fp8_dtype)
+    w2, w2_scale = _block_quantised(_randn(4, hidden_size, intermediate, seed=2) * 8, fp8_dtype)
+    expert_map = torch.tensor([0, -1, 1, 2, -1, 3], dtype=torch.int32)
+    hidden = _randn(TOKENS, hidden_size).to(dtype)
+    args = (hidden, w13, w2, *_routing(torch.int64, experts=6), expert_map, w13_scale, w2_scale)
+    want = reference_ops.fused_moe(*args, swiglu_limit=swiglu_limit)
+    outputs = {}
+    for path in (Fp8Path.FP8_DOTS, Fp8Path.DEQUANTISED):
+        outputs[path] = torch.empty_like(want)
+        run_fused_moe(*args, swiglu_limit, outputs[path], path)
+    assert nmse_of(outputs[Fp8Path.FP8_DOTS], want) <= FP8_DOT_MOE_NMSE
+    # The quantisation really ran: the fp8-dot path is measurably off the exact one.
+    assert nmse_of(outputs[Fp8Path.FP8_DOTS], want) > 100 * nmse_of(outputs[Fp8Path.DEQUANTISED], want)
+
+
+def test_fp8_weights_take_the_exact_path_under_the_interpreter_and_fp8_dots_on_gpus(triton_ops):
+    from accord.backends import default_registry
+    from accord.backends.triton.kernels.fused_moe import Fp8Path, fp8_path
+
+    assert fp8_path(torch.bfloat16, torch.bfloat16) is Fp8Path.UNQUANTISED
+    assert fp8_path(torch.float8_e4m3fn, torch.bfloat16) is Fp8Path.DEQUANTISED
+    assert fp8_path(torch.float8_e4m3fn, torch.bfloat16, fp8_dots=True) is Fp8Path.FP8_DOTS
+    # The interpreter is held to the contract's own bounds; the GPU backends declare theirs.
+    assert triton_ops.backend.tolerance_override("fused_moe", torch.bfloat16) is None
+    cuda = default_registry().get("cuda", require_available=False)
+    assert cuda.tolerance_override("fused_moe", torch.bfloat16) is not None
+    assert cuda.tolerance_override("fused_moe", torch.float32) is None
+
+
+def test_every_gpu_tile_config_keeps_one_scale_block_per_k_tile():
+    from accord.backends.triton.kernels import fused_moe
+
+    for config in fused_moe._GPU_CONFIGS:
+        assert fused_moe.WEIGHT_BLOCK % config.kwargs["BLOCK_K"] == 0, config
+        assert config.kwargs["BLOCK_N"] >= 16 and config.kwargs["BLOCK_K"] >= 32, config  # fp8 tl.dot minimums
+
+
+@pytest.mark.parametrize("slots, experts, expected", [(2, 8, 16), (8 * 40, 8, 64), (8 * 20, 8, 32), (4096, 8, 64)])
+def test_row_block_height_follows_the_rows_per_expert(slots, experts, expected):
+    from accord.backends.triton.kernels.fused_moe import block_m_for
+
+    assert block_m_for(slots, experts, interpreter=False) == expected
+    assert block_m_for(slots, experts, interpreter=True) == 16

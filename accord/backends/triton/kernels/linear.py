@@ -1,9 +1,8 @@
 """Dense GEMM, y = x @ W^T (+ bias): one program per (row tile, column tile), fp32
 accumulator, rounded once on store.
 
-On GPUs the tile shape is autotuned per (N, K, row-count class) and cached by Triton per
-device; under the interpreter one small tile is used (autotuning there would only
-multiply the run time of the CPU tests).
+On GPUs the tile shape is autotuned per (N, K, row-count class) and cached per device
+(see _autotune); under the interpreter one small tile is used.
 """
 
 from __future__ import annotations
@@ -12,35 +11,25 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import triton_interpreter_enabled
+from ._autotune import row_class, tuned
 from ._numerics import dot, dot_in_fp32, store_rounded
 from ._registry import KERNELS
 
-
-def _configs() -> list[triton.Config]:
-    if triton_interpreter_enabled():
-        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4)]
-    # Decode (few rows) wants narrow row tiles and wide K; prefill wants square tiles.
-    return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
-        for m, n, k, w, s in (
-            (16, 64, 128, 4, 4),
-            (16, 128, 128, 4, 4),
-            (32, 64, 64, 4, 4),
-            (64, 128, 64, 4, 3),
-            (128, 128, 32, 8, 3),
-            (128, 256, 64, 8, 3),
-        )
-    ]
+#: Decode (few rows) wants narrow row tiles and wide K; prefill wants square tiles.
+_GPU_CONFIGS = [
+    triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
+    for m, n, k, w, s in (
+        (16, 64, 128, 4, 4),
+        (16, 128, 128, 4, 4),
+        (32, 64, 64, 4, 4),
+        (64, 128, 64, 4, 3),
+        (128, 128, 32, 8, 3),
+        (128, 256, 64, 8, 3),
+    )
+]
 
 
-def _row_class(rows: int) -> int:
-    """Autotune key for the row count: its power-of-two bucket, so a tile is tuned once
-    per batch-size class rather than once per batch size."""
-    return triton.next_power_of_2(max(rows, 1))
-
-
-@triton.autotune(configs=_configs(), key=["N", "K", "ROW_CLASS"])
+@tuned(_GPU_CONFIGS, triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4), ["N", "K", "ROW_CLASS"])
 @triton.jit
 def _linear_kernel(
     x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_xk, ROW_CLASS,
@@ -86,5 +75,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out
 
     _linear_kernel[grid](
         x, weight, bias if bias is not None else out, out, rows, width, depth, x.stride(0), x.stride(1),
-        _row_class(rows), HAS_BIAS=bias is not None, IN_FP32=dot_in_fp32(x.dtype),
+        row_class(rows), HAS_BIAS=bias is not None, IN_FP32=dot_in_fp32(x.dtype),
     )

@@ -1,0 +1,112 @@
+"""The model runner's decode graphs, on the CPU with a backend double whose capture
+behaves like a CUDA graph's (the step runs once at capture; a replay re-runs it over
+the same persistent buffers into the same output). Greedy tokens must equal eager
+steps' tokens, batches pad up to their bucket, and what the buckets cannot hold (a
+larger batch, a prefill) runs eagerly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from accord import SamplingParams
+from accord.backends.cpu import CpuBackend
+from accord.core.llm import LLM
+
+
+class GraphDoubleCpu(CpuBackend):
+    """The cpu backend, claiming a real capture: records every forward's row count and
+    whether it ran inside a replay."""
+
+    captures_graphs = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.captures = 0
+        self.replaying = False
+        #: (rows, replayed) of every model forward after start-up.
+        self.forwards: list[tuple[int, bool]] = []
+
+    def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        self.captures += 1
+        static = fn()
+
+        def replay() -> torch.Tensor:
+            self.replaying = True
+            try:
+                static.copy_(fn())
+            finally:
+                self.replaying = False
+            return static
+
+        return replay
+
+
+def _llm(model_dir: Path, backend: CpuBackend, **engine_args) -> LLM:
+    llm = LLM(str(model_dir), lambda: backend, max_num_seqs=6, max_model_len=256, **engine_args)
+    runner = llm.llm_engine.executor.driver_worker.runner
+    forward = runner.forward  # the forward every step runs (the model's, or its compiled form)
+
+    def recording_forward(input_ids, *args, **kwargs):
+        backend.forwards.append((int(input_ids.shape[0]), backend.replaying))
+        return forward(input_ids, *args, **kwargs)
+
+    runner.forward = recording_forward
+    return llm
+
+
+def _generate(llm: LLM) -> list[list[int]]:
+    """Six greedy requests of different lengths, so the decode batch shrinks 6 -> 1."""
+    prompts = [{"prompt_token_ids": list(range(5 + i, 12 + 2 * i))} for i in range(6)]
+    params = [SamplingParams(temperature=0.0, max_tokens=3 + 2 * i, ignore_eos=True) for i in range(6)]
+    return [out.outputs[0].token_ids for out in llm.generate(prompts, params, use_tqdm=False)]
+
+
+def _assert_all_blocks_free(llm: LLM) -> None:
+    manager = llm.llm_engine.scheduler.block_manager
+    assert manager.num_free_blocks == manager.num_blocks
+
+
+def test_replayed_decode_steps_give_the_eager_tokens(llama_dir: Path) -> None:
+    eager_backend, graph_backend = GraphDoubleCpu(), GraphDoubleCpu()
+    eager = _generate(_llm(llama_dir, eager_backend, enforce_eager=True))
+    llm = _llm(llama_dir, graph_backend, max_cudagraph_capture_size=4)
+    runner = llm.llm_engine.executor.driver_worker.runner
+    assert runner.decode_graphs is not None and runner.decode_graphs.captured == (1, 2, 4)
+    assert graph_backend.captures == 3
+    graph_backend.forwards.clear()
+    assert _generate(llm) == eager
+    _assert_all_blocks_free(llm)
+
+    replayed = [rows for rows, replay in graph_backend.forwards if replay]
+    eager_rows = [rows for rows, replay in graph_backend.forwards if not replay]
+    # Decode batches of 1..4 replay in their bucket (3 rows padded to 4) ...
+    assert set(replayed) == {1, 2, 4} and replayed.count(4) >= 2
+    assert runner.decode_graphs.replays == len(replayed)
+    # ... while the prefill and the decode steps of 5 and 6 rows ran eagerly.
+    assert {5, 6} <= set(eager_rows)
+    assert eager_backend.captures == 0 and all(not replay for _, replay in eager_backend.forwards)
+
+
+def test_a_backend_without_real_capture_runs_eagerly(llama_dir: Path) -> None:
+    backend = CpuBackend()
+    llm = LLM(str(llama_dir), lambda: backend, max_num_seqs=6, max_model_len=256)
+    assert llm.llm_engine.executor.driver_worker.runner.decode_graphs is None
+
+
+def test_an_aborted_request_frees_its_blocks_between_replays(llama_dir: Path) -> None:
+    backend = GraphDoubleCpu()
+    llm = _llm(llama_dir, backend, max_cudagraph_capture_size=4)
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True)
+    for i in range(3):
+        engine.add_request(f"r{i}", {"prompt_token_ids": list(range(5, 20 + i))}, params)
+    for _ in range(4):
+        engine.step()
+    engine.abort_request("r1")
+    while engine.has_unfinished_requests():
+        engine.step()
+    _assert_all_blocks_free(llm)
+    assert engine.executor.driver_worker.runner.decode_graphs.replays > 0
