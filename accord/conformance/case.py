@@ -21,13 +21,16 @@ class Case:
     """A seeded call of `op`. `expect_refusal` marks an illegal call the contract must
     refuse with ContractError; `row_independent` says each row's result may depend
     only on that row, so conformance reports whether the first row run alone gives
-    the bits it got in the batch (batch invariance)."""
+    the bits it got in the batch (batch invariance). `prepared` names the weights
+    handed through the backend's load-time form first (`prepare_linear_weight`, as a
+    model does at load), so the kernel is checked on the form it runs on."""
 
     op: str
     name: str
     args: Mapping[str, Any]
     expect_refusal: bool = False
     row_independent: bool = False
+    prepared: tuple[str, ...] = ()
 
     @property
     def contract(self) -> OpContract:

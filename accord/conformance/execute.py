@@ -26,8 +26,8 @@ class Execution:
 
 def execute(ops: OpDispatcher, case: Case, args: dict[str, Any]) -> Execution:
     """Call `case.op` on `ops` with `args` (fresh copies on the backend's device;
-    mutated operands are moved into guarded buffers). ContractError and kernel
-    exceptions propagate."""
+    mutated operands are moved into guarded buffers; `case.prepared` weights in the
+    backend's load-time form). ContractError and kernel exceptions propagate."""
     contract = case.contract
     output_names = tuple(spec.name for spec in contract.outputs)
     allocator = PoisonAllocator(output_names)
@@ -35,6 +35,11 @@ def execute(ops: OpDispatcher, case: Case, args: dict[str, Any]) -> Execution:
     for name in mutated:
         args[name] = allocator.adopt(name, args[name])
     inputs = {k: v.clone() for k, v in args.items() if isinstance(v, torch.Tensor) and k not in mutated}
+    # A prepared weight is the backend's own (possibly opaque) form; the plain tensor it
+    # was made from is the input that must come back unchanged.
+    plain = dict(args)
+    for name in case.prepared:
+        args[name] = ops.prepare_linear_weight(args[name])
     ops.allocator = allocator
     returned = ops.call(contract, (), args)
     values = returned if isinstance(returned, tuple) else () if returned is None else (returned,)
@@ -46,7 +51,7 @@ def execute(ops: OpDispatcher, case: Case, args: dict[str, Any]) -> Execution:
         if (unwritten := count_poisoned(tensor))
     ]
     problems += [
-        f"{name}: input modified in place" for name, tensor in inputs.items() if not same_bits(tensor, args[name])
+        f"{name}: input modified in place" for name, tensor in inputs.items() if not same_bits(tensor, plain[name])
     ]
     outputs.update({name: args[name] for name in mutated})
     return Execution({name: tensor.cpu() for name, tensor in outputs.items()}, problems)

@@ -65,7 +65,9 @@ def recorded_cases(recordings: Mapping[int, Sequence[RecordedCall]], seed: int =
         op, _combo, label = key
         name = f"recorded {label}" + (f" on rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
                                       if several_ranks else "")
-        case = Case(op, name, replay_args(op, first[key].args, seeded(seed, "recorded", op, name)))
+        recorded = first[key]
+        case = Case(op, name, replay_args(op, recorded.args, seeded(seed, "recorded", op, name)),
+                    prepared=recorded.prepared)
         cases.setdefault(op, []).append(case)
         signatures += [RecordedSignature(rank, op, case.combo, name) for rank in ranks]
     signatures.sort(key=lambda s: s.rank)

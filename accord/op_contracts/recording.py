@@ -49,10 +49,14 @@ class CacheSignature:
 @dataclasses.dataclass(frozen=True)
 class RecordedCall:
     """One kept call: the op and its inputs by contract name (host copies, cache
-    signatures, parameters), or `args` None for a call too large to keep."""
+    signatures, parameters), or `args` None for a call too large to keep. `prepared`
+    names the weights the call got in the backend's load-time form (recorded as their
+    plain values; a replay prepares them again, so the kernel path they took is the
+    one checked)."""
 
     op: str
     args: Mapping[str, Any] | None
+    prepared: tuple[str, ...] = ()
 
 
 def cache_args(contract: OpContract) -> tuple[str, ...]:
@@ -106,12 +110,13 @@ class CallRecorder:
         # Copies go to host memory, so recording during profile_run does not shrink the
         # device memory the engine then sizes its KV cache from; and they are made
         # outside inference_mode, so the conformance run may write into them.
+        prepared = tuple(name for name, v in inputs.items() if isinstance(v, torch.Tensor) and _is_prepacked(v))
         with torch.inference_mode(False):
             self._keep(RecordedCall(op, {
                 name: CacheSignature(v.dtype, tuple(v.shape[1:])) if name in caches
                 else _host_copy(v) if isinstance(v, torch.Tensor) else v
                 for name, v in inputs.items()
-            }))
+            }, prepared))
 
     def _keep(self, recorded: RecordedCall) -> None:
         self.calls.append(recorded)
@@ -119,11 +124,17 @@ class CallRecorder:
             _write(self.directory / f"{len(self.calls):05d}.pt", recorded)
 
 
+def _is_prepacked(tensor: torch.Tensor) -> bool:
+    """Whether a backend prepacked this weight into an opaque layout (oneDNN's, for
+    the cpu linear)."""
+    return tensor.layout != torch.strided
+
+
 def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A strided host copy of a recorded argument. A weight a backend prepacked into an
-    opaque layout (oneDNN's, for the cpu linear) is recorded as its plain values: the
-    contract's argument is the [N, K] matrix, and replay hands kernels plain tensors."""
-    if tensor.layout != torch.strided:
+    """A strided host copy of a recorded argument. A prepacked weight is recorded as
+    its plain values: the contract's argument is the [N, K] matrix (the call's
+    `prepared` names it, so replay prepacks it again)."""
+    if _is_prepacked(tensor):
         tensor = tensor.to_dense()
     return tensor.to("cpu", copy=True)
 
@@ -136,6 +147,7 @@ def _write(path: Path, recorded: RecordedCall) -> None:
     else:
         payload = {
             "op": recorded.op,
+            "prepared": list(recorded.prepared),
             "args": {k: v for k, v in recorded.args.items() if not isinstance(v, CacheSignature)},
             "caches": {k: (v.dtype, list(v.block_shape)) for k, v in recorded.args.items()
                        if isinstance(v, CacheSignature)},
@@ -153,7 +165,9 @@ def _read(path: Path) -> RecordedCall:
     contract = CONTRACTS[payload["op"]]
     # Contract order, as the dispatcher bound them (replay names cases by it).
     merged = {**payload["args"], **caches}
-    return RecordedCall(payload["op"], {name: merged[name] for name in contract.arg_names})
+    return RecordedCall(
+        payload["op"], {name: merged[name] for name in contract.arg_names}, tuple(payload.get("prepared", ()))
+    )
 
 
 def rank_directory(directory: str | Path, rank: int) -> Path:

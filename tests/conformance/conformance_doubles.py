@@ -301,3 +301,30 @@ def rotary_with_the_table_in_the_query_dtype(**call: Any) -> None:
 def rms_norm_in_the_input_dtype(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
     """Computes the whole norm in x's dtype (each step rounded), not in fp32."""
     out.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight)
+
+
+class Bf16CopyReference(PatchedReference):
+    """The reference backend with a bf16 weight-streaming shortcut for few rows, as the
+    cpu backend has: `prepare_linear_weight` keeps a bf16 copy of an fp32 weight (only
+    of weights whose values are exactly bf16 when `check_exact`), and `linear` at up to
+    4 rows computes on that copy with `x` rounded to bf16 when `round_x`."""
+
+    def __init__(self, name: str, check_exact: bool, round_x: bool) -> None:
+        super().__init__(name, Kernel("linear", self._linear, {}), batch_variant=("linear",))
+        self.check_exact, self.round_x = check_exact, round_x
+
+    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        copy = weight.to(torch.bfloat16)
+        if weight.dtype != torch.float32 or (self.check_exact and not torch.equal(copy.float(), weight)):
+            return weight
+        prepared = weight.clone()
+        prepared.bf16_copy = copy
+        return prepared
+
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+        copy = getattr(weight, "bf16_copy", None)
+        if copy is None or x.shape[0] > 4:
+            reference_fn("linear")(x=x, weight=weight, bias=bias, out=out)
+            return
+        activations = x.to(torch.bfloat16).float() if self.round_x else x
+        reference_fn("linear")(x=activations, weight=copy.float(), bias=bias, out=out)

@@ -9,6 +9,7 @@ import torch
 
 from accord.backends import get_backend
 from accord.backends.cpu import cpu_has_native_bf16
+from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
 from accord.op_contracts import CONTRACTS, ContractError
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -58,3 +59,75 @@ def test_linear_refuses_a_width_mismatch_on_a_prepacked_weight(cpu_ops) -> None:
     packed = get_backend("cpu").prepare_linear_weight(torch.randn(24, 32))
     with pytest.raises(ContractError, match="linear"):
         cpu_ops.linear(torch.randn(2, 31), packed)
+
+
+needs_bf16_copies = pytest.mark.skipif(
+    not streams_bf16_weights(),
+    reason="bf16 copies are made only on AVX512 CPUs computing bf16 in fp32, with oneDNN and a C compiler",
+)
+
+
+@needs_bf16_copies
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_bf16_valued_weight_matches_reference_at_fp32_tolerance(cpu_ops, reference_ops, nmse_of, rows, with_bias) -> None:
+    # N not a multiple of the kernel's 4-row blocks, K not one of its 16 lanes.
+    weight = (torch.randn(90, 200) / 14).bfloat16().float()
+    bias = torch.randn(90) if with_bias else None
+    prepared = get_backend("cpu").prepare_linear_weight(weight)
+    assert getattr(prepared, BF16_COPY).dtype == torch.bfloat16
+    x = torch.randn(rows, 200)
+    got = cpu_ops.linear(x, prepared, bias)
+    want = reference_ops.linear(x, weight, bias)
+    assert got.dtype == torch.float32 and nmse_of(got, want) <= TOLERANCE[torch.float32]
+
+
+@needs_bf16_copies
+def test_bf16_weight_gemm_keeps_fp32_activations() -> None:
+    # Activations with more mantissa than bf16 holds: rounding them to bf16 (what
+    # oneDNN's bf16 GEMM does) would move the result by ~1e-3 relative.
+    from accord.backends.cpu.kernels import _native_gemm
+
+    weight = torch.randn(64, 48).bfloat16()
+    x = torch.randn(3, 48) * (1 + 2**-12)
+    out = torch.empty(3, 64)
+    _native_gemm.gemm(x, weight, None, out)
+    want = (x.double() @ weight.double().t()).float()
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_bf16_copies
+def test_few_row_path_takes_strided_activations(cpu_ops, reference_ops, nmse_of) -> None:
+    weight = torch.randn(24, 32).bfloat16().float()
+    prepared = get_backend("cpu").prepare_linear_weight(weight)
+    x = torch.randn(2, 64)[:, ::2]
+    assert nmse_of(cpu_ops.linear(x, prepared), reference_ops.linear(x, weight)) <= TOLERANCE[torch.float32]
+
+
+def test_no_bf16_copy_of_a_weight_that_is_not_exactly_bf16() -> None:
+    weight = torch.randn(16, 32)
+    weight[3, 5] = 1 + 2**-12  # one value bf16 cannot hold
+    assert not hasattr(get_backend("cpu").prepare_linear_weight(weight), BF16_COPY)
+
+
+def test_no_bf16_copy_where_the_cpu_computes_bf16_natively(monkeypatch) -> None:
+    from accord.backends import cpu as cpu_backend
+
+    monkeypatch.setattr(cpu_backend, "cpu_has_native_bf16", lambda: True)
+    assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)
+
+
+def test_no_bf16_copy_on_a_cpu_the_bf16_weight_gemm_does_not_pay_on(monkeypatch) -> None:
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)
+
+
+@needs_bf16_copies
+def test_exact_bf16_copy_is_the_values_and_refuses_a_value_bf16_cannot_hold() -> None:
+    from accord.backends.cpu.kernels import _native_gemm
+
+    weight = torch.randn(33, 70).bfloat16().float()
+    copy = _native_gemm.exact_bf16(weight)
+    assert copy is not None and copy.dtype == torch.bfloat16 and torch.equal(copy.float(), weight)
+    weight[32, 69] += weight[32, 69].abs() * 2**-12
+    assert _native_gemm.exact_bf16(weight) is None

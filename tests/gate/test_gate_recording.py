@@ -182,3 +182,21 @@ def test_a_replayed_case_is_the_same_for_the_same_seed() -> None:
     first, second = (recorded_cases({0: _record_paged_calls(64)[0].calls}).cases["paged_attention"][0]
                      for _ in range(2))
     assert torch.equal(first.args["key_cache"], second.args["key_cache"])
+
+
+def test_a_prepacked_weight_is_replayed_prepacked_at_the_recorded_row_counts(tmp_path: Path) -> None:
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN: the cpu backend prepacks nothing")
+    ops, recorder = recording_dispatcher(rank_directory(tmp_path, 0))
+    # A bf16 checkpoint's weight computed in fp32: one row takes the cpu backend's
+    # few-rows path where it has one, six its many-rows path.
+    weight = (torch.randn(40, 64) / 8).bfloat16().float()
+    prepared = ops.prepare_linear_weight(weight)
+    for rows in (1, 6):
+        ops.linear(torch.randn(rows, 64), prepared)
+    assert [call.prepared for call in recorder.calls] == [("weight",)] * 2
+    cases = recorded_cases(read_recordings(tmp_path)).cases["linear"]
+    assert [case.prepared for case in cases] == [("weight",)] * 2
+    assert all(torch.equal(case.args["weight"], weight) for case in cases)
+    runner = ConformanceRunner(get_backend("cpu"), get_backend("reference"))
+    assert [runner.run_case(case).status for case in cases] == [Status.PASS] * 2

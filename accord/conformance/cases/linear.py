@@ -1,30 +1,46 @@
 """Cases for the dense GEMM: one row (decode), odd row counts, K and N that are not
-tile multiples, with and without bias, at every float dtype."""
+tile multiples, with and without bias, at every float dtype; each on the plain weight
+and on the backend's load-time form of it (`prepare_linear_weight`: a prepacked layout,
+or a bf16 copy for few rows), and fp32 weights whose values are exactly bf16 (a bf16
+checkpoint computed in fp32, which a backend may stream as bf16)."""
 
 from __future__ import annotations
 
 from typing import Iterator
 
+import torch
+
 from ...op_contracts import FLOAT_DTYPES
 from ..case import Case, randn, seeded
 
-#: (rows T, input features K, output features N).
-LINEAR_SHAPES = ((1, 64, 48), (7, 96, 80), (33, 40, 136))
+#: (rows T, input features K, output features N): 1 and 3 rows are decode row counts
+#: (a backend may take a few-rows path there), 7 and 33 take its many-rows path.
+LINEAR_SHAPES = ((1, 64, 48), (3, 72, 42), (7, 96, 80), (33, 40, 136))
+
+#: The weight forms: name suffix, whether the backend prepares it, whether its values
+#: are rounded to bf16 first (fp32 only: at bf16 and fp16 that changes nothing new).
+WEIGHT_FORMS = (("", False, False), (" prepared", True, False), (" bf16-valued prepared", True, True))
 
 
 def linear_cases(seed: int) -> Iterator[Case]:
-    """x, weight (and bias) at each float dtype; weights scaled like a 1/sqrt(K) init."""
+    """x, weight (and bias) at each float dtype and weight form; weights scaled like a
+    1/sqrt(K) init."""
     for dtype in FLOAT_DTYPES:
         for tokens, depth, width in LINEAR_SHAPES:
             for with_bias in (False, True):
-                g = seeded(seed, "linear", dtype, tokens, depth, width, with_bias)
-                args = {
-                    "x": randn(g, (tokens, depth), dtype),
-                    "weight": randn(g, (width, depth), dtype, depth**-0.5),
-                    "bias": randn(g, (width,), dtype) if with_bias else None,
-                }
-                name = f"T={tokens} K={depth} N={width}" + (" bias" if with_bias else "")
-                yield Case("linear", name, args, row_independent=True)
+                for suffix, prepared, bf16_valued in WEIGHT_FORMS:
+                    if bf16_valued and dtype != torch.float32:
+                        continue
+                    g = seeded(seed, "linear", dtype, tokens, depth, width, with_bias)
+                    x = randn(g, (tokens, depth), dtype)
+                    weight = randn(g, (width, depth), torch.bfloat16 if bf16_valued else dtype, depth**-0.5)
+                    args = {
+                        "x": x,
+                        "weight": weight.to(dtype),
+                        "bias": randn(g, (width,), dtype) if with_bias else None,
+                    }
+                    name = f"T={tokens} K={depth} N={width}" + (" bias" if with_bias else "") + suffix
+                    yield Case("linear", name, args, row_independent=True, prepared=("weight",) if prepared else ())
 
 
 CASES = {"linear": linear_cases}

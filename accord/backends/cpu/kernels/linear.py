@@ -1,4 +1,5 @@
-"""Dense GEMM on oneDNN with weights prepacked once at load.
+"""Dense GEMM on oneDNN with weights prepacked once at load, and bf16 weight streaming
+for decode row counts on CPUs that compute bf16 checkpoints in fp32.
 
 Measured on a 2-core AVX512F Xeon (no AVX512-BF16/AMX; `benchmarks/linear_cpu.py`, the
 152M Llama's projections, fp32): oneDNN's prepacked blocked weights beat `F.linear` on a
@@ -7,6 +8,19 @@ stream at memory bandwidth either way); MKL's packed GEMM is packed for one batc
 only. So weights whose dtype the CPU computes natively (`work_dtype`: fp32 everywhere,
 bf16/fp16 with AVX512-BF16 or AMX) are reordered into oneDNN's layout; anything else
 keeps its plain layout and is computed in fp32.
+
+A bf16 checkpoint on a CPU without native bf16 runs in fp32, so its weights arrive here
+as fp32 values that are exactly bf16. At a few rows the GEMM is bound by streaming the
+weights, so such a weight also keeps a bf16 copy (`BF16_COPY`, half the bytes) that the
+bf16-weight GEMM of `_native_gemm` widens back to fp32 exactly inside its loop: fp32
+activations, fp32 accumulation, the fp32 path's numerics at about 1.3-2x its speed for
+1-4 rows on AVX512. Built for AVX2 only (-march=haswell, against oneDNN held to AVX2 by
+ONEDNN_MAX_CPU_ISA) it tied oneDNN's fp32 at one row and lost 2-10x from two, so AVX2
+CPUs keep the fp32 path (`BF16_WEIGHT_CAPABILITIES`). From `BF16_WEIGHT_MAX_ROWS + 1`
+rows the GEMM is compute-bound and oneDNN's fp32 kernel on the prepacked weight is up
+to 2x faster than the bf16-weight one, so the prepacked fp32 form stays: the two forms
+cost 1.5x the fp32 weight memory (6 bytes per parameter instead of 4). oneDNN's own bf16 GEMM is no substitute: it rounds the fp32
+activations to bf16 and is 2-3x slower than fp32 from 2 rows up without native bf16.
 """
 
 from __future__ import annotations
@@ -14,13 +28,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import _native_gemm
 from ._precision import work_dtype
 from ._registry import KERNELS
+
+#: The attribute of a prepacked fp32 weight holding its exact bf16 copy.
+BF16_COPY = "accord_bf16_copy"
+#: The most rows the bf16 copy serves: the crossover measured by benchmarks/linear_cpu.py
+#: on the 152M model's projections (the bf16-weight GEMM wins at 1, 2 and 4 rows, ties
+#: or loses at 8, loses 1.5-2x from 16).
+BF16_WEIGHT_MAX_ROWS = 4
+#: torch's CPU capabilities (`torch.backends.cpu.get_cpu_capability()`) the bf16-weight
+#: GEMM was measured faster on.
+BF16_WEIGHT_CAPABILITIES = ("AVX512",)
 
 
 def prepack(weight: torch.Tensor) -> torch.Tensor:
     """`weight` [N, K] in oneDNN's blocked layout (an opaque mkldnn tensor of the same
-    logical shape and dtype) when oneDNN computes its dtype natively here; else as is."""
+    logical shape and dtype) when oneDNN computes its dtype natively here, else as is;
+    an fp32 weight whose values are all exactly bf16 (a bf16 checkpoint computed in
+    fp32) also carries its bf16 copy as `BF16_COPY`, for the few-rows path."""
     if (
         weight.device.type != "cpu"
         or weight.is_mkldnn
@@ -28,14 +55,45 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
         or work_dtype(weight.dtype) != weight.dtype
     ):
         return weight
-    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
+    weight = weight.contiguous()
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+    copy = _exact_bf16(weight)
+    if copy is not None:
+        setattr(packed, BF16_COPY, copy)
+    return packed
+
+
+def streams_bf16_weights() -> bool:
+    """Whether this host keeps bf16 copies of exactly-bf16 fp32 weights for few rows:
+    an AVX512 CPU that computes bf16 in fp32, with oneDNN and the bf16-weight GEMM built."""
+    return (
+        torch.backends.mkldnn.is_available()
+        and work_dtype(torch.bfloat16) == torch.float32
+        and torch.backends.cpu.get_cpu_capability() in BF16_WEIGHT_CAPABILITIES
+        and _native_gemm.available()
+    )
+
+
+def _exact_bf16(weight: torch.Tensor) -> torch.Tensor | None:
+    """The bf16 copy of an fp32 weight that loses nothing, where it pays; else None."""
+    if weight.dtype != torch.float32 or not streams_bf16_weights():
+        return None
+    return _native_gemm.exact_bf16(weight)
 
 
 @KERNELS.register("linear")
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-    """y = x @ W^T (+ bias): oneDNN on a prepacked weight, else torch's GEMM in the
-    work dtype (fp32 for bf16/fp16 without native support), rounded once into out."""
+    """y = x @ W^T (+ bias): the bf16 copy streamed for few rows, else oneDNN on a
+    prepacked weight, else torch's GEMM in the work dtype (fp32 for bf16/fp16 without
+    native support), rounded once into out."""
     if weight.is_mkldnn:
+        copy = getattr(weight, BF16_COPY, None)
+        if copy is not None and x.shape[0] <= BF16_WEIGHT_MAX_ROWS and out.stride(1) == 1:
+            # x is fp32 (it shares the weight's logical dtype); the C kernel wants unit
+            # column strides and a contiguous bias.
+            bias = None if bias is None else bias.contiguous()
+            _native_gemm.gemm(x if x.stride(1) == 1 else x.contiguous(), copy, bias, out)
+            return
         # oneDNN's linear has no out= form; the copy is T*N elements, small beside the GEMM.
         out.copy_(torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""))
         return
