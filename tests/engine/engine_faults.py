@@ -12,12 +12,12 @@ POISON_TOKEN = 777
 def poison_the_model(engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every forward of `engine`'s (uni-executor) model whose batch holds
     POISON_TOKEN raise RuntimeError("injected kernel failure")."""
-    model = engine.executor.driver_worker.runner.model
-    real_forward = model.forward
+    runner = engine.executor.driver_worker.runner
+    real_forward = runner.forward  # the forward every step runs (the model's, or its compiled form)
 
     def forward(input_ids, *args, **kwargs):
         if bool((input_ids == POISON_TOKEN).any()):
             raise RuntimeError("injected kernel failure")
         return real_forward(input_ids, *args, **kwargs)
 
-    monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setattr(runner, "forward", forward)
