@@ -79,3 +79,17 @@ def _cloned(values: Any) -> Any:
 
 def _as_tuple(outputs: Any) -> tuple[torch.Tensor, ...]:
     return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+@pytest.fixture(params=["c", "torch"])
+def glue_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once on each path of the cpu glue kernels: the C kernels of
+    elementwise.c, and the torch path a host without a C compiler takes (the loader
+    monkeypatched to find nothing)."""
+    from accord.backends.cpu.kernels import _native_elementwise
+
+    if request.param == "c" and _native_elementwise._library() is None:
+        pytest.skip("no C compiler here: elementwise.c cannot be built, only the torch path runs")
+    if request.param == "torch":
+        monkeypatch.setattr(_native_elementwise, "_library", lambda: None)
+    return request.param

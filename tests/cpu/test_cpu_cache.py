@@ -1,5 +1,6 @@
 """cpu cache writers against the reference: the caches they leave must be identical,
-bit for bit (fp8 stores included), with padding slots (-1) skipped."""
+bit for bit (fp8 stores included), with padding slots (-1) skipped, on the C kernel and
+on the torch path alike (the `glue_path` fixture)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pytest
 import torch
 
 NUM_BLOCKS, BLOCK_SIZE = 6, 4
+
+pytestmark = pytest.mark.usefixtures("glue_path")
 
 
 def _slots(tokens: int, index_dtype: torch.dtype) -> torch.Tensor:
@@ -53,3 +56,12 @@ def test_concat_and_cache_mla_writes_what_the_reference_writes(cpu_ops, referenc
     kv_cache = torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 20, dtype=cache_dtype)
     args = (kv_c, k_pe, kv_cache, _slots(7, torch.int64))
     _run_on_both(cpu_ops, reference_ops, "concat_and_cache_mla", *args, caches=(2,), scale=0.25)
+
+
+def test_reshape_and_cache_slot_past_the_cache_is_refused_not_written(cpu_ops) -> None:
+    """A slot past the cache must raise (as index_copy_ does on the torch path), never
+    write past the cache."""
+    key, value = torch.randn(2, 2, 8), torch.randn(2, 2, 8)
+    key_cache, value_cache = (torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 2, 8) for _ in range(2))
+    with pytest.raises(IndexError):
+        cpu_ops.reshape_and_cache(key, value, key_cache, value_cache, torch.tensor([0, NUM_BLOCKS * BLOCK_SIZE]))

@@ -1,11 +1,13 @@
 """KV cache writers: reshape_and_cache (GQA key and value caches) and
-concat_and_cache_mla (MLA's latent cache), one index_copy_ per cache."""
+concat_and_cache_mla (MLA's latent cache): a row copy per token in C where built, else
+one index_copy_ per cache."""
 
 from __future__ import annotations
 
 import torch
 
 from ....op_contracts import FP8_DTYPES
+from . import _native_elementwise as native
 from ._fp8 import as_stored
 from ._registry import KERNELS
 
@@ -45,7 +47,10 @@ def reshape_and_cache(
     k_scale: float,
     v_scale: float,
 ) -> None:
-    """Write this step's keys and values into their cache slots."""
+    """Write this step's keys and values into their cache slots: one call into
+    elementwise.c for a cache of the inputs' dtype, index_copy_ otherwise."""
+    if native.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping):
+        return
     slots, keep = _kept_slots(slot_mapping)
     _write_slots(key_cache, slots, keep, key, k_scale)
     _write_slots(value_cache, slots, keep, value, v_scale)

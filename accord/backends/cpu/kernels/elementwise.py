@@ -1,11 +1,14 @@
 """Per-token kernels: RMS norm (plain and with the fused residual add), rotary
-embedding and SiLU-and-mul. fp32 runs straight into the output buffers; bf16/fp16
-compute in an fp32 temporary and round once on the final copy, as the contracts say."""
+embedding and SiLU-and-mul. Each is one call into elementwise.c where it is built (fp32
+and bf16); otherwise, and for fp16, the torch path below: fp32 runs straight into the
+output buffers, bf16/fp16 compute in an fp32 temporary and round once on the final
+copy, as the contracts say."""
 
 from __future__ import annotations
 
 import torch
 
+from . import _native_elementwise as native
 from ._registry import KERNELS
 
 
@@ -39,7 +42,8 @@ def _rms_norm_into(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch
 @KERNELS.register("rms_norm")
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
     """Llama's RMSNorm, one fused pass per row."""
-    _rms_norm_into(x, weight, eps, out)
+    if not native.rms_norm(x, None, weight, eps, out, None):
+        _rms_norm_into(x, weight, eps, out)
 
 
 @KERNELS.register("fused_add_rms_norm")
@@ -53,6 +57,8 @@ def fused_add_rms_norm(
 ) -> None:
     """residual_out = x + residual (torch adds bf16 in fp32 and rounds once), then the
     norm of that stored sum."""
+    if native.rms_norm(x, residual, weight, eps, out, residual_out):
+        return
     torch.add(x, residual, out=residual_out)
     _rms_norm_into(residual_out, weight, eps, out)
 
@@ -106,6 +112,8 @@ def rotary_embedding(
     key_out: torch.Tensor,
 ) -> None:
     """Rotary position embedding of query and key (neox or gpt-j pairs, partial R)."""
+    if native.rotary_embedding(positions, query, key, cos_sin_cache, is_neox, query_out, key_out):
+        return
     table = cos_sin_cache.index_select(0, positions)
     half = cos_sin_cache.shape[1] // 2
     if is_neox and 2 * half == query.shape[-1] and query_out.dtype == torch.float32:
@@ -124,6 +132,8 @@ def rotary_embedding(
 @KERNELS.register("silu_and_mul")
 def silu_and_mul(x: torch.Tensor, out: torch.Tensor) -> None:
     """SwiGLU: silu(gate) * up, written into out without a temporary for fp32."""
+    if native.silu_and_mul(x, out):
+        return
     intermediate = x.shape[1] // 2
     gate, up = x[:, :intermediate], x[:, intermediate:]
     if out.dtype == torch.float32:

@@ -1,0 +1,113 @@
+"""The glue kernels of elementwise.c (RMS norm with or without the residual add, rotary
+embedding, SiLU-and-mul, the KV cache write), one ctypes call each, built and loaded by
+`_native`.
+
+Each function returns False, having written nothing, where the C path does not apply
+(no C compiler, a dtype it lacks, a position or slot out of range) and the caller runs
+its torch path; True once the outputs are written. Tensors are contiguous (the
+contracts say so for inputs, and the dispatcher allocates outputs so)."""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import torch
+
+from . import _native
+
+#: The dtypes the C kernels compute (code as elementwise.c numbers them); half types
+#: other than bf16 keep the torch path.
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+#: Elements from which a call splits its rows over torch's threads: below, waking the
+#: OpenMP team costs more than the rows (a decode step's few rows run on one thread).
+PARALLEL_ELEMENTS = 1 << 16
+
+_P, _L, _I, _F = ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    """The built library with its entry points typed; None where it cannot be built."""
+    library = _native.load("elementwise.c")
+    if library is None:
+        return None
+    signatures = {
+        "accord_rms_norm": (None, [_P] * 5 + [_L, _L, _F, _I, _I]),
+        "accord_rotary_embedding": (_I, [_P, _I] + [_P] * 5 + [_L] * 6 + [_I, _I, _I]),
+        "accord_silu_and_mul": (None, [_P, _P, _L, _L, _I, _I]),
+        "accord_reshape_and_cache": (_I, [_P] * 5 + [_I, _L, _L, _L]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        entry = getattr(library, name)
+        entry.restype, entry.argtypes = restype, argtypes
+    return library
+
+
+def _threads(elements: int) -> int:
+    return torch.get_num_threads() if elements >= PARALLEL_ELEMENTS else 1
+
+
+def rms_norm(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, out: torch.Tensor,
+    residual_out: torch.Tensor | None,
+) -> bool:
+    """out = rms_norm(x) (residual None), or residual_out = x + residual and out =
+    rms_norm(residual_out), as the contracts define them."""
+    code = _DTYPE_CODES.get(x.dtype)
+    library = _library()
+    if code is None or library is None:
+        return False
+    rows, hidden = x.shape
+    library.accord_rms_norm(
+        x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(), out.data_ptr(),
+        None if residual_out is None else residual_out.data_ptr(), rows, hidden, eps, code, _threads(x.numel()),
+    )
+    return True
+
+
+def rotary_embedding(
+    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool,
+    query_out: torch.Tensor, key_out: torch.Tensor,
+) -> bool:
+    """The rotary_embedding contract, the table row of each position looked up in C."""
+    code = _DTYPE_CODES.get(query.dtype)
+    library = _library()
+    if code is None or library is None:
+        return False
+    tokens, query_heads, head_dim = query.shape
+    max_positions, rotary_dim = cos_sin_cache.shape
+    done = library.accord_rotary_embedding(
+        positions.data_ptr(), positions.dtype == torch.int64, query.data_ptr(), key.data_ptr(),
+        cos_sin_cache.data_ptr(), query_out.data_ptr(), key_out.data_ptr(), tokens, query_heads, key.shape[1],
+        head_dim, rotary_dim, max_positions, is_neox, code, _threads(query.numel()),
+    )
+    return done == 0
+
+
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor) -> bool:
+    """out = silu(x[:, :I]) * x[:, I:]."""
+    code = _DTYPE_CODES.get(x.dtype)
+    library = _library()
+    if code is None or library is None:
+        return False
+    rows, intermediate = out.shape
+    library.accord_silu_and_mul(x.data_ptr(), out.data_ptr(), rows, intermediate, code, _threads(x.numel()))
+    return True
+
+
+def reshape_and_cache(
+    key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> bool:
+    """Copy key/value rows into their cache slots (negative slots skipped); only for a
+    cache of the inputs' own dtype (an fp8 cache keeps the torch path)."""
+    library = _library()
+    if library is None or key_cache.dtype != key.dtype:
+        return False
+    tokens, heads, head_dim = key.shape
+    done = library.accord_reshape_and_cache(
+        key.data_ptr(), value.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), slot_mapping.data_ptr(),
+        slot_mapping.dtype == torch.int64, tokens, heads * head_dim * key.element_size(), key_cache.shape[0] * key_cache.shape[1],
+    )
+    return done == 0
