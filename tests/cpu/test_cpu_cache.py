@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from accord.backends import get_backend
+from accord.op_contracts import OpDispatcher
+
 NUM_BLOCKS, BLOCK_SIZE = 6, 4
 
 pytestmark = pytest.mark.usefixtures("glue_path")
@@ -65,3 +68,15 @@ def test_reshape_and_cache_slot_past_the_cache_is_refused_not_written(cpu_ops) -
     key_cache, value_cache = (torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 2, 8) for _ in range(2))
     with pytest.raises(IndexError):
         cpu_ops.reshape_and_cache(key, value, key_cache, value_cache, torch.tensor([0, NUM_BLOCKS * BLOCK_SIZE]))
+
+
+def test_reshape_and_cache_sizes_that_disagree_raise_on_a_fast_path_too() -> None:
+    """A dispatcher's fast path validates only a signature's first call: later calls with
+    sizes that disagree must still raise (the torch path's error), not copy out of bounds."""
+    ops = OpDispatcher(get_backend("cpu"))
+    key_cache, value_cache = (torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 2, 8) for _ in range(2))
+    ops.reshape_and_cache(torch.randn(2, 2, 8), torch.randn(2, 2, 8), key_cache, value_cache, torch.tensor([0, 1]))
+    with pytest.raises((RuntimeError, IndexError)):  # value holds fewer tokens than key
+        ops.reshape_and_cache(torch.randn(3, 2, 8), torch.randn(1, 2, 8), key_cache, value_cache, torch.tensor([2, 3, 4]))
+    with pytest.raises((RuntimeError, IndexError)):  # rows wider than the cache's
+        ops.reshape_and_cache(torch.randn(1, 2, 16), torch.randn(1, 2, 16), key_cache, value_cache, torch.tensor([5]))

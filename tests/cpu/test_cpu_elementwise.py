@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from accord.backends import get_backend
+from accord.op_contracts import OpDispatcher
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 pytestmark = pytest.mark.usefixtures("glue_path")
@@ -81,3 +84,12 @@ def test_rotary_position_past_the_table_is_refused_not_read(cpu_ops) -> None:
     query, key = torch.randn(2, 4, 16), torch.randn(2, 2, 16)
     with pytest.raises(IndexError):
         cpu_ops.rotary_embedding(torch.tensor([0, 32]), query, key, torch.randn(32, 16), is_neox=True)
+
+
+def test_norm_sizes_that_disagree_raise_on_a_fast_path_too() -> None:
+    """A dispatcher's fast path validates only a signature's first call: a later call
+    whose weight is shorter than its rows must still raise, not read out of bounds."""
+    ops = OpDispatcher(get_backend("cpu"))
+    ops.fused_add_rms_norm(torch.randn(2, 64), torch.randn(2, 64), torch.randn(64), eps=1e-6)
+    with pytest.raises(RuntimeError):
+        ops.fused_add_rms_norm(torch.randn(2, 64), torch.randn(2, 64), torch.randn(16), eps=1e-6)

@@ -3,9 +3,12 @@ embedding, SiLU-and-mul, the KV cache write), one ctypes call each, built and lo
 `_native`.
 
 Each function returns False, having written nothing, where the C path does not apply
-(no C compiler, a dtype it lacks, a position or slot out of range) and the caller runs
-its torch path; True once the outputs are written. Tensors are contiguous (the
-contracts say so for inputs, and the dispatcher allocates outputs so)."""
+(no C compiler, a dtype it lacks, a position or slot out of range, sizes that do not
+agree) and the caller runs its torch path, which raises what torch raises; True once
+the outputs are written. Tensors are contiguous (the contracts say so for inputs, and
+the dispatcher allocates outputs so). Sizes are checked here although the contracts
+say them too: a dispatcher's fast path validates a signature's first call only, and a
+C kernel given a wrong size reads or writes out of bounds instead of raising."""
 
 from __future__ import annotations
 
@@ -59,6 +62,8 @@ def rms_norm(
     if code is None or library is None:
         return False
     rows, hidden = x.shape
+    if weight.shape[0] != hidden or (residual is not None and residual.shape != x.shape):
+        return False
     library.accord_rms_norm(
         x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(), out.data_ptr(),
         None if residual_out is None else residual_out.data_ptr(), rows, hidden, eps, code, _threads(x.numel()),
@@ -77,9 +82,12 @@ def rotary_embedding(
         return False
     tokens, query_heads, head_dim = query.shape
     max_positions, rotary_dim = cos_sin_cache.shape
+    key_tokens, key_heads, key_dim = key.shape
+    if (key_tokens, key_dim, positions.shape[0]) != (tokens, head_dim, tokens) or rotary_dim > head_dim:
+        return False
     done = library.accord_rotary_embedding(
         positions.data_ptr(), positions.dtype == torch.int64, query.data_ptr(), key.data_ptr(),
-        cos_sin_cache.data_ptr(), query_out.data_ptr(), key_out.data_ptr(), tokens, query_heads, key.shape[1],
+        cos_sin_cache.data_ptr(), query_out.data_ptr(), key_out.data_ptr(), tokens, query_heads, key_heads,
         head_dim, rotary_dim, max_positions, is_neox, code, _threads(query.numel()),
     )
     return done == 0
@@ -92,6 +100,8 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor) -> bool:
     if code is None or library is None:
         return False
     rows, intermediate = out.shape
+    if x.shape[1] != 2 * intermediate:
+        return False
     library.accord_silu_and_mul(x.data_ptr(), out.data_ptr(), rows, intermediate, code, _threads(x.numel()))
     return True
 
@@ -105,9 +115,15 @@ def reshape_and_cache(
     library = _library()
     if library is None or key_cache.dtype != key.dtype:
         return False
-    tokens, heads, head_dim = key.shape
+    shape, cache_shape = key.shape, key_cache.shape
+    if value.shape != shape or value_cache.shape != cache_shape or cache_shape[2:] != shape[1:]:
+        return False
+    tokens, heads, head_dim = shape
+    if slot_mapping.shape[0] != tokens:
+        return False
     done = library.accord_reshape_and_cache(
         key.data_ptr(), value.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), slot_mapping.data_ptr(),
-        slot_mapping.dtype == torch.int64, tokens, heads * head_dim * key.element_size(), key_cache.shape[0] * key_cache.shape[1],
+        slot_mapping.dtype == torch.int64, tokens, heads * head_dim * key.element_size(),
+        cache_shape[0] * cache_shape[1],
     )
     return done == 0
