@@ -15,6 +15,19 @@
 
 enum { DTYPE_F32 = 0, DTYPE_BF16 = 1 };
 
+/* Rows split over an OpenMP team only where the caller passes threads > 1; otherwise a
+ * plain loop, since even a team of one costs a libgomp parallel region (several
+ * microseconds, more than a decode step's rows). */
+#define FOR_ROWS(row, rows, threads, ...)                                      \
+    do {                                                                       \
+        if ((threads) > 1) {                                                   \
+            _Pragma("omp parallel for num_threads(threads) schedule(static)")  \
+            for (long row = 0; row < (rows); row++) __VA_ARGS__                \
+        } else {                                                               \
+            for (long row = 0; row < (rows); row++) __VA_ARGS__                \
+        }                                                                      \
+    } while (0)
+
 /* Row functions are inlined into each entry point's per-dtype branch, so `dtype` is a
  * constant in every loop and the loops vectorise (a dtype test inside one stops that). */
 #define ROW_FUNCTION static inline __attribute__((always_inline))
@@ -93,14 +106,13 @@ ROW_FUNCTION void rms_norm_row(const void *x, const void *residual, const void *
 void accord_rms_norm(const void *x, const void *residual, const void *weight, void *out, void *residual_out,
                      long rows, long hidden, float eps, int dtype, int threads) {
     size_t row_bytes = (size_t)hidden * element_size(dtype);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-    for (long r = 0; r < rows; r++) {
+    FOR_ROWS(r, rows, threads, {
         size_t offset = (size_t)r * row_bytes;
         const void *residual_row = residual ? (const char *)residual + offset : NULL;
         void *residual_out_row = residual_out ? (char *)residual_out + offset : NULL;
         FOR_DTYPE(dtype, rms_norm_row((const char *)x + offset, residual_row, weight, (char *)out + offset,
                                       residual_out_row, hidden, eps, dtype_));
-    }
+    });
 }
 
 /* ---- rotary embedding ------------------------------------------------------------ */
@@ -153,15 +165,14 @@ int accord_rotary_embedding(const void *positions, int index_is_64, const void *
     }
     long half = rotary_dim / 2;
     size_t head_bytes = (size_t)head_dim * element_size(dtype);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-    for (long t = 0; t < tokens; t++) {
+    FOR_ROWS(t, tokens, threads, {
         const float *cos = cos_sin_cache + position_at(positions, t, index_is_64) * rotary_dim;
         const float *sin = cos + half;
         size_t query_offset = (size_t)t * query_heads * head_bytes, key_offset = (size_t)t * key_heads * head_bytes;
         FOR_DTYPE(dtype, rotate_token((const char *)query + query_offset, (const char *)key + key_offset, cos, sin,
                                       (char *)query_out + query_offset, (char *)key_out + key_offset, query_heads,
                                       key_heads, half, head_dim, is_neox, dtype_));
-    }
+    });
     return 0;
 }
 
@@ -190,12 +201,15 @@ static inline float exp_in_range(float x) {
 #define EXP_RANGE 87.0f
 
 ROW_FUNCTION void silu_and_mul_row(const void *gate, const void *up, void *out, long intermediate, int dtype) {
+    int outside = 0;
     for (long i = 0; i < intermediate; i++) {
         float g = load(gate, i, dtype), minus_g = -g;
         float clamped = minus_g > EXP_RANGE ? EXP_RANGE : minus_g < -EXP_RANGE ? -EXP_RANGE : minus_g;
+        outside |= !(fabsf(g) <= EXP_RANGE);
         store(out, i, g / (1.0f + exp_in_range(clamped)) * load(up, i, dtype), dtype);
     }
-    /* Outside the polynomial's range (rare): libm's expf, which saturates correctly. */
+    if (!outside) return;
+    /* Gates outside the polynomial's range (rare): libm's expf, which saturates correctly. */
     for (long i = 0; i < intermediate; i++) {
         float g = load(gate, i, dtype);
         if (!(fabsf(g) <= EXP_RANGE)) store(out, i, g / (1.0f + expf(-g)) * load(up, i, dtype), dtype);
@@ -205,13 +219,12 @@ ROW_FUNCTION void silu_and_mul_row(const void *gate, const void *up, void *out, 
 /* out [T, I] = silu(x[:, :I]) * x[:, I:] for x [T, 2I]. */
 void accord_silu_and_mul(const void *x, void *out, long rows, long intermediate, int dtype, int threads) {
     size_t size = element_size(dtype);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-    for (long r = 0; r < rows; r++) {
+    FOR_ROWS(r, rows, threads, {
         const char *gate = (const char *)x + (size_t)r * 2 * intermediate * size;
         const char *up = gate + (size_t)intermediate * size;
         char *row_out = (char *)out + (size_t)r * intermediate * size;
         FOR_DTYPE(dtype, silu_and_mul_row(gate, up, row_out, intermediate, dtype_));
-    }
+    });
 }
 
 /* ---- KV cache write -------------------------------------------------------------- */
