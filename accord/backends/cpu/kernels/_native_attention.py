@@ -47,8 +47,8 @@ def attend_decodes(
     (one tensor for both in MLA's latent cache). Returns how many sequences with more
     query rows are left to the caller, or None when the C kernel does not take this
     call (dtypes other than fp32/bf16, channels not contiguous, no compiler, metadata
-    pointing outside the caches): then it has written nothing and the caller's torch
-    path does it all."""
+    pointing outside the caches, no memory for its scratch): then the caller's torch
+    path does the whole call (and reports bad metadata)."""
     library = _library()
     if library is None:
         return None

@@ -5,14 +5,15 @@
  * No key or value is copied: each cached position is found through the block table.
  *
  * Each (sequence, kv head) is computed alone in one fixed order (positions ascending,
- * channels in vector lanes, lanes summed in order), so a sequence gets the same bits
- * whatever else is in the step and however many threads run: batch invariance.
+ * channels in vector lanes, lanes summed as a fixed tree), so a sequence gets the same
+ * bits whatever else is in the step and however many threads run: batch invariance.
  *
- * Keys and values may be fp32 or bf16 (widened exactly), the query and output fp32 or
- * bf16 (stored rounded to nearest even), each on its own. The key of a position is key_dim channels at
- * key_cache, its value value_dim channels at value_cache; MLA passes the latent cache as
- * both (the value is the key's first value_dim channels). Built by _native_attention.py
- * with -march=native: the vector extensions below become AVX512 or AVX2 code. */
+ * Keys and values may be fp32 or bf16 (widened exactly), the query and the output each
+ * fp32 or bf16 (stored rounded to nearest even). The key of a position is key_dim
+ * channels at key_cache, its value value_dim channels at value_cache; MLA passes the
+ * latent cache as both (the value is the key's first value_dim channels). Built by
+ * _native.py with -march=native: the vector extensions below become AVX512 or AVX2
+ * code. */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -254,11 +255,14 @@ struct rows {
     long q_row_stride, q_head_stride, out_row_stride, out_head_stride;
 };
 
-static void attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
-                        int index_bytes, long row, long head, long first, long len, long group, float scale) {
+/* Query row `row`'s attention over kv head `head`, visible positions [first, len), into
+ * its output row; 0, or -1 when its scratch could not be allocated. */
+static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
+                       int index_bytes, long row, long head, long first, long len, long group, float scale) {
     const long kd = c->key_dim, vd = c->value_dim, n = len - first;
     const long q_size = r->q_dtype == BF16 ? 2 : 4, out_size = r->out_dtype == BF16 ? 2 : 4;
     long *offsets = malloc(sizeof(long) * n + sizeof(float) * group * (kd + vd + n));
+    if (offsets == NULL) return -1;
     float *q = (float *)(offsets + n), *acc = q + group * kd, *scores = acc + group * vd;
     position_offsets(c, table, index_bytes, head, first, len, offsets);
     for (long g = 0; g < group; ++g) {
@@ -279,6 +283,7 @@ static void attend_task(const struct cache *c, int kv_dtype, const struct rows *
         }
     }
     free(offsets);
+    return 0;
 }
 
 static void zero_rows(const struct rows *r, long first, long last, long heads, long value_dim) {
@@ -307,8 +312,9 @@ struct decode_call {
 
 /* The decode rows of a varlen step (see the paged_attention contract), and zeros in the
  * query rows no sequence owns. Returns how many sequences have more than one new row
- * (left to the caller), or -1, having written nothing, when the metadata points outside
- * the tensors (the caller's checked path then reports it). */
+ * (left to the caller), or -1 when the metadata points outside the tensors (having
+ * written nothing: the caller's checked path then reports it) or memory ran out (the
+ * caller's path then redoes the whole call). */
 long accord_paged_decode_attention(const struct decode_call *call, float scale) {
     const void *query = (const void *)call->query, *key_cache = (const void *)call->key_cache,
                *value_cache = (const void *)call->value_cache, *block_tables = (const void *)call->block_tables,
@@ -323,6 +329,7 @@ long accord_paged_decode_attention(const struct decode_call *call, float scale) 
     const long owned_last = read_index(query_start_loc, num_seqs, index_bytes);
     if (owned_first < 0 || owned_last > rows || owned_first > owned_last) return -1;
     long *decodes = malloc(sizeof(long) * 3 * (num_seqs + 1));
+    if (decodes == NULL) return -1;
     long count = 0, prefills = 0, positions = 0;
     for (long b = 0; b < num_seqs; ++b) {
         const long start = read_index(query_start_loc, b, index_bytes);
@@ -353,15 +360,19 @@ long accord_paged_decode_attention(const struct decode_call *call, float scale) 
     if (wanted > threads) wanted = threads;
     if (wanted > tasks) wanted = tasks;
     if (wanted < 1) wanted = 1;
+    int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(wanted) if (wanted > 1)
     for (long task = 0; task < tasks; ++task) {
         const long *d = decodes + 3 * (task / kv_heads);
         const long len = read_index(seq_lens, d[0], index_bytes);
         const void *table = (const char *)block_tables + d[0] * table_stride * index_bytes;
-        attend_task(&c, kv_dtype, &r, table, index_bytes, d[1], task % kv_heads, d[2], len, group, scale);
+        if (attend_task(&c, kv_dtype, &r, table, index_bytes, d[1], task % kv_heads, d[2], len, group, scale)) {
+#pragma omp atomic write
+            failed = 1;
+        }
     }
     free(decodes);
-    return prefills;
+    return failed ? -1 : prefills;
 invalid:
     free(decodes);
     return -1;
