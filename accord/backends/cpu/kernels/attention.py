@@ -1,10 +1,11 @@
 """Paged attention (GQA) and MLA attention over block-table caches.
 
-Decode rows go to a C kernel that reads the paged caches in place (_native_attention),
-where it is built and takes the tensors' dtypes; otherwise (and on hosts without a C
-compiler) decodes are batched: the blocks of every decoding sequence of similar length are
-gathered into one padded tensor and a single scaled_dot_product_attention call attends
-them all under a length mask, each kv head's query group folded into the query axis.
+Decode rows go to a C kernel that reads the paged caches in place (_native_attention)
+wherever it is built and takes the tensors' dtypes. Otherwise (fp8 or fp16 tensors, no
+C compiler) decodes are batched: the blocks of every decoding sequence of similar length
+are gathered into one padded tensor and a single scaled_dot_product_attention call
+attends them all under a length mask, each kv head's query group folded into the query
+axis.
 Prefill chunks take one SDPA call per sequence with their causal (and window) mask.
 Attention runs in fp32 on every host, as the contract's fp32 softmax requires: torch's
 masked bf16 SDPA rounds scores and probabilities to bf16 (on AVX512-BF16 hosts that
