@@ -13,11 +13,17 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from ..config import EngineConfig
 from ..device import BackendFactory
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
+
+class StepSkipped(Exception):
+    """A step was not run because the step before it failed: it reads tokens that step
+    did not sample. The engine runs it again once it has dealt with the failure."""
+
 
 #: Executor implementations by `distributed_executor_backend` name.
 EXECUTORS = {
@@ -59,6 +65,28 @@ class Executor(ABC):
         Every rank is sent its step before any reply is awaited (`collective_rpc`), so
         no replica waits in an expert-parallel collective for one not yet started."""
         return self.collective_rpc("execute_model", (steps,))[:: self.config.tensor_parallel_size]
+
+    def execute_model_async(
+        self, steps: list[SchedulerOutput], after: Future[Any] | None = None
+    ) -> Future[list[ModelRunnerOutput | None]]:
+        """`execute_model` as a future, run after `after` (the step in flight, whose
+        sampled tokens this one computes; if it failed, this step is not run and its
+        future raises StepSkipped). This base runs the step now, in the caller's
+        thread, so the future is already done: the engine then waits for each step's
+        results before scheduling the next. Executors that can run a step in the
+        background (the uni executor under --async-scheduling) override it."""
+        future: Future[list[ModelRunnerOutput | None]] = Future()
+        try:
+            future.set_result(self._execute_after(steps, after))
+        except Exception as error:  # noqa: BLE001 - the future carries it to the engine
+            future.set_exception(error)
+        return future
+
+    def _execute_after(self, steps: list[SchedulerOutput], after: Future[Any] | None) -> list[ModelRunnerOutput | None]:
+        """Run `steps` unless `after` (done by now: steps run in order) failed."""
+        if after is not None and after.exception() is not None:
+            raise StepSkipped("the step before it failed")
+        return self.execute_model(steps)
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput:
         """Re-run the last step for some of its requests on every rank (one
