@@ -157,8 +157,8 @@ class EngineConfig:
     async_scheduling: bool = setting(
         False, help="schedule the next step while the current one runs (vLLM v1's async scheduling), hiding "
         "the host time between steps behind the device; pays where the device runs apart from the host "
-        "(GPUs); with the uni executor only, and steps run one at a time while a grammar-constrained request "
-        "is unfinished (docs/performance.md has the measured figures)",
+        "(GPUs); steps run one at a time while a grammar-constrained request is unfinished (docs/performance.md "
+        "has the measured figures)",
     )
     enforce_eager: bool = setting(
         False, help="run every step eagerly: capture no graphs of the decode step even where the backend can",
