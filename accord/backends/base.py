@@ -123,8 +123,9 @@ class Backend:
         """KV block sizes the attention kernels take; None for any positive size."""
         return None
 
-    def tolerance_override(self, op: str, dtype: torch.dtype) -> ToleranceOverride | None:
-        """A declared tolerance widening for (op, primary dtype), or None."""
+    def tolerance_override(self, op: str, dtypes: Mapping[str, torch.dtype]) -> ToleranceOverride | None:
+        """A declared tolerance widening for a call of `op` whose tensors have `dtypes`
+        (argument and output name -> dtype, absent optionals left out), or None."""
         return None
 
     def nondeterministic_ops(self) -> frozenset[str]:

@@ -153,7 +153,7 @@ class ConformanceRunner:
         dtypes.update({name: t.dtype for name, t in case.args.items() if isinstance(t, torch.Tensor)})
         dtypes.update({name: t.dtype for name, t in want.outputs.items()})
         tolerance = contract.tolerance_for(dtypes)
-        override = self.backend.tolerance_override(case.op, dtypes[contract.primary])
+        override = self.backend.tolerance_override(case.op, dtypes)
         if override is None:
             return tolerance, contract.ulps is not None, ""
         bound = f"{contract.ulps_for(dtypes[contract.primary])} ulps" if contract.ulps else f"NMSE {tolerance:g}"

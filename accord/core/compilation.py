@@ -44,8 +44,10 @@ def compile_forward(model: CausalLM, ops: OpDispatcher) -> Forward:
 
 
 def _replace_references(root: object, old: object, new: object) -> None:
-    """Make every attribute of `root`'s layers (modules, accord objects, and the lists,
-    tuples and dicts they hold) that is `old` point to `new`."""
+    """Make every reference to `old` held by `root`'s layers (attributes of modules and
+    accord objects, and items of the lists and dicts they hold) point to `new`. A tuple
+    holding `old` cannot be rewritten: that raises rather than leave a layer calling the
+    uncompiled dispatcher."""
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -53,13 +55,23 @@ def _replace_references(root: object, old: object, new: object) -> None:
         if id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, (list, tuple)):
+        if isinstance(item, tuple):
+            if any(value is old for value in item):
+                raise TypeError(f"a tuple in the model holds {old!r}; hold it in a list or an attribute")
             stack.extend(item)
+            continue
+        if isinstance(item, list):
+            slots = dict(enumerate(item))
         elif isinstance(item, dict):
-            stack.extend(item.values())
+            slots = dict(item)
         elif isinstance(item, torch.nn.Module) or type(item).__module__.startswith("accord.core"):
-            for name, value in getattr(item, "__dict__", {}).items():
-                if value is old:
-                    setattr(item, name, new)
-                else:
-                    stack.append(value)
+            slots = dict(getattr(item, "__dict__", {}))
+        else:
+            continue
+        for key, value in slots.items():
+            if value is not old:
+                stack.append(value)
+            elif isinstance(item, (list, dict)):
+                item[key] = new  # type: ignore[index]
+            else:
+                setattr(item, key, new)

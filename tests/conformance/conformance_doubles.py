@@ -5,7 +5,7 @@ caught and everything else still passes."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -111,7 +111,7 @@ def rms_norm_depending_on_batch_size(x: torch.Tensor, weight: torch.Tensor, eps:
 class WideToleranceBackend(PatchedReference):
     """Declares a wider rms_norm tolerance, as a backend with a known rounding mode would."""
 
-    def tolerance_override(self, op: str, dtype: torch.dtype) -> ToleranceOverride | None:
+    def tolerance_override(self, op: str, dtypes: Mapping[str, torch.dtype]) -> ToleranceOverride | None:
         if op == "rms_norm":
             return ToleranceOverride(1e-4, "test double: values rounded 0.1% high")
         return None

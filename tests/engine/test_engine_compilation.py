@@ -14,7 +14,7 @@ from engine_models import hf_greedy
 
 from accord import SamplingParams
 from accord.backends.registry import get_backend
-from accord.core.compilation import compile_forward
+from accord.core.compilation import _replace_references, compile_forward
 from accord.op_contracts import ContractError, OpDispatcher
 
 MAX_NEW_TOKENS = 6
@@ -35,6 +35,24 @@ class ScaledNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.ops.rms_norm(x * 2, self.weight, eps=1e-6) + 1
+
+
+def test_every_reference_to_the_dispatcher_is_replaced_or_refused() -> None:
+    """Layers reach the dispatcher through attributes, lists and dicts; each one is
+    repointed, and a tuple (which cannot be) is refused instead of left behind."""
+    old, new = object(), object()
+    inner = ScaledNorm(old, torch.ones(4))  # type: ignore[arg-type]
+    holder = torch.nn.Module()
+    holder.inner = inner
+    holder.by_list = [old, [old]]
+    holder.by_name = {"a": old, "b": {"c": old}}
+    _replace_references(holder, old, new)
+    assert inner.ops is new
+    assert holder.by_list == [new, [new]]
+    assert holder.by_name == {"a": new, "b": {"c": new}}
+    holder.frozen = (old,)
+    with pytest.raises(TypeError, match="tuple"):
+        _replace_references(holder, old, new)
 
 
 @needs_cxx

@@ -108,11 +108,14 @@ def test_fp8_weights_take_the_exact_path_under_the_interpreter_and_fp8_dots_on_g
     assert fp8_path(torch.bfloat16, torch.bfloat16) is Fp8Path.UNQUANTISED
     assert fp8_path(torch.float8_e4m3fn, torch.bfloat16) is Fp8Path.DEQUANTISED
     assert fp8_path(torch.float8_e4m3fn, torch.bfloat16, fp8_dots=True) is Fp8Path.FP8_DOTS
-    # The interpreter is held to the contract's own bounds; the GPU backends declare theirs.
-    assert triton_ops.backend.tolerance_override("fused_moe", torch.bfloat16) is None
+    # The interpreter is held to the contract's own bounds; the GPU backends widen only
+    # fp8 weights with half activations (the fp8-dot path), never half weights.
+    fp8_call = {"hidden": torch.bfloat16, "w13": torch.float8_e4m3fn, "w2": torch.float8_e4m3fn}
+    assert triton_ops.backend.tolerance_override("fused_moe", fp8_call) is None
     cuda = default_registry().get("cuda", require_available=False)
-    assert cuda.tolerance_override("fused_moe", torch.bfloat16) is not None
-    assert cuda.tolerance_override("fused_moe", torch.float32) is None
+    assert cuda.tolerance_override("fused_moe", fp8_call) is not None
+    assert cuda.tolerance_override("fused_moe", {**fp8_call, "hidden": torch.float32}) is None
+    assert cuda.tolerance_override("fused_moe", {**fp8_call, "w13": torch.bfloat16, "w2": torch.bfloat16}) is None
 
 
 def test_every_gpu_tile_config_keeps_one_scale_block_per_k_tile():

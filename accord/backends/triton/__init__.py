@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Mapping
 
 import torch
 
@@ -48,9 +49,9 @@ class TritonBackend(GpuBackend):
             return Availability(True)
         return Availability(False, "no CUDA/ROCm device; set TRITON_INTERPRET=1 to run the kernels on the CPU")
 
-    def tolerance_override(self, op: str, dtype: torch.dtype) -> ToleranceOverride | None:
+    def tolerance_override(self, op: str, dtypes: Mapping[str, torch.dtype]) -> ToleranceOverride | None:
         # The interpreter runs fused_moe's exact (dequantised) fp8 path: no widening.
-        return None if triton_interpreter_enabled() else super().tolerance_override(op, dtype)
+        return None if triton_interpreter_enabled() else super().tolerance_override(op, dtypes)
 
     def fp8_dtype(self) -> torch.dtype:
         return torch.float8_e4m3fn if triton_interpreter_enabled() else super().fp8_dtype()

@@ -8,11 +8,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from functools import cached_property
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
-from ...op_contracts import KernelSet
+from ...op_contracts import FP8_DTYPES, KernelSet
 from ..base import Availability, Backend, ToleranceOverride
 from .device import e4m3fn_to_e4m3fnuz, fp8_dtype_for_architecture, gpu_architecture, restrict_fp8
 from .torch_fast_paths import scaled_mm_with_torch
@@ -76,13 +76,13 @@ class GpuBackend(Backend):
             return e4m3fn_to_e4m3fnuz(weight, scale)
         return weight, scale
 
-    def tolerance_override(self, op: str, dtype: torch.dtype) -> ToleranceOverride | None:
+    def tolerance_override(self, op: str, dtypes: Mapping[str, torch.dtype]) -> ToleranceOverride | None:
         """fused_moe with fp8 weights and half activations runs fp8 tensor-core dots on
         activations quantised per 128-wide token group (kernels/fused_moe.py), where
-        the contract keeps every step in fp32: it is held to the fp8 GEMM bound. The
-        override is keyed by the activations' dtype alone, so it also covers fused_moe
-        with half weights, whose own bound (1e-4 fp16, 1e-3 bf16) is tighter."""
-        if op == "fused_moe" and dtype in (torch.float16, torch.bfloat16):
+        the contract keeps every step in fp32: it is held to the fp8 GEMM bound. Half
+        weights keep their own (tighter) bound."""
+        fp8_weights = dtypes.get("w13") in FP8_DTYPES
+        if op == "fused_moe" and fp8_weights and dtypes.get("hidden") in (torch.float16, torch.bfloat16):
             return ToleranceOverride(
                 FP8_DOT_MOE_NMSE, "fp8 expert weights: activations quantised to fp8 per 128-wide group for fp8 dots"
             )
