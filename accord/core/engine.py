@@ -333,13 +333,18 @@ class LLMEngine:
         except Exception as error:  # noqa: BLE001 - isolated below, the engine carries on
             # The worker must be idle while the failure is isolated: wait out the skipped steps.
             wait([queued.results for queued in self._in_flight])
-            outcome = self._isolate_failure(flight.steps, error)
-            after = None
-            for queued in self._in_flight:
-                if isinstance(queued.results.exception(), StepSkipped):
-                    queued.results = self.executor.execute_model_async(queued.steps, after)
-                after = queued.results
-            return outcome
+            try:
+                return self._isolate_failure(flight.steps, error)
+            finally:
+                self._rerun_skipped()
+
+    def _rerun_skipped(self) -> None:
+        """Hand the steps skipped after a failed one to the executor again, in order."""
+        after = None
+        for queued in self._in_flight:
+            if isinstance(queued.results.exception(), StepSkipped):
+                queued.results = self.executor.execute_model_async(queued.steps, after)
+            after = queued.results
 
     def _isolate_failure(
         self, steps: list[SchedulerOutput], error: Exception

@@ -245,3 +245,34 @@ def test_a_token_landing_after_its_sequence_stopped_is_dropped() -> None:
     assert scheduler.update_from_output(second, result_of(["a"], 9)) == []
     assert seq.output_token_ids == [2]
     assert scheduler.schedule().finished_req_ids == {"a"}
+
+
+def test_the_server_engine_streams_the_same_tokens_and_a_closed_stream_frees_its_blocks(
+    engines: tuple[LLM, LLM],
+) -> None:
+    import asyncio
+
+    from accord import AsyncLLM
+
+    prompt = random_prompt(25, seed=500)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    expected = engines[0].generate({"prompt_token_ids": prompt}, params, use_tqdm=False)[0].outputs[0].token_ids
+    server = AsyncLLM(engines[1].llm_engine)
+
+    async def main() -> list[int]:
+        try:
+            kept = server.generate({"prompt_token_ids": prompt}, params, "kept")
+            closed = server.generate({"prompt_token_ids": random_prompt(60, seed=501)},
+                                     SamplingParams(max_tokens=100, ignore_eos=True), "closed")
+            await anext(kept)
+            await anext(closed)
+            await closed.aclose()  # aborted while the two requests' steps are in flight
+            return [output async for output in kept][-1].outputs[0].token_ids
+        finally:
+            await server.shutdown()
+
+    assert asyncio.run(main()) == expected
+    engine = engines[1].llm_engine
+    while engine._in_flight:
+        engine.step()
+    assert engine.scheduler.block_manager.num_used_blocks == 0

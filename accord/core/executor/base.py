@@ -27,6 +27,7 @@ from ..device import BackendFactory
 from ..errors import EngineDeadError
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
 
+
 class StepSkipped(Exception):
     """A step was not run because the step before it failed: it reads tokens that step
     did not sample. The engine runs it again once it has dealt with the failure."""
