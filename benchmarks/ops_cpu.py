@@ -108,9 +108,10 @@ def _scaled_mm(mode: str, rows: int = 128) -> Call:
 
 
 def cases() -> list[Case]:
-    """The benchmarked calls: decodes of 128 sequences, 512-token prefill chunks."""
+    """The benchmarked calls: decodes of 1 and 128 sequences, 512-token prefill chunks."""
     decode, prefill = 128, 512
     return [
+        Case("paged_attention", "decode 1 seq x ctx 192", lambda: _paged([(192, 1)])),
         Case("paged_attention", "decode 128 seqs x ctx 800", lambda: _paged([(800, 1)] * decode)),
         Case("paged_attention", "decode 128 seqs x ctx 50..800", lambda: _paged([(50 + 6 * i, 1) for i in range(128)])),
         Case("paged_attention", "prefill 1 x 512", lambda: _paged([(prefill, prefill)])),

@@ -154,6 +154,12 @@ class EngineConfig:
         1, help="data-parallel ranks, each with its own scheduler and KV cache (EP size = TP size x DP size)",
         aliases=("-dp",), at_least=1,
     )
+    async_scheduling: bool = setting(
+        False, help="schedule the next step while the current one runs (vLLM v1's async scheduling), hiding "
+        "the host time between steps behind the device; pays where the device runs apart from the host "
+        "(GPUs); steps run one at a time while a grammar-constrained request is unfinished (docs/performance.md "
+        "has the measured figures)",
+    )
     enforce_eager: bool = setting(
         False, help="run every step eagerly: capture no graphs of the decode step even where the backend can",
     )

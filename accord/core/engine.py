@@ -13,6 +13,13 @@ When nobody has work nobody steps; when some replica has work and the model's Mo
 exchange tokens across replicas (expert parallelism), an idle replica runs a dummy
 batch so its peers' collectives are never left waiting.
 
+With --async-scheduling (vLLM v1's) the engine keeps up to two steps in flight: it
+schedules step N+1 (sequences hold placeholders for the tokens step N samples) and
+hands it to the executor, then waits for step N's results and processes them, so the
+scheduling, the output processing and detokenisation hide behind step N+1's compute.
+Without it the same loop keeps one step in flight: each step's results are applied
+before the next is scheduled.
+
 A step that raises because of some of its requests fails only those: the engine runs
 the step again in halves until the failing requests are found, finishes them with
 finish_reason "error" and carries on with the rest (with several replicas, whose other
@@ -25,8 +32,10 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import fields, replace
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .block_manager import BlockManager
@@ -35,6 +44,7 @@ from .device import BackendFactory
 from .dp_balancer import DataParallelBalancer
 from .errors import EngineDeadError
 from .executor import Executor, executor_class
+from .executor.base import StepSkipped
 from .model_config import ModelConfig
 from .models import read_model_config
 from .output_processor import OutputProcessor, Request
@@ -53,6 +63,15 @@ logger = logging.getLogger("accord.engine")
 
 #: What a prompt may be: text, or a dict with `prompt_token_ids` (or `prompt`).
 PromptType = str | Mapping[str, Any]
+
+
+@dataclass
+class _StepInFlight:
+    """A step handed to the executor: every replica's SchedulerOutput and the future
+    of their results."""
+
+    steps: list[SchedulerOutput]
+    results: Future[list[ModelRunnerOutput | None]]
 
 
 class LLMEngine:
@@ -110,6 +129,9 @@ class LLMEngine:
         self.num_dummy_steps = [0] * config.data_parallel_size
         self.output_processor = OutputProcessor(self.tokenizer)
         self._seq_counter = itertools.count()
+        #: Steps handed to the executor whose results are not applied yet, oldest first.
+        self._in_flight: deque[_StepInFlight] = deque()
+        self._max_in_flight = 2 if config.async_scheduling else 1
         logger.info(
             "engine ready on backend %s, %d x %d rank(s) (TP x DP, %s executor): %d KV blocks of %d tokens per rank "
             "(%s, %.1f MiB)",
@@ -254,20 +276,42 @@ class LLMEngine:
 
     # -- a step --------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule and run one step on every replica; return the outputs of requests
-        that progressed (or failed)."""
+        """Schedule a step on every replica and hand it to the executor, then apply the
+        oldest step in flight's results; return the outputs of requests that
+        progressed (or failed). Under async scheduling the first call after an idle
+        spell only launches a step (and returns nothing), so the next call schedules
+        the step after it while it runs."""
+        if len(self._in_flight) < self._max_in_flight and not (
+            self._in_flight and any(scheduler.needs_landed_tokens() for scheduler in self.schedulers)
+        ):
+            self._launch()
+        if not self._in_flight:
+            return []
+        if len(self._in_flight) < self._max_in_flight and not self._in_flight[0].results.done():
+            return []
+        return self._apply(self._in_flight.popleft())
+
+    def _launch(self) -> None:
+        """Schedule every replica and hand the step to the executor (to run after the
+        step in flight, if any)."""
         steps = [scheduler.schedule() for scheduler in self.schedulers]
         if all(step.is_empty for step in steps):
-            if any(step.finished_req_ids or step.preempted_req_ids for step in steps):
-                self.executor.execute_model(steps)  # nothing to compute; the runners drop these
-            return []
-        for replica, step in enumerate(steps):
-            if step.is_empty and self._pads_idle_replicas:
-                step.dummy_batch = True
-                self.num_dummy_steps[replica] += 1
-        results, failed = self._execute(steps)
+            if not any(step.finished_req_ids or step.preempted_req_ids for step in steps):
+                return
+            # Nothing to compute; the runners only drop these requests.
+        else:
+            for replica, step in enumerate(steps):
+                if step.is_empty and self._pads_idle_replicas:
+                    step.dummy_batch = True
+                    self.num_dummy_steps[replica] += 1
+        after = self._in_flight[-1].results if self._in_flight else None
+        self._in_flight.append(_StepInFlight(steps, self.executor.execute_model_async(steps, after)))
+
+    def _apply(self, flight: _StepInFlight) -> list[RequestOutput]:
+        """Apply a finished step's results to the schedulers and build the outputs."""
+        results, failed = self._results(flight)
         touched: list[Sequence] = []
-        for scheduler, step, result in zip(self.schedulers, steps, results):
+        for scheduler, step, result in zip(self.schedulers, flight.steps, results):
             if step.is_empty or result is None:
                 continue
             replica_touched = scheduler.update_from_output(step, result)
@@ -276,33 +320,54 @@ class LLMEngine:
             touched += replica_touched
         return self.output_processor.make_outputs(failed + touched, time.monotonic())
 
-    def _execute(self, steps: list[SchedulerOutput]) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
-        """Run the replicas' steps; if that raises, fail the requests that make it fail
-        and keep the others' results: with one replica the step is re-run in halves
-        until they are found; with several (some replicas already advanced their
-        requests) every request of the step fails."""
+    def _results(self, flight: _StepInFlight) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
+        """A step's results; if it raised, fail the requests that make it fail and keep
+        the others' results: with one replica the step is re-run in halves until they
+        are found; with several (some replicas already advanced their requests) every
+        request of the step fails. The steps queued behind it were skipped (they read
+        its tokens): they are handed to the executor again once it is dealt with."""
         try:
-            return self.executor.execute_model(steps), []
+            return flight.results.result(), []
         except EngineDeadError:
             raise
         except Exception as error:  # noqa: BLE001 - isolated below, the engine carries on
-            if len(steps) > 1:
-                logger.error("a data-parallel step failed (%s); failing its requests", error)
-                message = f"{type(error).__name__}: {error}"
-                failed = [
-                    seq
-                    for scheduler, step in zip(self.schedulers, steps)
-                    for seq in scheduler.fail(step.num_scheduled_tokens, message)
-                ]
-                return [None] * len(steps), failed
-            step = steps[0]
-            logger.warning("a step of %d requests failed (%s); isolating the cause", len(step.num_scheduled_tokens), error)
-            first_failure = error
+            # The worker must be idle while the failure is isolated: wait out the skipped steps.
+            wait([queued.results for queued in self._in_flight])
+            try:
+                return self._isolate_failure(flight.steps, error)
+            finally:
+                self._rerun_skipped()
+
+    def _rerun_skipped(self) -> None:
+        """Hand the steps skipped after a failed one to the executor again, in order."""
+        after = None
+        for queued in self._in_flight:
+            if isinstance(queued.results.exception(), StepSkipped):
+                queued.results = self.executor.execute_model_async(queued.steps, after)
+            after = queued.results
+
+    def _isolate_failure(
+        self, steps: list[SchedulerOutput], error: Exception
+    ) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
+        """Fail the requests that made `steps` raise `error`; the others' results."""
+        if len(steps) > 1:
+            logger.error("a data-parallel step failed (%s); failing its requests", error)
+            message = f"{type(error).__name__}: {error}"
+            failed = [
+                seq
+                for scheduler, step in zip(self.schedulers, steps)
+                for seq in scheduler.fail(step.num_scheduled_tokens, message)
+            ]
+            return [None] * len(steps), failed
+        step = steps[0]
+        if step.is_empty:
+            raise error  # nothing ran for a request: the runner itself failed
+        logger.warning("a step of %d requests failed (%s); isolating the cause", len(step.num_scheduled_tokens), error)
         merged, failures = ModelRunnerOutput(), {}
         ids = list(step.num_scheduled_tokens)
         parts = [ids[: len(ids) // 2], ids[len(ids) // 2 :]] if len(ids) > 1 else []
         if not parts:
-            failures[ids[0]] = first_failure
+            failures[ids[0]] = error
         while parts:
             part = parts.pop()
             if not part:
@@ -311,15 +376,15 @@ class LLMEngine:
                 _merge(merged, self.executor.execute_subset(part))
             except EngineDeadError:
                 raise
-            except Exception as error:  # noqa: BLE001
+            except Exception as part_error:  # noqa: BLE001
                 if len(part) == 1:
-                    failures[part[0]] = error
+                    failures[part[0]] = part_error
                 else:
                     parts += [part[: len(part) // 2], part[len(part) // 2 :]]
         failed = []
-        for seq_id, error in failures.items():
-            logger.error("request sequence %s failed its step: %s", seq_id, error)
-            failed += self.scheduler.fail([seq_id], f"{type(error).__name__}: {error}")
+        for seq_id, seq_error in failures.items():
+            logger.error("request sequence %s failed its step: %s", seq_id, seq_error)
+            failed += self.scheduler.fail([seq_id], f"{type(seq_error).__name__}: {seq_error}")
         return [merged], failed
 
 

@@ -9,8 +9,13 @@ is preempted: its blocks are freed and it is recomputed later, reusing whatever 
 its prefix the cache still holds.
 
 The step goes to the workers as a plain `SchedulerOutput` (new requests in full,
-running ones as diffs); `update_from_output` applies the runner's results: it is the
-one place `num_computed_tokens` advances and tokens are appended.
+running ones as diffs). As in vLLM v1, `num_computed_tokens` advances when a step is
+scheduled, and a sequence whose step samples holds a placeholder for that token until
+`update_from_output` applies the runner's results (appends the tokens, stops and frees
+the sequences that must stop). So the next step can be scheduled while this one still
+runs (async scheduling, at most one step ahead): a decode computes its placeholder
+token, which the runner already holds, having sampled it. A sequence that stops when a
+step's results land drops whatever the step after it computed for it.
 """
 
 from __future__ import annotations
@@ -148,12 +153,12 @@ class Scheduler:
         batch: list[Sequence] = []
         preempted: list[Sequence] = []
         # Decodes first (one token left to compute), then partly computed prompts.
-        for seq in sorted(self.running, key=lambda s: s.num_tokens - s.num_computed_tokens > 1):
+        for seq in sorted(self.running, key=lambda s: _tokens_to_compute(s) > 1):
             if budget == 0:
                 break
-            if seq.status is not SequenceStatus.RUNNING:
-                continue  # preempted earlier in this loop
-            count = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if seq.status is not SequenceStatus.RUNNING or self._stops_when_tokens_land(seq):
+                continue  # preempted earlier in this loop, or nothing more to compute
+            count = min(_tokens_to_compute(seq), budget)
             while not self.block_manager.allocate(seq.seq_id, seq.num_computed_tokens + count):
                 victim = max(self.running, key=self.order_key)
                 self._preempt(victim)
@@ -171,8 +176,9 @@ class Scheduler:
         if not preempted:
             budget = self._admit_waiting(budget, scheduled, batch, admitted)
         for seq in batch:
+            # Only known tokens have a block key: a placeholder's block is cached later.
             self.block_manager.cache_full_blocks(
-                seq.seq_id, seq.token_ids, seq.num_computed_tokens + scheduled[seq.seq_id]
+                seq.seq_id, seq.token_ids, min(seq.num_computed_tokens + scheduled[seq.seq_id], seq.num_tokens)
             )
         self.stats.num_preemptions += len(preempted)
         output = SchedulerOutput(
@@ -184,8 +190,36 @@ class Scheduler:
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
+        for seq in batch:
+            self._advance(seq, scheduled[seq.seq_id])
         self._update_gauges()
         return output
+
+    def _advance(self, seq: Sequence, count: int) -> None:
+        """Count a scheduled step's tokens as computed, and hold a placeholder for the
+        token it samples when it reaches the end of the sequence."""
+        start = seq.num_computed_tokens
+        self.stats.computed_prompt_tokens += max(0, min(start + count, seq.num_prompt_tokens) - start)
+        seq.num_computed_tokens = start + count
+        if seq.num_computed_tokens == seq.num_tokens + seq.num_output_placeholders:
+            seq.num_output_placeholders += 1
+
+    def _stops_when_tokens_land(self, seq: Sequence) -> bool:
+        """Whether the tokens in flight already bring `seq` to max_tokens or the context
+        limit: it stops when they land, so another step would compute past its end."""
+        if seq.num_output_placeholders == 0:
+            return False
+        max_tokens = seq.params.max_tokens
+        if max_tokens is not None and seq.num_output_tokens + seq.num_output_placeholders >= max_tokens:
+            return True
+        return self.max_model_len is not None and seq.num_tokens + seq.num_output_placeholders >= self.max_model_len
+
+    def needs_landed_tokens(self) -> bool:
+        """Whether the next step must wait for the results of the step in flight: a
+        grammar-constrained sequence's token mask follows from its last sampled token,
+        so async scheduling runs steps one at a time while such a sequence is unfinished."""
+        constrained = self.structured_output
+        return constrained is not None and any(constrained.is_constrained(seq_id) for seq_id in self.seqs)
 
     def _grammar_bitmask(self, scheduled: dict[str, int]) -> GrammarBitmask | None:
         """The token bitmask of the constrained sequences that sample this step."""
@@ -193,7 +227,7 @@ class Scheduler:
             return None
         sampling = [
             seq_id for seq_id, count in scheduled.items()
-            if self.seqs[seq_id].num_computed_tokens + count == self.seqs[seq_id].num_tokens
+            if _tokens_to_compute(self.seqs[seq_id]) == count
         ]
         return self.structured_output.grammar_bitmask(sampling)
 
@@ -229,7 +263,9 @@ class Scheduler:
         index = 0
         while index < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[index]
-            if self._waits_for_sibling(seq):
+            # A preempted sequence resumes once its last step's token has landed (the
+            # runner is sent its tokens in full).
+            if seq.num_output_placeholders or self._waits_for_sibling(seq):
                 index += 1
                 continue
             # At least the last token is always computed: its logits are needed.
@@ -276,19 +312,16 @@ class Scheduler:
 
     # -- applying a step's results -----------------------------------------------------
     def update_from_output(self, step: SchedulerOutput, result: ModelRunnerOutput) -> list[Sequence]:
-        """Apply a step's results: advance every scheduled sequence's computed tokens,
-        record prompt logprobs, append sampled tokens, stop and free the sequences that
-        must stop (check_stop). Returns the sequences the step touched, in batch order."""
+        """Apply a step's results: record prompt logprobs, put the sampled tokens in
+        place of their placeholders, stop and free the sequences that must stop
+        (check_stop). Results of sequences that ended since the step was scheduled are
+        dropped. Returns the sequences the step touched, in batch order."""
         now = time.monotonic()
         touched: list[Sequence] = []
-        for seq_id, count in step.num_scheduled_tokens.items():
+        for seq_id in step.num_scheduled_tokens:
             seq = self.seqs.get(seq_id)
             if seq is None:
-                continue  # aborted or failed after the step was built
-            self.stats.computed_prompt_tokens += max(
-                0, min(seq.num_computed_tokens + count, seq.num_prompt_tokens) - seq.num_computed_tokens
-            )
-            seq.num_computed_tokens += count
+                continue  # ended (finished, aborted, failed) after the step was built
             if seq.times.first_scheduled_time is None:
                 seq.times.first_scheduled_time = now
             touched.append(seq)
@@ -314,6 +347,7 @@ class Scheduler:
             self.stats.prompt_tokens += seq.num_prompt_tokens
         seq.times.num_generation_tokens += 1
         self.stats.generation_tokens += 1
+        seq.num_output_placeholders = max(0, seq.num_output_placeholders - 1)
         seq.append_token(token, logprob, top)
         decision = check_stop(seq, self.max_model_len, self.eos_token_ids)
         grammar_complete = self.structured_output is not None and self.structured_output.accept(seq.seq_id, token)
@@ -337,3 +371,9 @@ class Scheduler:
         stats.kv_blocks_used = manager.num_used_blocks
         stats.prefix_cache_queries = manager.counters.queries
         stats.prefix_cache_hits = manager.counters.hits
+
+
+def _tokens_to_compute(seq: Sequence) -> int:
+    """Tokens of `seq` no scheduled step computes yet: known ones past its computed
+    count, and the placeholders of tokens being sampled."""
+    return seq.num_tokens + seq.num_output_placeholders - seq.num_computed_tokens

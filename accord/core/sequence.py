@@ -26,8 +26,10 @@ class SequenceStatus(enum.Enum):
 class Sequence:
     """One sample of a request: its tokens, progress, sampling settings and results.
 
-    `num_computed_tokens` counts tokens whose KV is in the cache; the tokens from there
-    to the end of `token_ids` are what the next steps must compute.
+    `num_computed_tokens` counts tokens whose KV is in the cache or being written by a
+    step already scheduled (it advances when a step is scheduled); the tokens from there
+    to the end of `token_ids`, plus the placeholders of tokens being sampled by steps in
+    flight, are what the next steps must compute.
     """
 
     seq_id: str
@@ -44,6 +46,9 @@ class Sequence:
     token_ids: list[int] = field(init=False)
     output_token_ids: list[int] = field(default_factory=list, init=False)
     num_computed_tokens: int = field(default=0, init=False)
+    #: Tokens that scheduled steps will sample but whose results have not landed yet
+    #: (vLLM's num_output_placeholders): at most one per step in flight.
+    num_output_placeholders: int = field(default=0, init=False)
     #: Prompt tokens found in the prefix cache when first scheduled.
     num_cached_tokens: int = field(default=0, init=False)
     status: SequenceStatus = field(default=SequenceStatus.WAITING, init=False)

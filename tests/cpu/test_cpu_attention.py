@@ -1,13 +1,27 @@
 """cpu paged_attention and mla_attention against the reference on the shapes the
 engine sends: one call mixing whole prefills, later prefill chunks and decodes, block
 tables pointing at shuffled physical blocks (padded with -1), NaN in every cache slot
-no sequence owns, and padding query rows past the last sequence."""
+no sequence owns, and padding query rows past the last sequence. Every test runs twice:
+with decode rows in the C kernel, and on the torch path a host without a C compiler
+takes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+
+from accord.backends.cpu.kernels import _native_attention
+
+
+@pytest.fixture(autouse=True, params=["c", "torch"])
+def decode_kernel(request, monkeypatch) -> str:
+    """Which decode-attention path the test runs on ("torch": the C library unbuildable)."""
+    if request.param == "torch":
+        monkeypatch.setattr(_native_attention, "_library", lambda: None)
+    elif _native_attention._library() is None:
+        pytest.skip("no C compiler on this host: the C decode-attention kernel cannot be built")
+    return request.param
 
 BLOCK_SIZE = 4
 #: (cached length, new query rows): a whole prefill, a decode, a chunk of a longer
@@ -130,3 +144,82 @@ def test_mla_mixed_batch_matches_reference(assert_matches_reference, index_dtype
     assert_matches_reference(
         "mla_attention", q_latent, q_pe, kv_cache, block_tables, seq_lens, query_start_loc, scale=0.2, kv_scale=0.5
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_c_kernel_takes_decodes_and_leaves_prefills_to_the_torch_path(decode_kernel, dtype) -> None:
+    """It attends every single-row sequence and reports the rest; the tests above then
+    check its numbers. (On the torch path nothing is taken.)"""
+    decodes = _paged_call(tuple((n, 1) for n in (9, 40)), dtype=dtype)
+    mixed = _paged_call(MIXED, dtype=dtype)
+    taken = [
+        _native_attention.attend_decodes(*call, scale=0.25, sliding_window=0, out=torch.empty_like(call[0]))
+        for call in (decodes, mixed)
+    ]
+    assert taken == ([0, 2] if decode_kernel == "c" else [None, None])
+
+
+def test_metadata_outside_the_cache_is_left_to_the_checked_path(decode_kernel) -> None:
+    """A block id past the cache: the C kernel writes nothing and declines the call."""
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(((9, 1),))
+    block_tables[0, 1] = key_cache.shape[0]
+    out = torch.full_like(query, 7.0)
+    taken = _native_attention.attend_decodes(
+        query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=0.25, sliding_window=0, out=out
+    )
+    assert taken is None
+    assert torch.equal(out, torch.full_like(query, 7.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_decode_gets_the_same_bits_alone_as_beside_a_prefill_and_many_decodes(cpu_ops, dtype, threads) -> None:
+    """Batch invariance: sequence 1 (a decode of 300 positions) alone and inside a step
+    with a prefill chunk and 40 long decodes, enough work for the kernel's threads."""
+    lengths = ((11, 4), (300, 1), *((250 + n, 1) for n in range(40)))
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(lengths, dtype=dtype)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        together = cpu_ops.paged_attention(
+            query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=0.25
+        )
+        row = int(query_start_loc[1])
+        alone = cpu_ops.paged_attention(
+            query[row : row + 1], key_cache, value_cache, block_tables[1:2], seq_lens[1:2],
+            torch.tensor([0, 1], dtype=query_start_loc.dtype), scale=0.25,
+        )
+    finally:
+        torch.set_num_threads(threads_before)
+    assert torch.equal(together[row : row + 1].view(torch.uint8), alone.view(torch.uint8))  # bit for bit
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+def test_long_decodes_under_a_sliding_window_match_reference(assert_matches_reference, cache_dtype) -> None:
+    """Windows that start inside a block, over contexts of many blocks."""
+    lengths = tuple((n, 1) for n in (200, 97, 13, 64))
+    call = _paged_call(lengths, dtype=cache_dtype, q_heads=8, kv_heads=2, head_dim=64)
+    for window in (0, 1, 37, 100):
+        assert_matches_reference("paged_attention", *call, scale=0.125, sliding_window=window)
+
+
+def test_a_head_size_off_the_vector_width_matches_reference(assert_matches_reference) -> None:
+    """24 channels: one vector of 16 and a scalar tail in every dot and value sum."""
+    call = _paged_call(MIXED + ((150, 1),), q_heads=6, kv_heads=3, head_dim=24)
+    assert_matches_reference("paged_attention", *call, scale=0.3)
+
+
+def test_a_query_viewed_out_of_a_fused_qkv_row_matches_reference(assert_matches_reference) -> None:
+    """The model hands the query as a view of the fused QKV projection (rows longer
+    than its heads)."""
+    query, *rest = _paged_call(MIXED)
+    rows, heads, dim = query.shape
+    fused = torch.randn(rows, heads * dim + 2 * 2 * dim)
+    fused[:, : heads * dim] = query.flatten(1)
+    assert_matches_reference("paged_attention", fused[:, : heads * dim].view(rows, heads, dim), *rest, scale=0.25)
+
+
+def test_scores_far_below_the_maximum_get_no_weight(assert_matches_reference) -> None:
+    """A large softmax scale: most positions sit hundreds below the maximum, where
+    e^x underflows (the C kernel's exp clamps there)."""
+    assert_matches_reference("paged_attention", *_paged_call(tuple((n, 1) for n in (90, 33))), scale=40.0)

@@ -75,7 +75,7 @@ def test_bf16_valued_weight_matches_reference_at_fp32_tolerance(cpu_ops, referen
     weight = (torch.randn(90, 200) / 14).bfloat16().float()
     bias = torch.randn(90) if with_bias else None
     prepared = get_backend("cpu").prepare_linear_weight(weight)
-    assert getattr(prepared, BF16_COPY).dtype == torch.bfloat16
+    assert getattr(prepared, BF16_COPY).copy.dtype == torch.bfloat16
     x = torch.randn(rows, 200)
     got = cpu_ops.linear(x, prepared, bias)
     want = reference_ops.linear(x, weight, bias)
@@ -91,7 +91,7 @@ def test_bf16_weight_gemm_keeps_fp32_activations() -> None:
     weight = torch.randn(64, 48).bfloat16()
     x = torch.randn(3, 48) * (1 + 2**-12)
     out = torch.empty(3, 64)
-    _native_gemm.gemm(x, weight, None, out)
+    _native_gemm.Bf16Weight(weight)(x, None, out)
     want = (x.double() @ weight.double().t()).float()
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
@@ -127,7 +127,43 @@ def test_exact_bf16_copy_is_the_values_and_refuses_a_value_bf16_cannot_hold() ->
     from accord.backends.cpu.kernels import _native_gemm
 
     weight = torch.randn(33, 70).bfloat16().float()
-    copy = _native_gemm.exact_bf16(weight)
-    assert copy is not None and copy.dtype == torch.bfloat16 and torch.equal(copy.float(), weight)
+    streamed = _native_gemm.exact_bf16(weight)
+    assert streamed is not None and streamed.copy.dtype == torch.bfloat16 and torch.equal(streamed.copy.float(), weight)
     weight[32, 69] += weight[32, 69].abs() * 2**-12
     assert _native_gemm.exact_bf16(weight) is None
+
+
+def test_without_a_c_compiler_the_bf16_valued_weight_takes_the_torch_path(monkeypatch, cpu_ops, reference_ops, nmse_of) -> None:
+    from accord.backends.cpu.kernels import _native_gemm
+
+    monkeypatch.setattr(_native_gemm, "_library", lambda: None)
+    weight = torch.randn(40, 72).bfloat16().float()
+    prepared = get_backend("cpu").prepare_linear_weight(weight)
+    assert not hasattr(prepared, BF16_COPY)
+    x = torch.randn(1, 72)
+    assert nmse_of(cpu_ops.linear(x, prepared), reference_ops.linear(x, weight)) <= TOLERANCE[torch.float32]
+
+
+@needs_bf16_copies
+def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_ops, nmse_of) -> None:
+    # Large enough for many of the kernel's work chunks (taken by whichever thread is
+    # free), with N off its 4-row blocks and K off its 16 lanes.
+    weight = (torch.randn(1203, 1000) / 32).bfloat16().float()
+    streamed = getattr(get_backend("cpu").prepare_linear_weight(weight), BF16_COPY)
+    bias = torch.randn(1203)
+    x = torch.randn(4, 1000)
+    threads = torch.get_num_threads()
+    outputs = []
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in (1, 3, 4):
+                out = torch.empty(rows, 1203)
+                streamed(x[:rows], bias, out)
+                outputs.append(out)
+    finally:
+        torch.set_num_threads(threads)
+    want = reference_ops.linear(x, weight, bias)
+    assert nmse_of(outputs[-1], want) <= TOLERANCE[torch.float32]
+    for out in outputs:
+        assert torch.equal(out, outputs[-1][: out.shape[0]])

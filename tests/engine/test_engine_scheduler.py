@@ -37,13 +37,10 @@ def make_scheduler(num_blocks: int = 64, budget: int = 16, max_num_seqs: int = 8
 
 def run_step(scheduler: Scheduler, token: int = 0) -> SchedulerOutput:
     """Schedule, then play the model: every sequence whose scheduled tokens reach the
-    end of its tokens samples `token`; the scheduler applies that result."""
+    end of its tokens (it holds a placeholder for the token sampled) samples `token`;
+    the scheduler applies that result."""
     out = scheduler.schedule()
-    samplers = [
-        seq_id
-        for seq_id, count in out.num_scheduled_tokens.items()
-        if scheduler.seqs[seq_id].num_computed_tokens + count == scheduler.seqs[seq_id].num_tokens
-    ]
+    samplers = [seq_id for seq_id in out.num_scheduled_tokens if scheduler.seqs[seq_id].num_output_placeholders]
     result = ModelRunnerOutput(
         req_ids=samplers,
         sampled_token_ids=[token] * len(samplers),
@@ -130,7 +127,8 @@ def test_a_preempted_sequence_resumes_from_its_surviving_cached_blocks() -> None
     scheduler.finish(old)
     out = scheduler.schedule()
     # young's first full block (tokens 50..53) was cached and survived: 4 of its 8 tokens remain.
-    assert young.num_computed_tokens == BLOCK_SIZE
+    (resumed,) = out.scheduled_new_reqs
+    assert resumed.num_computed_tokens == BLOCK_SIZE
     assert out.num_scheduled_tokens[young.seq_id] == young.num_tokens - BLOCK_SIZE == 4
 
 

@@ -40,6 +40,7 @@ VLLM_FLAGS = {
     "distributed_executor_backend": "--distributed-executor-backend",
     "enable_expert_parallel": "--enable-expert-parallel", "data_parallel_size": "--data-parallel-size",
     "enforce_eager": "--enforce-eager", "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
+    "async_scheduling": "--async-scheduling",
     # accord's own: where each rank records its op calls (the rollout gate's replay).
     "compilation_config": "--compilation-config",
     "record_op_calls": "--record-op-calls",

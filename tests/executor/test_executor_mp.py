@@ -134,3 +134,22 @@ def test_sigterm_to_an_offline_process_leaves_no_worker_behind(llama_dir: Path, 
     finally:
         process.kill()
         process.wait()
+
+
+def test_async_scheduling_over_worker_processes_gives_the_same_tokens_and_a_dead_worker_fails_cleanly(
+    llama_dir: Path,
+) -> None:
+    """Steps run on the executor's step thread, the engine schedules the next one
+    meanwhile: the same greedy tokens as one synchronous rank under chunking, caching
+    and preemption, and a killed worker still ends in EngineDeadError, never a hang."""
+    tp2 = LLM(str(llama_dir), tensor_parallel_size=2, async_scheduling=True, **PRESSURE)
+    pids = tp2.llm_engine.executor.worker_pids
+    try:
+        prompts = pressure_prompts(tp2.llm_engine.model_config.vocab_size)
+        tokens = generate(tp2, prompts)
+        assert tp2.llm_engine.stats.num_preemptions > 0 and tp2.llm_engine.stats.kv_blocks_used == 0
+        assert_killing_a_worker_fails_the_engine(tp2.llm_engine, rank=1, timeout=60)
+    finally:
+        tp2.llm_engine.shutdown()
+    assert wait_until_gone(pids) == []
+    assert tokens == generate(LLM(str(llama_dir), **PRESSURE), prompts)

@@ -17,6 +17,9 @@ BATCHES = {
     "mixed": ((1, BLOCK_SIZE), (1, BLOCK_SIZE + 1), (5, 5), (3, 2 * BLOCK_SIZE + 4)),
     # A whole prefill and a chunk whose cached length ends exactly on a block edge.
     "prefill on block edge": ((BLOCK_SIZE, BLOCK_SIZE), (5, 2 * BLOCK_SIZE), (1, 3)),
+    # Decodes over many blocks at unequal lengths (kernels that read the cache in place
+    # walk the block table; batched ones pad the shorter sequences).
+    "long decodes": ((1, 7 * BLOCK_SIZE + 5), (1, 2 * BLOCK_SIZE + 1), (1, 3)),
 }
 #: A softmax scale other than the shape's default (Gemma-2's query_pre_attn_scalar,
 #: Granite's attention multiplier; YaRN's mscale^2 for MLA): a kernel that derives
@@ -26,6 +29,8 @@ Q_HEADS, KV_HEADS, HEAD_DIM = 4, 2, 32
 MLA_HEADS, LATENT_DIM, ROPE_DIM = 2, 32, 16
 FP8_SCALE = 0.5
 SLIDING_WINDOW = 6
+#: A window over the long decodes that starts inside a block and spans block edges.
+LONG_SLIDING_WINDOW = 2 * BLOCK_SIZE + 3
 
 
 def _cache_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
@@ -34,10 +39,11 @@ def _cache_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
 
 def _variants() -> Iterator[tuple[str, tuple[tuple[int, int], ...], int, float]]:
     """(name, batch, sliding window, scale factor): every batch at full causal, the
-    mixed one windowed and with a custom softmax scale."""
+    mixed one and the long decodes windowed, the mixed one with a custom softmax scale."""
     for name, batch in BATCHES.items():
         yield name, batch, 0, 1.0
     yield f"mixed window={SLIDING_WINDOW}", BATCHES["mixed"], SLIDING_WINDOW, 1.0
+    yield f"long decodes window={LONG_SLIDING_WINDOW}", BATCHES["long decodes"], LONG_SLIDING_WINDOW, 1.0
     yield f"mixed scale x{CUSTOM_SCALE_FACTOR}", BATCHES["mixed"], 0, CUSTOM_SCALE_FACTOR
 
 

@@ -178,7 +178,8 @@ class MultiprocExecutor(Executor):
 
     def shutdown(self) -> None:
         self._stopping = True
-        self._finalizer()
+        self._finalizer()  # first: a step in flight then fails fast on the closed workers
+        self._stop_step_thread()
 
 
 def _stop_workers(procs: list, conns: list, mode: dict) -> None:

@@ -321,7 +321,8 @@ class RayExecutor(Executor):
 
     def shutdown(self) -> None:
         self._stopping = True
-        self._finalizer()
+        self._finalizer()  # first: a step in flight then fails fast on the closed workers
+        self._stop_step_thread()
 
 
 def _connect(ray: Any, world_size: int) -> bool:

@@ -26,4 +26,5 @@ class UniProcExecutor(Executor):
         return [getattr(self.driver_worker, method)(*args, **(kwargs or {}))]
 
     def shutdown(self) -> None:
+        self._stop_step_thread()
         self.driver_worker.shutdown()

@@ -13,7 +13,7 @@ from ...op_contracts import OpDispatcher
 from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ..distributed.sharding import rank_shard
 from ..model_config import ModelConfig
-from .layers import RMSNorm, RotaryEmbedding
+from .layers import DenseLinear, RMSNorm, RotaryEmbedding
 from .layers.mlp import RoutedExperts, SparseMoE
 from .layers.parallel import ParallelLMHead, VocabParallelEmbedding
 from .weights import WeightLoader
@@ -100,7 +100,8 @@ class CausalLM:
             lm_head = weights.tensor("lm_head.weight", (vocab, hidden), shard=rows)
         comm = parallel.tp_comm()
         embedding = VocabParallelEmbedding(embed, rows.bounds(vocab)[0], comm)
-        return cls(config, weights.ops, embedding, layers, norm, ParallelLMHead(lm_head, rows.extents(vocab), comm))
+        head = ParallelLMHead(DenseLinear(weights.ops, lm_head), lm_head, rows.extents(vocab), comm)
+        return cls(config, weights.ops, embedding, layers, norm, head)
 
     def moe_blocks(self) -> list[RoutedExperts]:
         """The routed-expert blocks, for profile_run's worst-case routing."""

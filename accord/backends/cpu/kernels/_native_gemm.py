@@ -29,22 +29,34 @@ def available() -> bool:
     return _library() is not None
 
 
-def gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-    """out [M, N] fp32 = x [M, K] fp32 @ w [N, K] bf16 ^T (+ bias fp32), fp32 accumulation,
-    on torch's thread count. x and out need unit column strides, w and bias contiguity;
-    only when `available()`."""
-    m, k = x.shape
-    _library().accord_bf16_weight_gemm(  # type: ignore[union-attr]
-        x.data_ptr(), w.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(),
-        m, w.shape[0], k, x.stride(0), out.stride(0), torch.get_num_threads(),
-    )
+class Bf16Weight:
+    """An exact bf16 copy of an fp32 weight [N, K] (`copy`), callable as the bf16-weight
+    GEMM on it: what every call needs of the weight (its data pointer, sizes, the typed
+    entry point) is bound once here, because a decode step makes one such call per
+    projection and each Python-level step of it costs a microsecond or more."""
+
+    __slots__ = ("copy", "_gemm", "_pointer", "_rows", "_depth")
+
+    def __init__(self, copy: torch.Tensor) -> None:
+        self.copy = copy.contiguous()
+        self._gemm = _library().accord_bf16_weight_gemm  # type: ignore[union-attr]
+        self._pointer = self.copy.data_ptr()
+        self._rows, self._depth = self.copy.shape
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+        """out [M, N] fp32 = x [M, K] fp32 @ copy^T (+ bias fp32), fp32 accumulation, on
+        torch's thread count. x and out need unit column strides, bias contiguity."""
+        self._gemm(
+            x.data_ptr(), self._pointer, None if bias is None else bias.data_ptr(), out.data_ptr(),
+            x.shape[0], self._rows, self._depth, x.stride(0), out.stride(0), torch.get_num_threads(),
+        )
 
 
-def exact_bf16(weight: torch.Tensor) -> torch.Tensor | None:
-    """A contiguous fp32 tensor's values as bf16 when they are all exactly bf16 (one
-    pass, no temporaries), else None; only when `available()`."""
+def exact_bf16(weight: torch.Tensor) -> Bf16Weight | None:
+    """A contiguous fp32 tensor's values as bf16 (ready for the GEMM) when they are all
+    exactly bf16 (one pass, no temporaries), else None; only when `available()`."""
     copy = torch.empty(weight.shape, dtype=torch.bfloat16)
     exact = _library().accord_exact_bf16(  # type: ignore[union-attr]
         weight.data_ptr(), copy.data_ptr(), weight.numel(), torch.get_num_threads()
     )
-    return copy if exact else None
+    return Bf16Weight(copy) if exact else None

@@ -5,6 +5,7 @@ the block-table cache into contiguous scratch tensors."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -99,10 +100,22 @@ def decode_batch(
 @dataclass(frozen=True)
 class StepPlan:
     """What a step's attention needs besides the caches, the same for every layer:
-    its layout and the index tensors of its padded decode batches."""
+    its layout and the index tensors of its padded decode batches (built on first use:
+    where the C kernel attends the decodes, only the layout is read). `block_tables`
+    is the plan's own copy of the step's table."""
 
     layout: StepLayout
-    decode_batches: list[DecodeBatch]
+    block_tables: torch.Tensor
+    block_size: int
+    sliding_window: int
+
+    @cached_property
+    def decode_batches(self) -> list[DecodeBatch]:
+        """One padded batch per bucket of decodes of similar length."""
+        return [
+            decode_batch(bucket, self.block_tables, self.block_size, self.sliding_window)
+            for bucket in decode_buckets(self.layout.decodes)
+        ]
 
 
 class StepPlans:
@@ -127,11 +140,9 @@ class StepPlans:
         plan = self._plans.get((block_size, sliding_window))
         if plan is None:
             layout = step_layout(query_start_loc, seq_lens)
-            batches = [
-                decode_batch(bucket, block_tables, block_size, sliding_window)
-                for bucket in decode_buckets(layout.decodes)
-            ]
-            plan = self._plans[(block_size, sliding_window)] = StepPlan(layout, batches)
+            plan = self._plans[(block_size, sliding_window)] = StepPlan(
+                layout, self._metadata[2], block_size, sliding_window
+            )
         return plan
 
     def _same(self, metadata: tuple[torch.Tensor, ...]) -> bool:

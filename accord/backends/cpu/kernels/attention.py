@@ -1,8 +1,11 @@
 """Paged attention (GQA) and MLA attention over block-table caches.
 
-Decodes are batched: the blocks of every decoding sequence of similar length are
-gathered into one padded tensor and a single scaled_dot_product_attention call attends
-them all under a length mask, each kv head's query group folded into the query axis.
+Decode rows go to a C kernel that reads the paged caches in place (_native_attention)
+wherever it is built and takes the tensors' dtypes. Otherwise (fp8 or fp16 tensors, no
+C compiler) decodes are batched: the blocks of every decoding sequence of similar length
+are gathered into one padded tensor and a single scaled_dot_product_attention call
+attends them all under a length mask, each kv head's query group folded into the query
+axis.
 Prefill chunks take one SDPA call per sequence with their causal (and window) mask.
 Attention runs in fp32 on every host, as the contract's fp32 softmax requires: torch's
 masked bf16 SDPA rounds scores and probabilities to bf16 (on AVX512-BF16 hosts that
@@ -14,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import _native_attention
 from ._paged import STEP_PLANS, DecodeBatch, PagedKV, StepPlan, visible
 from ._registry import KERNELS
 
@@ -88,17 +92,20 @@ def _attend_step(
     scale: float,
     sliding_window: int,
     out: torch.Tensor,
+    decodes_done: bool,
 ) -> None:
     """Attention of every sequence of the step; query is [T, Hk, G, Dk] in fp32.
-    Rows no sequence owns are zeroed."""
+    Rows no sequence owns are zeroed. With `decodes_done` the C kernel has already
+    attended the single-row sequences and zeroed those rows: only prefills are left."""
     layout = plan.layout
-    first, last = layout.owned_rows
-    if first > 0:
-        out[:first].zero_()
-    if last < out.shape[0]:
-        out[last:].zero_()
-    for batch in plan.decode_batches:
-        _attend_decodes(query, kv, batch, scale, out)
+    if not decodes_done:
+        first, last = layout.owned_rows
+        if first > 0:
+            out[:first].zero_()
+        if last < out.shape[0]:
+            out[last:].zero_()
+        for batch in plan.decode_batches:
+            _attend_decodes(query, kv, batch, scale, out)
     for b, start, q_len, seq_len in layout.prefills:
         _attend_prefill(query, kv, block_tables[b], slice(start, start + q_len), seq_len, scale, sliding_window, out)
 
@@ -118,12 +125,16 @@ def paged_attention(
     out: torch.Tensor,
 ) -> None:
     """Causal (optionally sliding-window) GQA attention of each sequence's new rows."""
+    metadata = (block_tables, seq_lens, query_start_loc)
+    left = _native_attention.attend_decodes(query, key_cache, value_cache, *metadata, scale, sliding_window, out)
+    if left == 0:
+        return
     tokens, q_heads, head_dim = query.shape
     kv_heads = key_cache.shape[2]
     grouped = query.float().view(tokens, kv_heads, q_heads // kv_heads, head_dim)
     kv = PagedKV(key_cache, value_cache, head_dim, k_scale, v_scale)
     plan = STEP_PLANS.plan(query_start_loc, seq_lens, block_tables, kv.block_size, sliding_window)
-    _attend_step(grouped, kv, block_tables, plan, scale, sliding_window, out)
+    _attend_step(grouped, kv, block_tables, plan, scale, sliding_window, out, decodes_done=left is not None)
 
 
 @KERNELS.register("mla_attention")
@@ -140,7 +151,12 @@ def mla_attention(
 ) -> None:
     """Latent attention: one kv head whose key is concat(latent, rope) and whose value
     is the latent, so every query head is in one group."""
-    query = torch.cat([q_latent.float(), q_pe.float()], dim=-1).unsqueeze(1)  # [T, 1, H, L+R]
-    kv = PagedKV(kv_cache.unsqueeze(2), None, q_latent.shape[2], kv_scale, kv_scale)
+    query = torch.cat([q_latent.float(), q_pe.float()], dim=-1)  # [T, H, L+R]
+    latent = kv_cache.unsqueeze(2)  # one kv head: keys are all L+R channels, values the first L
+    metadata = (block_tables, seq_lens, query_start_loc)
+    left = _native_attention.attend_decodes(query, latent, latent, *metadata, scale, 0, out)
+    if left == 0:
+        return
+    kv = PagedKV(latent, None, q_latent.shape[2], kv_scale, kv_scale)
     plan = STEP_PLANS.plan(query_start_loc, seq_lens, block_tables, kv.block_size, 0)
-    _attend_step(query, kv, block_tables, plan, scale, 0, out)
+    _attend_step(query.unsqueeze(1), kv, block_tables, plan, scale, 0, out, decodes_done=left is not None)

@@ -32,7 +32,8 @@ from . import _native_gemm
 from ._precision import work_dtype
 from ._registry import KERNELS
 
-#: The attribute of a prepacked fp32 weight holding its exact bf16 copy.
+#: The attribute of a prepacked fp32 weight holding its exact bf16 copy (a
+#: `_native_gemm.Bf16Weight`).
 BF16_COPY = "accord_bf16_copy"
 #: The most rows the bf16 copy serves: the crossover measured by benchmarks/linear_cpu.py
 #: on the 152M model's projections (the bf16-weight GEMM wins at 1, 2 and 4 rows, ties
@@ -74,7 +75,7 @@ def streams_bf16_weights() -> bool:
     )
 
 
-def _exact_bf16(weight: torch.Tensor) -> torch.Tensor | None:
+def _exact_bf16(weight: torch.Tensor) -> _native_gemm.Bf16Weight | None:
     """The bf16 copy of an fp32 weight that loses nothing, where it pays; else None."""
     if weight.dtype != torch.float32 or not streams_bf16_weights():
         return None
@@ -87,12 +88,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out
     prepacked weight, else torch's GEMM in the work dtype (fp32 for bf16/fp16 without
     native support), rounded once into out."""
     if weight.is_mkldnn:
-        copy = getattr(weight, BF16_COPY, None)
-        if copy is not None and x.shape[0] <= BF16_WEIGHT_MAX_ROWS and out.stride(1) == 1:
+        streamed = getattr(weight, BF16_COPY, None)
+        if streamed is not None and x.shape[0] <= BF16_WEIGHT_MAX_ROWS and out.stride(1) == 1:
             # x is fp32 (it shares the weight's logical dtype); the C kernel wants unit
             # column strides and a contiguous bias.
-            bias = None if bias is None else bias.contiguous()
-            _native_gemm.gemm(x if x.stride(1) == 1 else x.contiguous(), copy, bias, out)
+            streamed(
+                x if x.stride(1) == 1 else x.contiguous(), None if bias is None else bias.contiguous(), out
+            )
             return
         # oneDNN's linear has no out= form; the copy is T*N elements, small beside the GEMM.
         out.copy_(torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""))

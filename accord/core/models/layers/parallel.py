@@ -52,15 +52,18 @@ class VocabParallelEmbedding:
 class ParallelLMHead:
     """Logits for this rank's vocabulary rows, gathered along the vocabulary so every rank
     (the sampling one included) holds the full fp32 logits; `vocab_sizes` are the ranks'
-    row counts in rank order."""
+    row counts in rank order. `local` computes this rank's logits (a dense linear over
+    its rows, so the backend's GEMM serves the head as it serves every projection);
+    `weight` is those rows as loaded [V_rank, H] (the embedding's when tied)."""
 
-    def __init__(self, weight: torch.Tensor, vocab_sizes: list[int], comm: Communicator | None) -> None:
+    def __init__(self, local: Linear, weight: torch.Tensor, vocab_sizes: list[int], comm: Communicator | None) -> None:
+        self.local = local
         self.weight = weight
         self.vocab_sizes = vocab_sizes
         self.comm = comm
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(hidden, self.weight).float()
+        logits = self.local(hidden).float()
         if self.comm is None:
             return logits
         return self.comm.all_gather(logits, dim=-1, sizes=self.vocab_sizes)

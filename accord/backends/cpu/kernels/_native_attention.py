@@ -1,0 +1,80 @@
+"""The decode rows of paged attention in C (paged_decode_attention.c, built and loaded by
+`_native`): the paged caches are read in place through the block table, with no gather
+and no per-step index tensors, each sequence computed alone (batch invariant)."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+from functools import cache
+
+import torch
+
+from . import _native
+
+#: The C kernel's dtype codes of the query, output and cache tensors it reads natively.
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+#: The metadata index dtypes it reads, by their width in bytes.
+INDEX_BYTES = {torch.int32: 4, torch.int64: 8}
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    """The built library with its entry point typed; None where it cannot be built."""
+    library = _native.load("paged_decode_attention.c")
+    if library is None:
+        return None
+    entry = library.accord_paged_decode_attention
+    entry.restype = ctypes.c_long
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_float]
+    return library
+
+
+def attend_decodes(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    sliding_window: int,
+    out: torch.Tensor,
+) -> int | None:
+    """Attend every single-row sequence of the step in place and zero the rows no
+    sequence owns. query is [T, Hq, Dk], out [T, Hq, Dv], the caches [NB, BS, Hk, D]
+    with keys the first Dk channels of key_cache and values the first Dv of value_cache
+    (one tensor for both in MLA's latent cache). Returns how many sequences with more
+    query rows are left to the caller, or None when the C kernel does not take this
+    call (dtypes other than fp32/bf16, channels not contiguous, no compiler, metadata
+    pointing outside the caches, no memory for its scratch): then the caller's torch
+    path does the whole call (and reports bad metadata)."""
+    library = _library()
+    if library is None:
+        return None
+    # Each tensor's properties are read once: on a slow host every attribute costs
+    # about half a microsecond, as much as the whole ctypes call at batch 1.
+    q_code, out_code, kv_code = (DTYPE_CODES.get(t.dtype) for t in (query, out, key_cache))
+    q_strides, out_strides, kv_strides = query.stride(), out.stride(), key_cache.stride()
+    (rows, q_heads, key_dim), value_dim = query.shape, out.shape[2]
+    num_blocks, block_size, kv_heads, cache_dim = key_cache.shape
+    index = block_tables.dtype
+    if (
+        q_code is None or out_code is None or kv_code is None or value_cache.dtype != key_cache.dtype
+        or value_cache.stride() != kv_strides or q_strides[2] != 1 or out_strides[2] != 1 or kv_strides[3] != 1
+        or key_dim > cache_dim or value_dim > value_cache.shape[3]
+        or index not in INDEX_BYTES or seq_lens.dtype != index or query_start_loc.dtype != index
+        or block_tables.stride(1) != 1 or seq_lens.stride(0) != 1 or query_start_loc.stride(0) != 1
+    ):
+        return None
+    call = array.array("q", (  # struct decode_call, field by field
+        query.data_ptr(), q_code, out.data_ptr(), out_code, rows, q_strides[0], q_strides[1],
+        out_strides[0], out_strides[1], q_heads,
+        key_cache.data_ptr(), value_cache.data_ptr(), kv_code,
+        num_blocks, block_size, kv_strides[0], kv_strides[1], kv_strides[2], kv_heads, key_dim, value_dim,
+        block_tables.data_ptr(), block_tables.stride(0), block_tables.shape[1],
+        seq_lens.data_ptr(), query_start_loc.data_ptr(), seq_lens.shape[0], INDEX_BYTES[index],
+        sliding_window, torch.get_num_threads(),
+    ))
+    left = library.accord_paged_decode_attention(call.buffer_info()[0], scale)
+    return None if left < 0 else left

@@ -1,0 +1,379 @@
+/* Decode attention over the paged KV cache, read in place: for every sequence of a varlen
+ * step that has exactly one new query row, and each of its kv heads, the scores of the
+ * head's query group against the sequence's visible cached keys, an fp32 softmax
+ * (max-subtracted) and the fp32 weighted sum of the values, written to the output row.
+ * No key or value is copied: each cached position is found through the block table.
+ *
+ * Each (sequence, kv head) is computed alone in one fixed order (positions ascending,
+ * channels in vector lanes, lanes summed as a fixed tree), so a sequence gets the same
+ * bits whatever else is in the step and however many threads run: batch invariance.
+ *
+ * Keys and values may be fp32 or bf16 (widened exactly), the query and the output each
+ * fp32 or bf16 (stored rounded to nearest even). The key of a position is key_dim
+ * channels at key_cache, its value value_dim channels at value_cache; MLA passes the
+ * latent cache as both (the value is the key's first value_dim channels). Built by
+ * _native.py with -march=native: the vector extensions below become AVX512 or AVX2
+ * code. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANES 16
+
+enum dtype { FP32 = 0, BF16 = 1 };
+
+typedef float vfloat __attribute__((vector_size(LANES * 4)));
+typedef uint32_t vuint __attribute__((vector_size(LANES * 4)));
+typedef uint16_t vhalf __attribute__((vector_size(LANES * 2)));
+
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Round to nearest even, NaN kept a (quiet) NaN: what torch's float -> bfloat16 does. */
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+/* LANES channels starting at element i of a row of `dtype`, as fp32. */
+static inline vfloat load_lanes(const void *row, long i, const int dtype) {
+    vfloat v;
+    if (dtype == BF16) {
+        vhalf h;
+        memcpy(&h, (const uint16_t *)row + i, sizeof h);
+        vuint wide = __builtin_convertvector(h, vuint) << 16;
+        memcpy(&v, &wide, sizeof v);
+    } else {
+        memcpy(&v, (const float *)row + i, sizeof v);
+    }
+    return v;
+}
+
+static inline float load_one(const void *row, long i, const int dtype) {
+    return dtype == BF16 ? bf16_to_float(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+typedef float vfloat8 __attribute__((vector_size(32)));
+typedef float vfloat4 __attribute__((vector_size(16)));
+
+/* The lanes' sum as a halving tree (a fixed order, a few shuffles deep: a chain of
+ * LANES scalar adds would cost more than the dot product itself at head size 64). */
+static inline float lane_sum(vfloat v) {
+    vfloat8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    vfloat4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+typedef int32_t vint __attribute__((vector_size(LANES * 4)));
+
+/* e^x for x <= 0 (scores minus their maximum), lane by lane: Cephes' expf (a degree-6
+ * polynomial on x - n ln2, times 2^n), within 2 ulp of expf. Inputs below -87 give
+ * e^-87 (~1.6e-38) instead of a subnormal or 0: nothing a softmax weight of a sum >= 1
+ * can tell apart. libm's expf, one call per score, costs about a fifth of the kernel. */
+static inline vfloat exp_lanes(vfloat x) {
+    const vfloat low = (vfloat){0} - 87.0f;
+    vint below = x < low;
+    vint xi, li;
+    memcpy(&xi, &x, sizeof xi);
+    memcpy(&li, &low, sizeof li);
+    xi = (xi & ~below) | (li & below);
+    memcpy(&x, &xi, sizeof x);
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    vfloat n = (x * 1.44269504088896341f + shifter) - shifter;
+    vfloat r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    vfloat p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    vint bits = (__builtin_convertvector(n, vint) + 127) << 23;
+    vfloat scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* w[0, n) = e^(w - top) / their sum, in place (n >= 1). */
+static void softmax(float *w, long n) {
+    float top = w[0];
+    for (long t = 1; t < n; ++t) top = w[t] > top ? w[t] : top;
+    vfloat total = {0};
+    for (long t = 0; t < n; t += LANES) {
+        const long lanes = n - t < LANES ? n - t : LANES;
+        vfloat x = (vfloat){0} + top; /* padding lanes give e^0, left out of the sum */
+        memcpy(&x, w + t, lanes * sizeof(float));
+        vfloat e = exp_lanes(x - top);
+        if (lanes < LANES)
+            for (long j = lanes; j < LANES; ++j) e[j] = 0.0f;
+        total += e;
+        memcpy(w + t, &e, lanes * sizeof(float));
+    }
+    const float inv = 1.0f / lane_sum(total);
+    for (long t = 0; t < n; ++t) w[t] *= inv;
+}
+
+static inline long read_index(const void *p, long i, int index_bytes) {
+    return index_bytes == 8 ? (long)((const int64_t *)p)[i] : (long)((const int32_t *)p)[i];
+}
+
+/* Where the cache holds what the kernel reads. Strides are in elements; a position's
+ * channels are contiguous. */
+struct cache {
+    const void *keys, *values;
+    long block_stride, slot_stride, head_stride;
+    long block_size, key_dim, value_dim;
+};
+
+/* The element offsets in the caches of kv head `head` at the visible positions
+ * [first, len) of a sequence, walking its block table block by block (a division per
+ * position would cost more than the position's dot products). */
+static void position_offsets(const struct cache *c, const void *table, int index_bytes, long head, long first,
+                             long len, long *offsets) {
+    long p = first;
+    for (long k = first / c->block_size; p < len; ++k) {
+        const long base = read_index(table, k, index_bytes) * c->block_stride + head * c->head_stride;
+        const long end = (k + 1) * c->block_size < len ? (k + 1) * c->block_size : len;
+        for (long slot = p - k * c->block_size; p < end; ++p, ++slot) *offsets++ = base + slot * c->slot_stride;
+    }
+}
+
+/* The dot product of an fp32 query row with a cached key, in one fixed order whichever
+ * caller asks (channels in lanes, then lane_sum, then the scalar tail). */
+static inline __attribute__((always_inline)) float dot(const float *q, const char *key, long kd, const int kv_dtype) {
+    vfloat acc = {0};
+    long i = 0;
+    for (; i + LANES <= kd; i += LANES) acc += load_lanes(q, i, FP32) * load_lanes(key, i, kv_dtype);
+    float s = lane_sum(acc);
+    for (; i < kd; ++i) s += q[i] * load_one(key, i, kv_dtype);
+    return s;
+}
+
+/* How many positions ahead the rows to come are prefetched: a sequence's rows are
+ * scattered over its blocks (a head's row is one of Hk in a slot), which the hardware
+ * prefetcher does not follow. */
+#define PREFETCH_AHEAD 8
+
+static inline void prefetch_row(const char *row, long bytes) {
+    for (long b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+}
+
+/* Positions whose value rows are summed in registers before they are added to the
+ * accumulator (the rows stay in L1 while every query of the group reads them). */
+#define VALUE_TILE 32
+/* Positions whose dot products are interleaved (independent chains hide the FMA
+ * latency); each dot is still computed alone, in the order of `dot`. */
+#define KEY_TILE 4
+
+/* acc[vd] += sum over t in [t0, t1) of w[t] * value row t, the tile's sum formed in
+ * registers (a fixed order: channels in groups of four vectors, positions ascending). */
+static inline __attribute__((always_inline)) void add_weighted_values(
+    const struct cache *c, const int kv_dtype, const long *offsets, long t0, long t1, const float *w,
+    float *acc) {
+    const long vd = c->value_dim, esize = kv_dtype == BF16 ? 2 : 4;
+    const char *values = (const char *)c->values;
+    long i = 0;
+    for (; i + 4 * LANES <= vd; i += 4 * LANES) {
+        vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (long t = t0; t < t1; ++t) {
+            const char *v = values + offsets[t] * esize;
+            if (i == 0 && t + PREFETCH_AHEAD < t1) prefetch_row(values + offsets[t + PREFETCH_AHEAD] * esize, vd * esize);
+            a0 += w[t] * load_lanes(v, i, kv_dtype);
+            a1 += w[t] * load_lanes(v, i + LANES, kv_dtype);
+            a2 += w[t] * load_lanes(v, i + 2 * LANES, kv_dtype);
+            a3 += w[t] * load_lanes(v, i + 3 * LANES, kv_dtype);
+        }
+        vfloat sums[4] = {a0, a1, a2, a3};
+        for (int j = 0; j < 4; ++j) {
+            vfloat total = load_lanes(acc, i + j * LANES, FP32) + sums[j];
+            memcpy(acc + i + j * LANES, &total, sizeof total);
+        }
+    }
+    for (; i + LANES <= vd; i += LANES) {
+        vfloat a = {0};
+        for (long t = t0; t < t1; ++t) a += w[t] * load_lanes(values + offsets[t] * esize, i, kv_dtype);
+        vfloat total = load_lanes(acc, i, FP32) + a;
+        memcpy(acc + i, &total, sizeof total);
+    }
+    for (; i < vd; ++i) {
+        float a = 0.0f;
+        for (long t = t0; t < t1; ++t) a += w[t] * load_one(values + offsets[t] * esize, i, kv_dtype);
+        acc[i] += a;
+    }
+}
+
+/* One decode row's attention for one kv head: q holds its group's `group` query rows
+ * (fp32, key_dim each), offsets the n visible positions' cache offsets; writes `group`
+ * output rows of value_dim channels to acc (fp32), using scores (group * n floats) as
+ * scratch. `kv_dtype` is a constant where this is inlined, so each cache dtype gets its
+ * own loops. */
+static inline __attribute__((always_inline)) void attend_head(
+    const struct cache *c, const int kv_dtype, const long *offsets, long n, const float *q, long group,
+    float scale, float *scores, float *acc) {
+    const long kd = c->key_dim, vd = c->value_dim, esize = kv_dtype == BF16 ? 2 : 4;
+    const char *keys = (const char *)c->keys;
+    long t = 0;
+    for (; t + KEY_TILE <= n; t += KEY_TILE) {
+        if (t + PREFETCH_AHEAD + KEY_TILE <= n)
+            for (int j = 0; j < KEY_TILE; ++j) prefetch_row(keys + offsets[t + PREFETCH_AHEAD + j] * esize, kd * esize);
+        const char *k0 = keys + offsets[t] * esize, *k1 = keys + offsets[t + 1] * esize,
+                   *k2 = keys + offsets[t + 2] * esize, *k3 = keys + offsets[t + 3] * esize;
+        for (long g = 0; g < group; ++g) {
+            const float *qg = q + g * kd;
+            float *sg = scores + g * n + t;
+            sg[0] = dot(qg, k0, kd, kv_dtype) * scale;
+            sg[1] = dot(qg, k1, kd, kv_dtype) * scale;
+            sg[2] = dot(qg, k2, kd, kv_dtype) * scale;
+            sg[3] = dot(qg, k3, kd, kv_dtype) * scale;
+        }
+    }
+    for (; t < n; ++t)
+        for (long g = 0; g < group; ++g) scores[g * n + t] = dot(q + g * kd, keys + offsets[t] * esize, kd, kv_dtype) * scale;
+    for (long g = 0; g < group; ++g) {
+        softmax(scores + g * n, n);
+        memset(acc + g * vd, 0, vd * sizeof(float));
+    }
+    for (long t0 = 0; t0 < n; t0 += VALUE_TILE) {
+        const long t1 = t0 + VALUE_TILE < n ? t0 + VALUE_TILE : n;
+        for (long g = 0; g < group; ++g) add_weighted_values(c, kv_dtype, offsets, t0, t1, scores + g * n, acc + g * vd);
+    }
+}
+
+/* Query rows in, output rows out, in their dtypes. */
+struct rows {
+    const void *query;
+    void *out;
+    int q_dtype, out_dtype;
+    long q_row_stride, q_head_stride, out_row_stride, out_head_stride;
+};
+
+/* Query row `row`'s attention over kv head `head`, visible positions [first, len), into
+ * its output row; 0, or -1 when its scratch could not be allocated. */
+static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
+                       int index_bytes, long row, long head, long first, long len, long group, float scale) {
+    const long kd = c->key_dim, vd = c->value_dim, n = len - first;
+    const long q_size = r->q_dtype == BF16 ? 2 : 4, out_size = r->out_dtype == BF16 ? 2 : 4;
+    long *offsets = malloc(sizeof(long) * n + sizeof(float) * group * (kd + vd + n));
+    if (offsets == NULL) return -1;
+    float *q = (float *)(offsets + n), *acc = q + group * kd, *scores = acc + group * vd;
+    position_offsets(c, table, index_bytes, head, first, len, offsets);
+    for (long g = 0; g < group; ++g) {
+        const char *src = (const char *)r->query + (row * r->q_row_stride + (head * group + g) * r->q_head_stride) * q_size;
+        for (long i = 0; i < kd; ++i) q[g * kd + i] = load_one(src, i, r->q_dtype);
+    }
+    if (kv_dtype == BF16)
+        attend_head(c, BF16, offsets, n, q, group, scale, scores, acc);
+    else
+        attend_head(c, FP32, offsets, n, q, group, scale, scores, acc);
+    for (long g = 0; g < group; ++g) {
+        char *dst = (char *)r->out + (row * r->out_row_stride + (head * group + g) * r->out_head_stride) * out_size;
+        for (long i = 0; i < vd; ++i) {
+            if (r->out_dtype == BF16)
+                ((uint16_t *)dst)[i] = float_to_bf16(acc[g * vd + i]);
+            else
+                ((float *)dst)[i] = acc[g * vd + i];
+        }
+    }
+    free(offsets);
+    return 0;
+}
+
+static void zero_rows(const struct rows *r, long first, long last, long heads, long value_dim) {
+    const long esize = r->out_dtype == BF16 ? 2 : 4;
+    for (long t = first; t < last; ++t)
+        for (long h = 0; h < heads; ++h)
+            memset((char *)r->out + (t * r->out_row_stride + h * r->out_head_stride) * esize, 0, value_dim * esize);
+}
+
+/* Below this many (position x kv head) pairs in a step, waking a second thread costs
+ * more than it saves. */
+#define POSITIONS_PER_THREAD 4096
+
+/* One call's tensors and sizes, every field an int64 (pointers as addresses): one
+ * array from Python, as a ctypes call costs about half a microsecond per argument on a
+ * slow host. _native_attention.py lists the fields in this order. Strides are in
+ * elements; dtypes are FP32 or BF16; index_bytes is the metadata's width, 4 or 8. */
+struct decode_call {
+    int64_t query, q_dtype, out, out_dtype, rows, q_row_stride, q_head_stride, out_row_stride,
+        out_head_stride, q_heads;
+    int64_t key_cache, value_cache, kv_dtype, num_blocks, block_size, block_stride, slot_stride,
+        head_stride, kv_heads, key_dim, value_dim;
+    int64_t block_tables, table_stride, table_width, seq_lens, query_start_loc, num_seqs, index_bytes;
+    int64_t sliding_window, threads;
+};
+
+/* The decode rows of a varlen step (see the paged_attention contract), and zeros in the
+ * query rows no sequence owns. Returns how many sequences have more than one new row
+ * (left to the caller), or -1 when the metadata points outside the tensors (having
+ * written nothing: the caller's checked path then reports it) or memory ran out (the
+ * caller's path then redoes the whole call). */
+long accord_paged_decode_attention(const struct decode_call *call, float scale) {
+    const void *query = (const void *)call->query, *key_cache = (const void *)call->key_cache,
+               *value_cache = (const void *)call->value_cache, *block_tables = (const void *)call->block_tables,
+               *seq_lens = (const void *)call->seq_lens, *query_start_loc = (const void *)call->query_start_loc;
+    void *out = (void *)call->out;
+    const int index_bytes = (int)call->index_bytes, kv_dtype = (int)call->kv_dtype;
+    const long rows = call->rows, q_heads = call->q_heads, num_blocks = call->num_blocks,
+               block_size = call->block_size, kv_heads = call->kv_heads, value_dim = call->value_dim,
+               table_stride = call->table_stride, table_width = call->table_width, num_seqs = call->num_seqs,
+               sliding_window = call->sliding_window, threads = call->threads;
+    const long owned_first = read_index(query_start_loc, 0, index_bytes);
+    const long owned_last = read_index(query_start_loc, num_seqs, index_bytes);
+    if (owned_first < 0 || owned_last > rows || owned_first > owned_last) return -1;
+    long *decodes = malloc(sizeof(long) * 3 * (num_seqs + 1));
+    if (decodes == NULL) return -1;
+    long count = 0, prefills = 0, positions = 0;
+    for (long b = 0; b < num_seqs; ++b) {
+        const long start = read_index(query_start_loc, b, index_bytes);
+        const long q_len = read_index(query_start_loc, b + 1, index_bytes) - start;
+        const long len = read_index(seq_lens, b, index_bytes);
+        if (q_len > 1) ++prefills;
+        if (q_len != 1) continue;
+        const long first = sliding_window > 0 && len > sliding_window ? len - sliding_window : 0;
+        const long blocks = (len + block_size - 1) / block_size;
+        if (start < 0 || start >= rows || len < 1 || blocks > table_width) goto invalid;
+        const void *table = (const char *)block_tables + b * table_stride * index_bytes;
+        for (long k = first / block_size; k < blocks; ++k) {
+            const long block = read_index(table, k, index_bytes);
+            if (block < 0 || block >= num_blocks) goto invalid;
+        }
+        decodes[3 * count] = b, decodes[3 * count + 1] = start, decodes[3 * count + 2] = first;
+        ++count;
+        positions += len - first;
+    }
+    const struct cache c = {key_cache, value_cache, call->block_stride, call->slot_stride, call->head_stride,
+                            block_size, call->key_dim, value_dim};
+    const struct rows r = {query, out, (int)call->q_dtype, (int)call->out_dtype, call->q_row_stride,
+                           call->q_head_stride, call->out_row_stride, call->out_head_stride};
+    zero_rows(&r, 0, owned_first, q_heads, value_dim);
+    zero_rows(&r, owned_last, rows, q_heads, value_dim);
+    const long tasks = count * kv_heads, group = q_heads / kv_heads;
+    long wanted = positions * kv_heads / POSITIONS_PER_THREAD;
+    if (wanted > threads) wanted = threads;
+    if (wanted > tasks) wanted = tasks;
+    if (wanted < 1) wanted = 1;
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted) if (wanted > 1)
+    for (long task = 0; task < tasks; ++task) {
+        const long *d = decodes + 3 * (task / kv_heads);
+        const long len = read_index(seq_lens, d[0], index_bytes);
+        const void *table = (const char *)block_tables + d[0] * table_stride * index_bytes;
+        if (attend_task(&c, kv_dtype, &r, table, index_bytes, d[1], task % kv_heads, d[2], len, group, scale)) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    free(decodes);
+    return failed ? -1 : prefills;
+invalid:
+    free(decodes);
+    return -1;
+}
