@@ -9,6 +9,7 @@ import torch
 
 from accord.backends import get_backend
 from accord.backends.cpu import cpu_has_native_bf16
+from accord.backends.cpu.kernels import _native_gemm
 from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
 from accord.op_contracts import CONTRACTS, ContractError
 
@@ -86,8 +87,6 @@ def test_bf16_valued_weight_matches_reference_at_fp32_tolerance(cpu_ops, referen
 def test_bf16_weight_gemm_keeps_fp32_activations() -> None:
     # Activations with more mantissa than bf16 holds: rounding them to bf16 (what
     # oneDNN's bf16 GEMM does) would move the result by ~1e-3 relative.
-    from accord.backends.cpu.kernels import _native_gemm
-
     weight = torch.randn(64, 48).bfloat16()
     x = torch.randn(3, 48) * (1 + 2**-12)
     out = torch.empty(3, 64)
@@ -124,8 +123,6 @@ def test_no_bf16_copy_on_a_cpu_the_bf16_weight_gemm_does_not_pay_on(monkeypatch)
 
 @needs_bf16_copies
 def test_exact_bf16_copy_is_the_values_and_refuses_a_value_bf16_cannot_hold() -> None:
-    from accord.backends.cpu.kernels import _native_gemm
-
     weight = torch.randn(33, 70).bfloat16().float()
     streamed = _native_gemm.exact_bf16(weight)
     assert streamed is not None and streamed.copy.dtype == torch.bfloat16 and torch.equal(streamed.copy.float(), weight)
@@ -134,8 +131,6 @@ def test_exact_bf16_copy_is_the_values_and_refuses_a_value_bf16_cannot_hold() ->
 
 
 def test_without_a_c_compiler_the_bf16_valued_weight_takes_the_torch_path(monkeypatch, cpu_ops, reference_ops, nmse_of) -> None:
-    from accord.backends.cpu.kernels import _native_gemm
-
     monkeypatch.setattr(_native_gemm, "_library", lambda: None)
     weight = torch.randn(40, 72).bfloat16().float()
     prepared = get_backend("cpu").prepare_linear_weight(weight)
@@ -167,3 +162,90 @@ def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_
     assert nmse_of(outputs[-1], want) <= TOLERANCE[torch.float32]
     for out in outputs:
         assert torch.equal(out, outputs[-1][: out.shape[0]])
+
+
+def _gemm_case() -> tuple[_native_gemm.Bf16Weight, torch.Tensor, torch.Tensor]:
+    """A bf16-weight GEMM of many work chunks (N off its 4-row blocks, K off its 16 lanes),
+    its input, and its result computed on one thread."""
+    gemm = _native_gemm.Bf16Weight((torch.randn(1203, 1000) / 32).bfloat16())
+    x = torch.randn(2, 1000)
+    want = torch.empty(2, 1203)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gemm(x, None, want)
+    finally:
+        torch.set_num_threads(previous)
+    return gemm, x, want
+
+
+needs_native_gemm = pytest.mark.skipif(
+    not _native_gemm.available(),
+    reason="the bf16-weight GEMM needs a C compiler",
+)
+
+
+@needs_native_gemm
+def test_concurrent_gemm_calls_from_two_threads_give_the_one_thread_bits() -> None:
+    # The GEMM's thread pool serves one caller at a time; a second concurrent caller
+    # must still get the right, identical bits.
+    import threading
+
+    gemm, x, want = _gemm_case()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    mismatches = []
+
+    def call_repeatedly() -> None:
+        out = torch.empty(2, 1203)
+        for _ in range(200):
+            gemm(x, None, out)
+            if not torch.equal(out, want):
+                mismatches.append(out.clone())
+
+    try:
+        callers = [threading.Thread(target=call_repeatedly) for _ in range(2)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(timeout=120)
+        assert not any(caller.is_alive() for caller in callers), "a GEMM call hung"
+    finally:
+        torch.set_num_threads(previous)
+    assert not mismatches
+
+
+@needs_native_gemm
+def test_gemm_pool_works_in_a_forked_child() -> None:
+    # The parent's pool threads do not exist in a forked child (the mp executor forks):
+    # the child must build its own pool rather than wait on the parent's threads.
+    import os
+    import select
+
+    gemm, x, want = _gemm_case()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = torch.empty(2, 1203)
+        gemm(x, None, out)  # the parent's pool exists before the fork
+        assert torch.equal(out, want)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child_out = torch.empty(2, 1203)
+                for _ in range(20):
+                    gemm(x, None, child_out)
+                os.write(write_end, b"1" if torch.equal(child_out, want) else b"0")
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        ready, _, _ = select.select([read_end], [], [], 120)
+        verdict = os.read(read_end, 1) if ready else b""
+        os.close(read_end)
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    finally:
+        torch.set_num_threads(previous)
+    assert verdict == b"1", "the forked child's GEMM hung" if not verdict else "the forked child's GEMM gave other bits"

@@ -9,9 +9,10 @@
  * rows at a time so the block's weights (a few KiB, in L1) are read from memory once
  * whatever M is. Threads take chunks of consecutive blocks (about CHUNK_BYTES of weights)
  * from a shared counter rather than a fixed half each: the work of a thread the OS runs
- * late (a busy host) or that wakes late goes to the others, so the call waits only for
- * that thread to reach the region's end, not for it to do half the weights. Every output element is computed by the same code whichever thread runs it,
- * so the result does not depend on the split (batch invariance).
+ * late (a busy host) or that wakes late goes to the others, and the call never waits for
+ * a thread that has claimed no chunk (the thread pool below). Every output element is
+ * computed by the same code whichever thread runs it, so the result does not depend on
+ * the split or the thread count (batch invariance).
  *
  * Prefetch: while a block is computed its successor in the chunk is prefetched into L2,
  * a cache line per 64 bytes the block consumes. The hardware prefetchers do not follow
@@ -21,8 +22,13 @@
  * rows) 1.2-1.3x faster on a 2-core AVX512 Xeon. Prefetching into L1 instead, or two or
  * four blocks ahead, measured no better. */
 
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define LANES 16
 #define ROWS_PER_BLOCK 4
@@ -101,32 +107,184 @@ static inline __attribute__((always_inline)) void tile(
     default: tile(x, w, bias, y, K, ldx, ldy, m0, n, rows, 4, next); break;        \
     }
 
-void accord_bf16_weight_gemm(
-    const float *x, const uint16_t *w, const float *bias, float *y,
-    long M, long N, long K, long ldx, long ldy, int threads) {
-    long blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-    long per_chunk = CHUNK_BYTES / (ROWS_PER_BLOCK * K * 2);
-    if (per_chunk < 1) per_chunk = 1;
-    long chunks = (blocks + per_chunk - 1) / per_chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(chunks < threads ? (int)chunks : threads)
-    for (long c = 0; c < chunks; ++c) {
-        long end = (c + 1) * per_chunk < blocks ? (c + 1) * per_chunk : blocks;
-        for (long b = c * per_chunk; b < end; ++b) {
-            long n0 = b * ROWS_PER_BLOCK;
-            long rows = N - n0 < ROWS_PER_BLOCK ? N - n0 : ROWS_PER_BLOCK;
-            /* The next whole block of this chunk, fetched during the first x tile. */
-            const char *next = b + 1 < end && n0 + 2 * ROWS_PER_BLOCK <= N ? (const char *)(w + (n0 + ROWS_PER_BLOCK) * K) : 0;
-            for (long m0 = 0; m0 < M; m0 += TILE_M) {
-                int tile_m = M - m0 < TILE_M ? (int)(M - m0) : TILE_M;
-                const char *fetch = m0 == 0 ? next : 0;
-                if (rows == ROWS_PER_BLOCK) {
-                    TILE_CASES(n0, ROWS_PER_BLOCK, fetch)
-                } else {
-                    for (long n = n0; n < n0 + rows; ++n) TILE_CASES(n, 1, 0)
-                }
+/* One GEMM call: its operands and its chunking (CHUNK_BYTES of weights per chunk). */
+struct gemm {
+    const float *x;
+    const uint16_t *w;
+    const float *bias;
+    float *y;
+    long M, N, K, ldx, ldy;
+    long blocks, per_chunk, chunks;
+    int helpers; /* pool workers allowed to join: threads - 1 */
+};
+
+static void run_chunk(const struct gemm *g, long c) {
+    const float *x = g->x, *bias = g->bias;
+    const uint16_t *w = g->w;
+    float *y = g->y;
+    long M = g->M, N = g->N, K = g->K, ldx = g->ldx, ldy = g->ldy;
+    long end = (c + 1) * g->per_chunk < g->blocks ? (c + 1) * g->per_chunk : g->blocks;
+    for (long b = c * g->per_chunk; b < end; ++b) {
+        long n0 = b * ROWS_PER_BLOCK;
+        long rows = N - n0 < ROWS_PER_BLOCK ? N - n0 : ROWS_PER_BLOCK;
+        /* The next whole block of this chunk, fetched during the first x tile. */
+        const char *next = b + 1 < end && n0 + 2 * ROWS_PER_BLOCK <= N ? (const char *)(w + (n0 + ROWS_PER_BLOCK) * K) : 0;
+        for (long m0 = 0; m0 < M; m0 += TILE_M) {
+            int tile_m = M - m0 < TILE_M ? (int)(M - m0) : TILE_M;
+            const char *fetch = m0 == 0 ? next : 0;
+            if (rows == ROWS_PER_BLOCK) {
+                TILE_CASES(n0, ROWS_PER_BLOCK, fetch)
+            } else {
+                for (long n = n0; n < n0 + rows; ++n) TILE_CASES(n, 1, 0)
             }
         }
     }
+}
+
+/* The thread pool. The caller publishes a job and works through its chunks itself;
+ * helper threads claim chunks as they happen to run. At the end the caller waits only for
+ * chunks a helper has claimed and not yet finished, never for a helper to arrive: on a
+ * busy host the OS may not run a helper for milliseconds, and an OpenMP region's join
+ * would wait for it (a 0.6 ms GEMM took 6 ms with another process on one of two cores).
+ *
+ * `ticket` packs the job's generation (high 32 bits) and its next unclaimed chunk (low 32
+ * bits), so a claim (a compare-and-swap) succeeds only on the job it read: a helper that
+ * wakes late, after its job ended and the next began, cannot take a chunk of the new job
+ * with the old job's operands. The operands are read before the claim and used only if it
+ * succeeds (a new job rewrites them only after every chunk of the old one is claimed).
+ * Helpers spin about SPIN_NS for the next job (decode calls come back to back), then
+ * sleep on a condition variable. The pool belongs to one process: after a fork (the
+ * multiprocess executor forks) the child finds a different pid and starts a new pool. */
+
+#define MAX_HELPERS 255
+#define SPIN_NS 80000L
+
+static struct {
+    pid_t pid;
+    int started;                       /* helpers created in this process */
+    pthread_t threads[MAX_HELPERS];
+    pthread_mutex_t lock;              /* guards sleeping helpers' wake-up */
+    pthread_cond_t wake;
+    struct gemm job;                   /* the current job's operands */
+    uint64_t ticket;                   /* generation << 32 | next chunk (atomic) */
+    long done;                         /* chunks of the current job finished (atomic) */
+    unsigned published;                /* jobs published (atomic) */
+    int sleepers;                      /* helpers asleep or about to sleep (atomic) */
+    int owner;                         /* a caller is using the pool (atomic) */
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Claims and runs chunks of the job of generation `generation` until none is left;
+ * `helper` is the caller's helper index, or -1 for the caller itself. */
+static void work(unsigned generation, int helper) {
+    for (;;) {
+        uint64_t ticket = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+        if ((unsigned)(ticket >> 32) != generation) return;
+        struct gemm job = pool.job;
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        long chunk = (long)(ticket & 0xFFFFFFFFu);
+        if (chunk >= job.chunks || helper >= job.helpers) return;
+        if (!__atomic_compare_exchange_n(&pool.ticket, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;
+        run_chunk(&job, chunk);
+        __atomic_fetch_add(&pool.done, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static void *helper_main(void *arg) {
+    int helper = (int)(intptr_t)arg;
+    unsigned seen = __atomic_load_n(&pool.published, __ATOMIC_ACQUIRE);
+    for (;;) {
+        long start = now_ns();
+        int spins = 0;
+        while (__atomic_load_n(&pool.published, __ATOMIC_ACQUIRE) == seen) {
+            cpu_relax();
+            if (++spins % 256 == 0 && now_ns() - start > SPIN_NS) {
+                pthread_mutex_lock(&pool.lock);
+                __atomic_fetch_add(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+                while (__atomic_load_n(&pool.published, __ATOMIC_SEQ_CST) == seen)
+                    pthread_cond_wait(&pool.wake, &pool.lock);
+                __atomic_fetch_sub(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+                pthread_mutex_unlock(&pool.lock);
+                break;
+            }
+        }
+        seen = __atomic_load_n(&pool.published, __ATOMIC_ACQUIRE);
+        work((unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE) >> 32), helper);
+    }
+    return 0;
+}
+
+/* Makes sure `helpers` helpers exist in this process (a forked child starts afresh);
+ * returns how many there are (fewer if the OS refuses threads). */
+static int ensure_helpers(int helpers) {
+    if (helpers > MAX_HELPERS) helpers = MAX_HELPERS;
+    while (pool.started < helpers) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&pool.threads[pool.started], &attr, helper_main, (void *)(intptr_t)pool.started);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        ++pool.started;
+    }
+    return pool.started < helpers ? pool.started : helpers;
+}
+
+void accord_bf16_weight_gemm(
+    const float *x, const uint16_t *w, const float *bias, float *y,
+    long M, long N, long K, long ldx, long ldy, int threads) {
+    struct gemm job = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ldx = ldx, .ldy = ldy};
+    job.blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    job.per_chunk = CHUNK_BYTES / (ROWS_PER_BLOCK * K * 2);
+    if (job.per_chunk < 1) job.per_chunk = 1;
+    job.chunks = (job.blocks + job.per_chunk - 1) / job.per_chunk;
+    job.helpers = (job.chunks < threads ? (int)job.chunks : threads) - 1;
+    pid_t pid = getpid();
+    if (pool.pid != pid) { /* a new process (a forked child has no helper threads) */
+        pool.pid = pid;
+        pool.started = 0;
+        pool.sleepers = 0;
+        pool.owner = 0;
+        pthread_mutex_init(&pool.lock, 0);
+        pthread_cond_init(&pool.wake, 0);
+    }
+    /* One caller at a time uses the pool; a concurrent caller (another Python thread)
+     * runs its chunks alone, which gives the same bits. */
+    if (job.helpers < 1 || job.chunks > 0xFFFFFFFFL || __atomic_exchange_n(&pool.owner, 1, __ATOMIC_ACQUIRE)) {
+        for (long c = 0; c < job.chunks; ++c) run_chunk(&job, c);
+        return;
+    }
+    job.helpers = ensure_helpers(job.helpers);
+    pool.job = job;
+    __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
+    unsigned generation = (unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_RELAXED) >> 32) + 1;
+    __atomic_store_n(&pool.ticket, (uint64_t)generation << 32, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&pool.published, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    work(generation, -1);
+    /* Every chunk is claimed: wait for those a helper is still running, yielding the core
+     * now and then in case that helper is waiting for one. */
+    for (int spins = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < job.chunks; ++spins) {
+        cpu_relax();
+        if (spins % 1024 == 1023) sched_yield();
+    }
+    __atomic_store_n(&pool.owner, 0, __ATOMIC_RELEASE);
 }
 
 /* dst = the high halves (bf16 bits) of the n fp32 values at src; returns 1 when every
