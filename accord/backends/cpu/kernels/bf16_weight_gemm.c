@@ -165,12 +165,14 @@ static struct {
     pthread_t threads[MAX_HELPERS];
     pthread_mutex_t lock;              /* guards sleeping helpers' wake-up */
     pthread_cond_t wake;
-    struct gemm job;                   /* the current job's operands */
-    uint64_t ticket;                   /* generation << 32 | next chunk (atomic) */
-    long done;                         /* chunks of the current job finished (atomic) */
-    unsigned published;                /* jobs published (atomic) */
-    int sleepers;                      /* helpers asleep or about to sleep (atomic) */
-    int owner;                         /* a caller is using the pool (atomic) */
+    /* Each shared counter on its own cache line: helpers spinning on `published` must
+     * not pull the line the claims and completions write to. */
+    struct gemm job __attribute__((aligned(64))); /* the current job's operands */
+    uint64_t ticket __attribute__((aligned(64))); /* generation << 32 | next chunk (atomic) */
+    long done __attribute__((aligned(64)));       /* chunks of the current job finished (atomic) */
+    unsigned published __attribute__((aligned(64))); /* jobs published (atomic) */
+    int sleepers __attribute__((aligned(64)));    /* helpers asleep or about to sleep (atomic) */
+    int owner;                                    /* a caller is using the pool (atomic) */
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static inline void cpu_relax(void) {
