@@ -9,9 +9,27 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from server_harness import ENGINE_FLAGS, ServerProcess
 
 MAX_TOKENS = 24
+
+
+def wait_until_admitted(server: ServerProcess, requests: int, timeout: float = 30.0) -> None:
+    """Wait until the engine holds `requests` requests (running or waiting), read from
+    /metrics: a request still connecting when SIGTERM lands is refused at the door,
+    which is another test's case."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        families = text_string_to_metric_families(httpx.get(f"{server.url}/metrics", timeout=10).text)
+        held = sum(
+            sample.value for family in families if family.name in ("accord:num_requests_running", "accord:num_requests_waiting")
+            for sample in family.samples
+        )
+        if held >= requests:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the server did not admit {requests} requests within {timeout} s")
 
 
 def test_sigterm_lets_the_request_in_flight_finish_then_exits_zero(demo_model: Path, cache_dir: Path) -> None:
@@ -44,7 +62,7 @@ def test_requests_that_outlive_a_short_drain_end_cleanly(demo_model: Path, cache
             events = response.iter_lines()
             assert next(events).startswith("data: ")
             waiter.start()
-            time.sleep(0.3)  # the whole request is in flight too
+            wait_until_admitted(server, 2)  # the whole request is in flight too
             server.terminate()
             rest = [line for line in events if line]
         waiter.join(timeout=60)
