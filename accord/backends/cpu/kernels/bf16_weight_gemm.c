@@ -152,12 +152,14 @@ static void run_chunk(const struct gemm *g, long c) {
  * wakes late, after its job ended and the next began, cannot take a chunk of the new job
  * with the old job's operands. The operands are read before the claim and used only if it
  * succeeds (a new job rewrites them only after every chunk of the old one is claimed).
- * Helpers spin about SPIN_NS for the next job (decode calls come back to back), then
- * sleep on a condition variable. The pool belongs to one process: after a fork (the
+ * Helpers spin about SPIN_NS for the next job, then sleep on a condition variable: a
+ * decode step's GEMMs come a few hundred microseconds apart (the glue between them), and
+ * with an 80 us spin the helpers slept and woke too late to help (152M decode 69 vs 46
+ * ms/token on a quiet 2-core host); 2 ms spans the gaps (43 vs 44). The pool belongs to one process: after a fork (the
  * multiprocess executor forks) the child finds a different pid and starts a new pool. */
 
 #define MAX_HELPERS 255
-#define SPIN_NS 80000L
+#define SPIN_NS 2000000L
 
 static struct {
     pid_t pid;
