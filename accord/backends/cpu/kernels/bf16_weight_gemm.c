@@ -151,12 +151,13 @@ static void run_chunk(const struct gemm *g, long c) {
  * bits), so a claim (a compare-and-swap) succeeds only on the job it read: a helper that
  * wakes late, after its job ended and the next began, cannot take a chunk of the new job
  * with the old job's operands. The operands are read before the claim and used only if it
- * succeeds (a new job rewrites them only after every chunk of the old one is claimed).
+ * succeeds: a new job first retires the old ticket, then rewrites them.
  * Helpers spin about SPIN_NS for the next job, then sleep on a condition variable: a
  * decode step's GEMMs come a few hundred microseconds apart (the glue between them), and
  * with an 80 us spin the helpers slept and woke too late to help (152M decode 69 vs 46
- * ms/token on a quiet 2-core host); 2 ms spans the gaps (43 vs 44). The pool belongs to one process: after a fork (the
- * multiprocess executor forks) the child finds a different pid and starts a new pool. */
+ * ms/token on a quiet 2-core host); 2 ms spans the gaps (43 vs 44). The pool belongs to
+ * one process: after a fork (the multiprocess executor forks) the child finds a different
+ * pid and starts a new pool. */
 
 #define MAX_HELPERS 255
 #define SPIN_NS 2000000L
@@ -266,14 +267,20 @@ void accord_bf16_weight_gemm(
     }
     /* One caller at a time uses the pool; a concurrent caller (another Python thread)
      * runs its chunks alone, which gives the same bits. */
-    if (job.helpers < 1 || job.chunks > 0xFFFFFFFFL || __atomic_exchange_n(&pool.owner, 1, __ATOMIC_ACQUIRE)) {
+    if (job.helpers < 1 || job.chunks >= 0xFFFFFFFFL || __atomic_exchange_n(&pool.owner, 1, __ATOMIC_ACQUIRE)) {
         for (long c = 0; c < job.chunks; ++c) run_chunk(&job, c);
         return;
     }
     job.helpers = ensure_helpers(job.helpers);
+    unsigned generation = (unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_RELAXED) >> 32) + 1;
+    /* Retire the previous job's ticket before its operands are overwritten: a helper the
+     * OS paused between reading that ticket and claiming with it (a busy host) then fails
+     * its claim, instead of running a chunk of a half-written job and counting it as done
+     * for this one. The new generation's ticket says "no chunk" until the job is whole. */
+    __atomic_store_n(&pool.ticket, (uint64_t)generation << 32 | 0xFFFFFFFFu, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     pool.job = job;
     __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
-    unsigned generation = (unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_RELAXED) >> 32) + 1;
     __atomic_store_n(&pool.ticket, (uint64_t)generation << 32, __ATOMIC_RELEASE);
     __atomic_fetch_add(&pool.published, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
