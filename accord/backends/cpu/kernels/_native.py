@@ -3,8 +3,9 @@ system C compiler, cached, and loaded through ctypes.
 
 Plain C with no torch headers builds in about a second (a torch C++ extension takes tens
 of seconds), so even a cold start-up stays short; `-march=native` makes it the host's
-vector code, so the cache key holds the source, the compiler, its flags and the CPU's
-flags, and a cache shared between different hosts never serves one the other's build.
+vector code, so the cache key holds the source (with the headers beside it), the
+compiler, its flags and the CPU's flags, and a cache shared between different hosts
+never serves one the other's build.
 `-fopenmp` links torch's own libgomp (already loaded), so there is one OpenMP runtime.
 Without a C compiler (or when a build fails) `load` gives None and callers keep their
 torch path.
@@ -46,7 +47,9 @@ def _cpu_flags() -> str:
 
 def _build(compiler: str, source: Path) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\0".join([source.read_text(), " ".join(FLAGS), version, _cpu_flags()]).encode())
+    # The headers beside the source (shared helpers it may include) are part of its text.
+    headers = [header.read_text() for header in sorted(source.parent.glob("*.h"))]
+    key = hashlib.sha256("\0".join([source.read_text(), *headers, " ".join(FLAGS), version, _cpu_flags()]).encode())
     library = _cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if library.is_file():
         return library

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "bf16.h"
 
 #define LANES 16
 #define ROWS_PER_BLOCK 4
@@ -53,13 +54,6 @@ static inline vfloat load_bf16(const uint16_t *p) {
     vfloat v;
     memcpy(&v, &wide, sizeof v);
     return v;
-}
-
-static inline float bf16_scalar(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
 }
 
 static inline float lane_sum(vfloat v) {
@@ -91,7 +85,7 @@ static inline __attribute__((always_inline)) void tile(
     for (int m = 0; m < tile_m; ++m) {
         for (int r = 0; r < rows; ++r) {
             float s = lane_sum(acc[m][r]);
-            for (long t = k; t < K; ++t) s += x[(m0 + m) * ldx + t] * bf16_scalar(w[(n0 + r) * K + t]);
+            for (long t = k; t < K; ++t) s += x[(m0 + m) * ldx + t] * bf16_to_float(w[(n0 + r) * K + t]);
             if (bias) s += bias[n0 + r];
             y[(m0 + m) * ldy + n0 + r] = s;
         }

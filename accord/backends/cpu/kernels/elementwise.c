@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "bf16.h"
 
 enum { DTYPE_F32 = 0, DTYPE_BF16 = 1 };
 
@@ -43,26 +44,14 @@ enum { DTYPE_F32 = 0, DTYPE_BF16 = 1 };
     } while (0)
 
 static inline float load(const void *base, long i, int dtype) {
-    if (dtype == DTYPE_BF16) {
-        uint32_t bits = (uint32_t)((const uint16_t *)base)[i] << 16;
-        float value;
-        memcpy(&value, &bits, sizeof value);
-        return value;
-    }
-    return ((const float *)base)[i];
+    return dtype == DTYPE_BF16 ? bf16_to_float(((const uint16_t *)base)[i]) : ((const float *)base)[i];
 }
 
 static inline void store(void *base, long i, float value, int dtype) {
-    if (dtype == DTYPE_BF16) {
-        uint32_t bits;
-        memcpy(&bits, &value, sizeof bits);
-        uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-        /* NaN stays NaN (quieted): rounding could carry its payload into infinity. */
-        uint32_t nan = (bits >> 16) | 0x40u;
-        ((uint16_t *)base)[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-    } else {
+    if (dtype == DTYPE_BF16)
+        ((uint16_t *)base)[i] = float_to_bf16(value);
+    else
         ((float *)base)[i] = value;
-    }
 }
 
 static inline size_t element_size(int dtype) { return dtype == DTYPE_BF16 ? 2 : 4; }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "bf16.h"
 
 #define LANES 16
 
@@ -26,21 +27,6 @@ enum dtype { FP32 = 0, BF16 = 1 };
 typedef float vfloat __attribute__((vector_size(LANES * 4)));
 typedef uint32_t vuint __attribute__((vector_size(LANES * 4)));
 typedef uint16_t vhalf __attribute__((vector_size(LANES * 2)));
-
-static inline float bf16_to_float(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* Round to nearest even, NaN kept a (quiet) NaN: what torch's float -> bfloat16 does. */
-static inline uint16_t float_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);
-    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
 
 /* LANES channels starting at element i of a row of `dtype`, as fp32. */
 static inline vfloat load_lanes(const void *row, long i, const int dtype) {
