@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -62,18 +63,26 @@ def _build(compiler: str, source: Path) -> Path:
     return library
 
 
+#: An entry point's C signature: (name, return type or None, argument types).
+Signature = tuple[str, Any, tuple[Any, ...]]
+
+
 @cache
-def load(source_name: str) -> ctypes.CDLL | None:
+def load(source_name: str, signatures: tuple[Signature, ...]) -> ctypes.CDLL | None:
     """The library built from the C file `source_name` beside this module (built on first
-    use, then from the cache); None where it cannot be built, with the reason logged.
-    The caller declares the entry points' argument types."""
+    use, then from the cache) with the entry points of `signatures` typed; None where it
+    cannot be built, with the reason logged."""
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         logger.info("no C compiler found: %s is not built, its torch path runs instead", source_name)
         return None
     try:
-        return ctypes.CDLL(str(_build(compiler, Path(__file__).with_name(source_name))))
+        library = ctypes.CDLL(str(_build(compiler, Path(__file__).with_name(source_name))))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error
         logger.warning("building %s failed, its torch path runs instead: %s", source_name, detail)
         return None
+    for name, restype, argtypes in signatures:
+        entry = getattr(library, name)
+        entry.restype, entry.argtypes = restype, list(argtypes)
+    return library

@@ -18,16 +18,12 @@ DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 INDEX_BYTES = {torch.int32: 4, torch.int64: 8}
 
 
-@cache
+@cache  # the kernels call this per op: one lookup, not a hash of the signatures
 def _library() -> ctypes.CDLL | None:
     """The built library with its entry point typed; None where it cannot be built."""
-    library = _native.load("paged_decode_attention.c")
-    if library is None:
-        return None
-    entry = library.accord_paged_decode_attention
-    entry.restype = ctypes.c_long
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_float]
-    return library
+    return _native.load(
+        "paged_decode_attention.c", (("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float)),)
+    )
 
 
 def attend_decodes(

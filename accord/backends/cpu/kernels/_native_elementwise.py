@@ -29,22 +29,19 @@ PARALLEL_ELEMENTS = 1 << 16
 _P, _L, _I, _F = ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_float
 
 
-@cache
+#: The entry points of elementwise.c.
+SIGNATURES = (
+    ("accord_rms_norm", None, (_P,) * 5 + (_L, _L, _F, _I, _I)),
+    ("accord_rotary_embedding", _I, (_P, _I) + (_P,) * 5 + (_L,) * 6 + (_I, _I, _I)),
+    ("accord_silu_and_mul", None, (_P, _P, _L, _L, _I, _I)),
+    ("accord_reshape_and_cache", _I, (_P,) * 5 + (_I, _L, _L, _L)),
+)
+
+
+@cache  # the kernels call this per op: one lookup, not a hash of the signatures
 def _library() -> ctypes.CDLL | None:
     """The built library with its entry points typed; None where it cannot be built."""
-    library = _native.load("elementwise.c")
-    if library is None:
-        return None
-    signatures = {
-        "accord_rms_norm": (None, [_P] * 5 + [_L, _L, _F, _I, _I]),
-        "accord_rotary_embedding": (_I, [_P, _I] + [_P] * 5 + [_L] * 6 + [_I, _I, _I]),
-        "accord_silu_and_mul": (None, [_P, _P, _L, _L, _I, _I]),
-        "accord_reshape_and_cache": (_I, [_P] * 5 + [_I, _L, _L, _L]),
-    }
-    for name, (restype, argtypes) in signatures.items():
-        entry = getattr(library, name)
-        entry.restype, entry.argtypes = restype, argtypes
-    return library
+    return _native.load("elementwise.c", SIGNATURES)
 
 
 def _threads(elements: int) -> int:

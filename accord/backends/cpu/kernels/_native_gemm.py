@@ -11,17 +11,17 @@ import torch
 from . import _native
 
 
-@cache
+#: The entry points of bf16_weight_gemm.c.
+SIGNATURES = (
+    ("accord_bf16_weight_gemm", None, (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 5 + (ctypes.c_int,)),
+    ("accord_exact_bf16", ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int)),
+)
+
+
+@cache  # the kernels call this per op: one lookup, not a hash of the signatures
 def _library() -> ctypes.CDLL | None:
     """The built library with its entry points typed; None where it cannot be built."""
-    library = _native.load("bf16_weight_gemm.c")
-    if library is None:
-        return None
-    library.accord_bf16_weight_gemm.restype = None
-    library.accord_bf16_weight_gemm.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 5 + [ctypes.c_int]
-    library.accord_exact_bf16.restype = ctypes.c_int
-    library.accord_exact_bf16.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
-    return library
+    return _native.load("bf16_weight_gemm.c", SIGNATURES)
 
 
 def available() -> bool:
