@@ -21,9 +21,8 @@ INDEX_BYTES = {torch.int32: 4, torch.int64: 8}
 @cache  # the kernels call this per op: one lookup, not a hash of the signatures
 def _library() -> ctypes.CDLL | None:
     """The built library with its entry point typed; None where it cannot be built."""
-    return _native.load(
-        "paged_decode_attention.c", (("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float)),)
-    )
+    entry = ("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float))
+    return _native.load("paged_decode_attention.c", (entry,))
 
 
 def attend_decodes(
