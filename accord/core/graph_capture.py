@@ -18,6 +18,8 @@ from typing import Callable, Mapping, Protocol
 
 import torch
 
+from ..op_contracts import ContractError
+
 #: A decode step over named input tensors (first dimension = batch rows) to one output
 #: tensor (first dimension = batch rows, e.g. logits).
 StepFn = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
@@ -78,24 +80,39 @@ class DecodeGraphs:
             for name, spec in self.specs.items()
         }
         self._graphs: dict[int, Callable[[], torch.Tensor]] = {}
+        #: Why each bucket the backend would not capture was refused, by size.
+        self.refused: dict[int, str] = {}
         #: How many steps replayed a graph, and how many ran eagerly (outside the buckets).
         self.replays = 0
         self.eager_runs = 0
 
     def capture(self) -> None:
-        """Capture every bucket, the largest first (as CUDA graph pools like it)."""
+        """Capture every bucket, the largest first (as CUDA graph pools like it). A bucket
+        whose capture the backend refuses (its step does work the backend cannot
+        record at that size) is left out, with the reason in `refused`: its batches run
+        eagerly. A ContractError is raised, never taken for a refusal."""
         for size in reversed(self.sizes):
             views = {name: buffer[:size] for name, buffer in self.buffers.items()}
-            self._graphs[size] = self.capturer.graph_capture(lambda views=views: self.step(views))
+            try:
+                self._graphs[size] = self.capturer.graph_capture(lambda views=views: self.step(views))
+            except ContractError:
+                raise
+            except Exception as error:  # noqa: BLE001 - any other failure leaves this bucket eager
+                self.refused[size] = f"{type(error).__name__}: {error}"
 
     @property
     def captured(self) -> tuple[int, ...]:
         """The bucket sizes captured so far."""
         return tuple(sorted(self._graphs))
 
+    def replays_batch(self, batch: int) -> bool:
+        """Whether a decode step of `batch` rows would replay a captured graph."""
+        return bucket_for(batch, self.sizes) in self._graphs
+
     def run(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The step's output rows for `inputs` (every buffer's tensor, `batch` rows):
-        replayed in the smallest captured bucket that holds them, else run eagerly."""
+        replayed in the smallest bucket that holds them if it was captured, else run
+        eagerly."""
         if inputs.keys() != self.specs.keys():
             raise ValueError(f"decode inputs must be exactly {sorted(self.specs)}, got {sorted(inputs)}")
         rows = {int(t.shape[0]) for t in inputs.values()}
