@@ -80,17 +80,18 @@ class DecodeGraphs:
             for name, spec in self.specs.items()
         }
         self._graphs: dict[int, Callable[[], torch.Tensor]] = {}
-        #: Why each bucket the backend would not capture was refused, by size.
-        self.refused: dict[int, str] = {}
+        #: The error each bucket the backend did not capture raised, by size.
+        self.refused: dict[int, Exception] = {}
         #: How many steps replayed a graph, and how many ran eagerly (outside the buckets).
         self.replays = 0
         self.eager_runs = 0
 
     def capture(self) -> None:
         """Capture every bucket, the largest first (as CUDA graph pools like it). A bucket
-        whose capture the backend refuses (its step does work the backend cannot
-        record at that size) is left out, with the reason in `refused`: its batches run
-        eagerly. A ContractError is raised, never taken for a refusal."""
+        the backend does not capture is left out, its error in `refused`, and its
+        batches run eagerly: a NotImplementedError is the backend declining a step it
+        cannot record at that size, anything else a failed capture. A ContractError is
+        raised, never taken for either."""
         for size in reversed(self.sizes):
             views = {name: buffer[:size] for name, buffer in self.buffers.items()}
             try:
@@ -98,7 +99,7 @@ class DecodeGraphs:
             except ContractError:
                 raise
             except Exception as error:  # noqa: BLE001 - any other failure leaves this bucket eager
-                self.refused[size] = f"{type(error).__name__}: {error}"
+                self.refused[size] = error
 
     @property
     def captured(self) -> tuple[int, ...]:

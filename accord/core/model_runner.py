@@ -191,12 +191,15 @@ class ModelRunner:
         graphs = DecodeGraphs(self.backend, self._decode_step, inputs, capture_sizes(largest), self.device)
         with torch.inference_mode():
             graphs.capture()
-        for size, reason in sorted(graphs.refused.items()):
-            logger.info("decode graph for batch %d not captured, its steps run eagerly: %s", size, reason)
-        if not graphs.captured:
-            logger.warning("no decode graph was captured (%s); every step runs eagerly", graphs.refused[largest])
-            return
-        self.decode_graphs = graphs
+        for size, error in sorted(graphs.refused.items()):
+            # A backend declining a step it cannot record is expected (INFO); a capture
+            # that failed otherwise is not.
+            level = logging.INFO if isinstance(error, NotImplementedError) else logging.WARNING
+            logger.log(level, "decode graph for batch %d not captured, its steps run eagerly: %s: %s",
+                       size, type(error).__name__, error)
+        if graphs.captured:
+            logger.info("decode graphs captured for batches %s", graphs.captured)
+            self.decode_graphs = graphs
 
     def _decode_step(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The hidden states of one token per sequence over the graphs' buffers. The

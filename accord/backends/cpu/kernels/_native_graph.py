@@ -36,8 +36,9 @@ aten = torch.ops.aten
 ALLOCATIONS = frozenset({aten.empty.memory_format, aten.empty_like.default, aten.empty_strided.default})
 
 
-class CaptureRefused(RuntimeError):
-    """The step does work a replay of its native calls would not repeat."""
+class CaptureRefused(NotImplementedError):
+    """The step does work a replay of its native calls would not repeat (a
+    NotImplementedError: the engine runs such a step eagerly, as expected)."""
 
 
 class _PackedArg(ctypes.Union):
