@@ -182,6 +182,10 @@ class Backend:
     #: The largest decode batch whose step this backend can capture (None: no limit of
     #: its own; the engine's max_cudagraph_capture_size still applies).
     max_graph_batch: int | None = None
+    #: Whether a capture records a torch.compile'd step too (a CUDA graph records every
+    #: kernel launched, inductor's included). A backend recording only its own kernels
+    #: would miss the compiled code's: the engine then captures nothing under -O.
+    captures_compiled_steps: bool = True
 
     def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
         """Capture a no-argument step over persistent buffers into a replay that returns

@@ -38,6 +38,8 @@ class DeviceBackend(KernelProvider, Protocol):
     captures_graphs: bool
     #: The largest decode batch the backend captures (None: no limit of its own).
     max_graph_batch: int | None
+    #: Whether a capture records a torch.compile'd step too.
+    captures_compiled_steps: bool
 
     def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]: ...
 

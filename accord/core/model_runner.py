@@ -175,6 +175,10 @@ class ModelRunner:
         self.decode_graphs = None
         if self.config.enforce_eager or not self.backend.captures_graphs:
             return
+        if self.config.compilation_config and not self.backend.captures_compiled_steps:
+            logger.info("no decode graphs: backend %s does not record a compiled step (-O%d)",
+                        self.backend.name, self.config.compilation_config)
+            return
         max_blocks = self.input_batch.block_table.shape[1]
         inputs = {
             "input_ids": InputSpec((), torch.int64, 0),

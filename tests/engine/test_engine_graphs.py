@@ -8,6 +8,7 @@ eager steps where it refuses."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Callable
@@ -29,6 +30,7 @@ class GraphDoubleCpu(CpuBackend):
 
     captures_graphs = True
     max_graph_batch = None
+    captures_compiled_steps = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -133,6 +135,18 @@ def test_the_cpu_backend_replays_batch_one_decode_steps_with_the_eager_tokens(tm
     # The last request decodes alone for its last steps: those replayed.
     assert graphs.replays >= 2
     _assert_all_blocks_free(llm)
+
+
+def test_a_compiled_step_is_not_captured_by_a_backend_that_records_only_its_own_kernels(llama_dir: Path) -> None:
+    backend = GraphDoubleCpu()
+    runner = _llm(llama_dir, backend, max_cudagraph_capture_size=2).llm_engine.executor.driver_worker.runner
+    assert runner.decode_graphs is not None and backend.captures == 2
+    # As under -O: the cpu backend's graphs are its native calls, not inductor's code.
+    backend.captures_compiled_steps = False
+    runner.config = dataclasses.replace(runner.config, compilation_config=1)
+    runner.capture_decode_graphs()
+    assert runner.decode_graphs is None and backend.captures == 2
+    assert CpuBackend.captures_compiled_steps is False
 
 
 def test_an_aborted_request_frees_its_blocks_between_replays(llama_dir: Path) -> None:

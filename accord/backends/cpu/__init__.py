@@ -67,6 +67,10 @@ class CpuBackend(Backend):
 
         return prepack(weight)
 
+    #: Its graphs are calls into accord's C kernels: inductor's compiled code runs
+    #: outside them.
+    captures_compiled_steps = False
+
     @property
     def captures_graphs(self) -> bool:  # type: ignore[override]
         """Whether decode steps are captured: where their GEMMs can run in native kernels
