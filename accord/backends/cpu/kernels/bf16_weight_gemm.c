@@ -17,13 +17,18 @@
  * 1.2x faster than the plain layout with its next-block prefetch, and bit for bit alike.
  *
  * Work split: inside a block, x is taken TILE_M rows at a time so the block's weights (a
- * few KiB, in L1) are read from memory once whatever M is. Threads take chunks of
- * consecutive blocks (about CHUNK_BYTES of weights) from a shared counter rather than a
- * fixed half each: the work of a thread the OS runs late (a busy host) or that wakes late
- * goes to the others, and the call never waits for a thread that has claimed no chunk
- * (the thread pool below). Every output element is computed by the same code whichever
- * thread runs it, so the result does not depend on the split or the thread count (batch
- * invariance).
+ * few KiB, in L1) are read from memory once whatever M is. The blocks are cut into chunks
+ * of about CHUNK_BYTES of weights, and the chunks into one contiguous range per thread of
+ * the call. A thread claims the chunks of its own range front to back from that range's
+ * counter, so it streams one run of memory and its prefetch runs on into its own next
+ * chunk; then it helps with what is left of the other ranges. Dynamic claims keep the
+ * work of a thread the OS runs late (a busy host) or that wakes late going to the others,
+ * and the call never waits for a thread that has claimed no chunk (the thread pool
+ * below). With one shared counter instead, the two threads took alternate chunks, and one
+ * thread reading every other 64 KiB chunk (their pattern) streamed 0.9x as fast as
+ * reading them in order (one thread, CPU time, the 152M decode weights). Every output
+ * element is computed by the same code whichever thread runs it, so the result does not
+ * depend on the split or the thread count (batch invariance).
  *
  * Prefetch: PREFETCH_BYTES ahead of the read position, into L2. 4 KiB measured best of
  * 2, 3, 4, 6 and 8 KiB; prefetching into L1 measured the same, a non-temporal prefetch
@@ -122,6 +127,10 @@ struct gemm {
     int helpers; /* pool workers allowed to join: threads - 1 */
 };
 
+/* The first chunk of range r; there is one range per thread of the call (helpers + 1),
+ * and range r ends where range r + 1 starts. */
+static inline long range_start(const struct gemm *g, int r) { return g->chunks * r / (g->helpers + 1); }
+
 static void run_chunk(const struct gemm *g, long c) {
     const float *x = g->x, *bias = g->bias;
     const uint16_t *w = g->w;
@@ -149,11 +158,12 @@ static void run_chunk(const struct gemm *g, long c) {
  * busy host the OS may not run a helper for milliseconds, and an OpenMP region's join
  * would wait for it (a 0.6 ms GEMM took 6 ms with another process on one of two cores).
  *
- * `ticket` packs the job's generation (high 32 bits) and its next unclaimed chunk (low 32
- * bits), so a claim (a compare-and-swap) succeeds only on the job it read: a helper that
- * wakes late, after its job ended and the next began, cannot take a chunk of the new job
- * with the old job's operands. The operands are read before the claim and used only if it
- * succeeds: a new job first retires the old ticket, then rewrites them.
+ * Each range's `ticket` packs the job's generation (high 32 bits) and the range's next
+ * unclaimed chunk (low 32 bits), so a claim (a compare-and-swap) succeeds only on the job
+ * it read: a helper that wakes late, after its job ended and the next began, cannot take
+ * a chunk of the new job with the old job's operands. The operands are copied between
+ * two reads of range 0's ticket and used only if a claim succeeds: a new job first
+ * retires every ticket, then rewrites them.
  * Helpers spin about SPIN_NS for the next job, then sleep on a condition variable: a
  * decode step's GEMMs come a few hundred microseconds apart (the glue between them), and
  * with an 80 us spin the helpers slept and woke too late to help (152M decode 69 vs 46
@@ -173,7 +183,8 @@ static struct {
     /* Each shared counter on its own cache line: helpers spinning on `published` must
      * not pull the line the claims and completions write to. */
     struct gemm job __attribute__((aligned(64))); /* the current job's operands */
-    uint64_t ticket __attribute__((aligned(64))); /* generation << 32 | next chunk (atomic) */
+    /* Per range: generation << 32 | its next chunk (atomic), each on its own line. */
+    struct { uint64_t value __attribute__((aligned(64))); } ticket[MAX_HELPERS + 1];
     long done __attribute__((aligned(64)));       /* chunks of the current job finished (atomic) */
     unsigned published __attribute__((aligned(64))); /* jobs published (atomic) */
     int sleepers __attribute__((aligned(64)));    /* helpers asleep or about to sleep (atomic) */
@@ -192,20 +203,32 @@ static long now_ns(void) {
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-/* Claims and runs chunks of the job of generation `generation` until none is left;
- * `helper` is the caller's helper index, or -1 for the caller itself. */
-static void work(unsigned generation, int helper) {
-    for (;;) {
-        uint64_t ticket = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
-        if ((unsigned)(ticket >> 32) != generation) return;
-        struct gemm job = pool.job;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        long chunk = (long)(ticket & 0xFFFFFFFFu);
-        if (chunk >= job.chunks || helper >= job.helpers) return;
-        if (!__atomic_compare_exchange_n(&pool.ticket, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            continue;
-        run_chunk(&job, chunk);
-        __atomic_fetch_add(&pool.done, 1, __ATOMIC_RELEASE);
+/* Claims and runs chunks of the job of generation `generation` until none is left:
+ * first those of its own range (`self`: 0 for the caller, helper index + 1), front to back,
+ * then what is left of the other ranges in turn. The job's operands are copied between
+ * two reads of range 0's ticket (a seqlock: a new job retires every ticket before it
+ * rewrites them), and a claim succeeds only while its range's ticket is of this job. */
+static void work(unsigned generation, int self) {
+    uint64_t seen = __atomic_load_n(&pool.ticket[0].value, __ATOMIC_ACQUIRE);
+    if ((unsigned)(seen >> 32) != generation || (seen & 0xFFFFFFFFu) == 0xFFFFFFFFu) return;
+    struct gemm job = pool.job;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if ((unsigned)(__atomic_load_n(&pool.ticket[0].value, __ATOMIC_RELAXED) >> 32) != generation) return;
+    int ranges = job.helpers + 1;
+    if (self >= ranges) return;
+    for (int visited = 0; visited < ranges; ++visited) {
+        int r = (self + visited) % ranges;
+        long end = range_start(&job, r + 1);
+        for (;;) {
+            uint64_t ticket = __atomic_load_n(&pool.ticket[r].value, __ATOMIC_ACQUIRE);
+            long chunk = (long)(ticket & 0xFFFFFFFFu);
+            if ((unsigned)(ticket >> 32) != generation) return;
+            if (chunk >= end) break;
+            if (!__atomic_compare_exchange_n(&pool.ticket[r].value, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                continue;
+            run_chunk(&job, chunk);
+            __atomic_fetch_add(&pool.done, 1, __ATOMIC_RELEASE);
+        }
     }
 }
 
@@ -228,7 +251,7 @@ static void *helper_main(void *arg) {
             }
         }
         seen = __atomic_load_n(&pool.published, __ATOMIC_ACQUIRE);
-        work((unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE) >> 32), helper);
+        work((unsigned)(__atomic_load_n(&pool.ticket[0].value, __ATOMIC_ACQUIRE) >> 32), helper + 1);
     }
     return 0;
 }
@@ -274,23 +297,27 @@ void accord_bf16_weight_gemm(
         return;
     }
     job.helpers = ensure_helpers(job.helpers);
-    unsigned generation = (unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_RELAXED) >> 32) + 1;
-    /* Retire the previous job's ticket before its operands are overwritten: a helper the
-     * OS paused between reading that ticket and claiming with it (a busy host) then fails
-     * its claim, instead of running a chunk of a half-written job and counting it as done
-     * for this one. The new generation's ticket says "no chunk" until the job is whole. */
-    __atomic_store_n(&pool.ticket, (uint64_t)generation << 32 | 0xFFFFFFFFu, __ATOMIC_SEQ_CST);
+    unsigned generation = (unsigned)(__atomic_load_n(&pool.ticket[0].value, __ATOMIC_RELAXED) >> 32) + 1;
+    /* Retire the previous job's tickets (every range a helper of this process may have
+     * read) before its operands are overwritten: a helper the OS paused between reading
+     * a ticket and claiming with it (a busy host) then fails its claim, instead of running
+     * a chunk of a half-written job and counting it as done for this one. The new
+     * generation's tickets say "no chunk" until the job is whole. */
+    for (int r = 0; r <= pool.started; ++r)
+        __atomic_store_n(&pool.ticket[r].value, (uint64_t)generation << 32 | 0xFFFFFFFFu, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     pool.job = job;
     __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&pool.ticket, (uint64_t)generation << 32, __ATOMIC_RELEASE);
+    /* Range 0's ticket last: it is the one helpers check the job by. */
+    for (int r = job.helpers; r >= 0; --r)
+        __atomic_store_n(&pool.ticket[r].value, (uint64_t)generation << 32 | (uint64_t)range_start(&job, r), __ATOMIC_RELEASE);
     __atomic_fetch_add(&pool.published, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    work(generation, -1);
+    work(generation, 0);
     /* Every chunk is claimed: wait for those a helper is still running, yielding the core
      * now and then in case that helper is waiting for one. */
     for (int spins = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < job.chunks; ++spins) {
