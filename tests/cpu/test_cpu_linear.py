@@ -169,7 +169,7 @@ def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_
     threads = torch.get_num_threads()
     outputs = []
     try:
-        for count in (1, 2):
+        for count in (1, 2, 3):  # 3: ranges of unequal chunk counts, more threads than cores
             torch.set_num_threads(count)
             for rows in (1, 3, 4):
                 out = torch.empty(rows, 1203)
