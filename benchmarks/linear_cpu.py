@@ -61,7 +61,7 @@ def paths(rows: int, n: int, k: int) -> tuple[dict[str, Callable[[], object]], i
         "fp32 oneDNN": lambda: torch.ops.mkldnn._linear_pointwise(x, packed32, None, "none", [], ""),
     }
     if _native_gemm.available():
-        streamed = _native_gemm.Bf16Weight(weight)
+        streamed = _native_gemm.bf16_weight(weight)
         calls["bf16w native"] = lambda: streamed(x, None, out)
     calls["bf16 oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(x16, packed16, None, "none", [], "")
     calls["backend"] = lambda: cpu_linear.linear(x, prepared, None, out)

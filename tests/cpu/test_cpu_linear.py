@@ -76,7 +76,7 @@ def test_bf16_valued_weight_matches_reference_at_fp32_tolerance(cpu_ops, referen
     weight = (torch.randn(90, 200) / 14).bfloat16().float()
     bias = torch.randn(90) if with_bias else None
     prepared = get_backend("cpu").prepare_linear_weight(weight)
-    assert getattr(prepared, BF16_COPY).copy.dtype == torch.bfloat16
+    assert isinstance(getattr(prepared, BF16_COPY), _native_gemm.Bf16Weight)
     x = torch.randn(rows, 200)
     got = cpu_ops.linear(x, prepared, bias)
     want = reference_ops.linear(x, weight, bias)
@@ -90,7 +90,7 @@ def test_bf16_weight_gemm_keeps_fp32_activations() -> None:
     weight = torch.randn(64, 48).bfloat16()
     x = torch.randn(3, 48) * (1 + 2**-12)
     out = torch.empty(3, 64)
-    _native_gemm.Bf16Weight(weight)(x, None, out)
+    _native_gemm.bf16_weight(weight)(x, None, out)
     want = (x.double() @ weight.double().t()).float()
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
@@ -121,13 +121,32 @@ def test_no_bf16_copy_on_a_cpu_the_bf16_weight_gemm_does_not_pay_on(monkeypatch)
     assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)
 
 
+def _streamed_values(streamed: _native_gemm.Bf16Weight, depth: int) -> torch.Tensor:
+    """The weight [N, K] a streamed GEMM holds, read back through the GEMM itself: row k
+    of the identity picks column k of W, exactly (one nonzero product per output)."""
+    out = torch.empty(depth, streamed.packed.numel() // depth)
+    streamed(torch.eye(depth), None, out)
+    return out.t()
+
+
 @needs_bf16_copies
-def test_exact_bf16_copy_is_the_values_and_refuses_a_value_bf16_cannot_hold() -> None:
-    weight = torch.randn(33, 70).bfloat16().float()
+@pytest.mark.parametrize("shape", [(1, 1), (3, 15), (4, 16), (5, 17), (33, 70), (8, 64)])
+def test_exact_bf16_copy_is_the_values_and_refuses_a_value_bf16_cannot_hold(shape) -> None:
+    # Shapes on and off the kernel's 4-row blocks and 16-column slices of its layout.
+    weight = torch.randn(shape).bfloat16().float()
     streamed = _native_gemm.exact_bf16(weight)
-    assert streamed is not None and streamed.copy.dtype == torch.bfloat16 and torch.equal(streamed.copy.float(), weight)
-    weight[32, 69] += weight[32, 69].abs() * 2**-12
+    assert streamed is not None and streamed.packed.dtype == torch.bfloat16
+    assert torch.equal(_streamed_values(streamed, shape[1]), weight)
+    weight[-1, -1] += weight[-1, -1].abs() * 2**-12
     assert _native_gemm.exact_bf16(weight) is None
+
+
+@needs_bf16_copies
+def test_a_bf16_weight_streams_its_own_values_and_an_fp32_one_is_refused() -> None:
+    weight = torch.randn(13, 37).bfloat16()
+    assert torch.equal(_streamed_values(_native_gemm.bf16_weight(weight), 37), weight.float())
+    with pytest.raises(TypeError, match="bfloat16"):
+        _native_gemm.bf16_weight(weight.float())
 
 
 def test_without_a_c_compiler_the_bf16_valued_weight_takes_the_torch_path(monkeypatch, cpu_ops, reference_ops, nmse_of) -> None:
@@ -150,7 +169,7 @@ def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_
     threads = torch.get_num_threads()
     outputs = []
     try:
-        for count in (1, 2):
+        for count in (1, 2, 3):  # 3: ranges of unequal chunk counts, more threads than cores
             torch.set_num_threads(count)
             for rows in (1, 3, 4):
                 out = torch.empty(rows, 1203)
@@ -167,7 +186,7 @@ def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_
 def _gemm_case() -> tuple[_native_gemm.Bf16Weight, torch.Tensor, torch.Tensor]:
     """A bf16-weight GEMM of many work chunks (N off its 4-row blocks, K off its 16 lanes),
     its input, and its result computed on one thread."""
-    gemm = _native_gemm.Bf16Weight((torch.randn(1203, 1000) / 32).bfloat16())
+    gemm = _native_gemm.bf16_weight((torch.randn(1203, 1000) / 32).bfloat16())
     x = torch.randn(2, 1000)
     want = torch.empty(2, 1203)
     previous = torch.get_num_threads()

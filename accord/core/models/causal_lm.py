@@ -79,11 +79,6 @@ class CausalLM:
         """This rank's embedding rows [V_rank, H]."""
         return self.embedding.weight
 
-    @property
-    def lm_head(self) -> torch.Tensor:
-        """This rank's LM head rows [V_rank, H] (the embedding's when tied)."""
-        return self.head.weight
-
     @classmethod
     def load(cls, weights: WeightLoader, config: ModelConfig, build_layer: LayerBuilder) -> CausalLM:
         """Every tensor (this rank's shard of it) from the checkpoint; `build_layer` makes
@@ -100,7 +95,7 @@ class CausalLM:
             lm_head = weights.tensor("lm_head.weight", (vocab, hidden), shard=rows)
         comm = parallel.tp_comm()
         embedding = VocabParallelEmbedding(embed, rows.bounds(vocab)[0], comm)
-        head = ParallelLMHead(DenseLinear(weights.ops, lm_head), lm_head, rows.extents(vocab), comm)
+        head = ParallelLMHead(DenseLinear(weights.ops, lm_head), rows.extents(vocab), comm)
         return cls(config, weights.ops, embedding, layers, norm, head)
 
     def moe_blocks(self) -> list[RoutedExperts]:

@@ -1,5 +1,5 @@
-"""The bf16-weight GEMM of bf16_weight_gemm.c (with the one-pass bf16 copy the load
-makes), built and loaded by `_native`."""
+"""The bf16-weight GEMM of bf16_weight_gemm.c (with the one-pass packing of a weight
+into its blocked bf16 layout that the load makes), built and loaded by `_native`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from . import _native
 #: The entry points of bf16_weight_gemm.c.
 SIGNATURES = (
     ("accord_bf16_weight_gemm", None, (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 5 + (ctypes.c_int,)),
-    ("accord_exact_bf16", ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int)),
+    (
+        "accord_pack_bf16_weight", ctypes.c_int,
+        (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int),
+    ),
 )
 
 
@@ -30,21 +33,22 @@ def available() -> bool:
 
 
 class Bf16Weight:
-    """An exact bf16 copy of an fp32 weight [N, K] (`copy`), callable as the bf16-weight
-    GEMM on it: what every call needs of the weight (its data pointer, sizes, the typed
-    entry point) is bound once here, because a decode step makes one such call per
-    projection and each Python-level step of it costs a microsecond or more."""
+    """A weight [N, K] packed as bf16 into the GEMM's blocked layout (`packed`, opaque:
+    see bf16_weight_gemm.c), callable as the bf16-weight GEMM on it: what every call needs
+    of the weight (its data pointer, sizes, the typed entry point) is bound once here,
+    because a decode step makes one such call per projection and each Python-level step
+    of it costs a microsecond or more. Build it with `bf16_weight` or `exact_bf16`."""
 
-    __slots__ = ("copy", "_gemm", "_pointer", "_rows", "_depth")
+    __slots__ = ("packed", "_gemm", "_pointer", "_rows", "_depth")
 
-    def __init__(self, copy: torch.Tensor) -> None:
-        self.copy = copy.contiguous()
+    def __init__(self, packed: torch.Tensor, rows: int, depth: int) -> None:
+        self.packed = packed
         self._gemm = _library().accord_bf16_weight_gemm  # type: ignore[union-attr]
-        self._pointer = self.copy.data_ptr()
-        self._rows, self._depth = self.copy.shape
+        self._pointer = packed.data_ptr()
+        self._rows, self._depth = rows, depth
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-        """out [M, N] fp32 = x [M, K] fp32 @ copy^T (+ bias fp32), fp32 accumulation, on
+        """out [M, N] fp32 = x [M, K] fp32 @ W^T (+ bias fp32), fp32 accumulation, on
         torch's thread count. x and out need unit column strides, bias contiguity."""
         self._gemm(
             x.data_ptr(), self._pointer, None if bias is None else bias.data_ptr(), out.data_ptr(),
@@ -52,11 +56,28 @@ class Bf16Weight:
         )
 
 
-def exact_bf16(weight: torch.Tensor) -> Bf16Weight | None:
-    """A contiguous fp32 tensor's values as bf16 (ready for the GEMM) when they are all
-    exactly bf16 (one pass, no temporaries), else None; only when `available()`."""
-    copy = torch.empty(weight.shape, dtype=torch.bfloat16)
-    exact = _library().accord_exact_bf16(  # type: ignore[union-attr]
-        weight.data_ptr(), copy.data_ptr(), weight.numel(), torch.get_num_threads()
+def _pack(weight: torch.Tensor) -> tuple[Bf16Weight, bool]:
+    """`weight` (bf16, or fp32 taken as its bf16 high halves) packed, and whether that
+    lost nothing (an fp32 value with nonzero low bits is not exactly bf16)."""
+    weight = weight.contiguous()
+    rows, depth = weight.shape
+    packed = torch.empty(weight.numel(), dtype=torch.bfloat16)
+    exact = _library().accord_pack_bf16_weight(  # type: ignore[union-attr]
+        weight.data_ptr(), int(weight.dtype == torch.float32), packed.data_ptr(), rows, depth,
+        torch.get_num_threads(),
     )
-    return Bf16Weight(copy) if exact else None
+    return Bf16Weight(packed, rows, depth), bool(exact)
+
+
+def bf16_weight(weight: torch.Tensor) -> Bf16Weight:
+    """The GEMM on a bf16 weight [N, K]; only when `available()`."""
+    if weight.dtype != torch.bfloat16:
+        raise TypeError(f"bf16_weight takes a bfloat16 weight, got {weight.dtype}")
+    return _pack(weight)[0]
+
+
+def exact_bf16(weight: torch.Tensor) -> Bf16Weight | None:
+    """The GEMM on an fp32 weight [N, K] streamed as bf16 when its values are all exactly
+    bf16 (one pass, no temporaries), else None; only when `available()`."""
+    streamed, exact = _pack(weight)
+    return streamed if exact else None

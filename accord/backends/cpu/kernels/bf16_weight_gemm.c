@@ -5,22 +5,34 @@
  * by the weight stream; built by _native_gemm.py with -march=native, so GCC's vector
  * extensions below become AVX512 or AVX2 code as the host allows.
  *
- * Work split: a block is ROWS_PER_BLOCK weight rows; inside a block, x is taken TILE_M
- * rows at a time so the block's weights (a few KiB, in L1) are read from memory once
- * whatever M is. Threads take chunks of consecutive blocks (about CHUNK_BYTES of weights)
- * from a shared counter rather than a fixed half each: the work of a thread the OS runs
- * late (a busy host) or that wakes late goes to the others, and the call never waits for
- * a thread that has claimed no chunk (the thread pool below). Every output element is
- * computed by the same code whichever thread runs it, so the result does not depend on
- * the split or the thread count (batch invariance).
+ * Weight layout (written once at load by accord_pack_bf16_weight): the rows go in blocks
+ * of ROWS_PER_BLOCK; a block holds its rows' first LANES columns row after row, then
+ * their next LANES columns, and so on, then each row's last K % LANES columns; the last
+ * N % ROWS_PER_BLOCK rows are blocks of one row (a one-row block is the plain row). A
+ * block is thus one contiguous stream read front to back, in exactly the order the
+ * kernel consumes it. On the plain [N, K] layout a block was ROWS_PER_BLOCK interleaved
+ * streams 2K bytes apart, which the hardware prefetchers follow badly: the blocked
+ * layout with a software prefetch a fixed PREFETCH_BYTES ahead streamed the 152M bench
+ * Llama's decode weights (1 row, one thread, CPU time on a busy 2-core AVX512 Xeon)
+ * 1.2x faster than the plain layout with its next-block prefetch, and bit for bit alike.
  *
- * Prefetch: while a block is computed its successor in the chunk is prefetched into L2,
- * a cache line per 64 bytes the block consumes. The hardware prefetchers do not follow
- * a block's ROWS_PER_BLOCK short interleaved row streams well (a row of a 1024-wide
- * weight is 2 KiB); with the software prefetch one thread streamed a decode step's
- * weights of the 152M bench Llama (12 x qkv, o, gate_up, down, and the LM head; 1 and 4
- * rows) 1.2-1.3x faster on a 2-core AVX512 Xeon. Prefetching into L1 instead, or two or
- * four blocks ahead, measured no better. */
+ * Work split: inside a block, x is taken TILE_M rows at a time so the block's weights (a
+ * few KiB, in L1) are read from memory once whatever M is. The blocks are cut into chunks
+ * of about CHUNK_BYTES of weights, and the chunks into one contiguous range per thread of
+ * the call. A thread claims the chunks of its own range front to back from that range's
+ * counter, so it streams one run of memory and its prefetch runs on into its own next
+ * chunk; then it helps with what is left of the other ranges. Dynamic claims keep the
+ * work of a thread the OS runs late (a busy host) or that wakes late going to the others,
+ * and the call never waits for a thread that has claimed no chunk (the thread pool
+ * below). With one shared counter instead, the two threads took alternate chunks, and one
+ * thread reading every other 64 KiB chunk (their pattern) streamed 0.9x as fast as
+ * reading them in order (one thread, CPU time, the 152M decode weights). Every output
+ * element is computed by the same code whichever thread runs it, so the result does not
+ * depend on the split or the thread count (batch invariance).
+ *
+ * Prefetch: PREFETCH_BYTES ahead of the read position, into L2. 4 KiB measured best of
+ * 2, 3, 4, 6 and 8 KiB; prefetching into L1 measured the same, a non-temporal prefetch
+ * 0.75x, none 0.7x. */
 
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -35,6 +47,7 @@
 #define ROWS_PER_BLOCK 4
 #define TILE_M 4
 #define CHUNK_BYTES (64 * 1024)
+#define PREFETCH_BYTES 4096
 
 typedef float vfloat __attribute__((vector_size(LANES * 4)));
 typedef uint32_t vuint __attribute__((vector_size(LANES * 4)));
@@ -62,30 +75,32 @@ static inline float lane_sum(vfloat v) {
     return s;
 }
 
-/* rows weight rows [n0, n0 + rows) against tile_m x rows [m0, m0 + tile_m); both counts
- * are compile-time constants where this is inlined, so the accumulators stay in registers. */
+/* The block at wb (rows weight rows from n0, in the blocked layout) against tile_m x
+ * rows from m0; both counts are compile-time constants where this is inlined, so the
+ * accumulators stay in registers. */
 static inline __attribute__((always_inline)) void tile(
-    const float *x, const uint16_t *w, const float *bias, float *y, long K, long ldx, long ldy,
-    long m0, long n0, const int rows, const int tile_m, const char *next) {
+    const float *x, const uint16_t *wb, const float *bias, float *y, long K, long ldx, long ldy,
+    long m0, long n0, const int rows, const int tile_m) {
     vfloat acc[TILE_M][ROWS_PER_BLOCK];
     for (int m = 0; m < tile_m; ++m)
         for (int r = 0; r < rows; ++r) acc[m][r] = (vfloat){0};
+    const uint16_t *p = wb;
     long k = 0;
-    for (; k + LANES <= K; k += LANES) {
-        /* The next block is as many bytes as this one: fetch the same share of it. */
-        if (next)
-            for (int line = 0; line < rows * LANES * 2; line += 64) __builtin_prefetch(next + k * 2 * rows + line, 0, 2);
+    for (; k + LANES <= K; k += LANES, p += rows * LANES) {
+        for (int line = 0; line < rows * LANES * 2; line += 64)
+            __builtin_prefetch((const char *)p + PREFETCH_BYTES + line, 0, 2);
         vfloat wv[ROWS_PER_BLOCK];
-        for (int r = 0; r < rows; ++r) wv[r] = load_bf16(w + (n0 + r) * K + k);
+        for (int r = 0; r < rows; ++r) wv[r] = load_bf16(p + r * LANES);
         for (int m = 0; m < tile_m; ++m) {
             vfloat xv = load_floats(x + (m0 + m) * ldx + k);
             for (int r = 0; r < rows; ++r) acc[m][r] += xv * wv[r];
         }
     }
+    long tail = K - k; /* each row's last columns, row after row, at p */
     for (int m = 0; m < tile_m; ++m) {
         for (int r = 0; r < rows; ++r) {
             float s = lane_sum(acc[m][r]);
-            for (long t = k; t < K; ++t) s += x[(m0 + m) * ldx + t] * bf16_to_float(w[(n0 + r) * K + t]);
+            for (long t = 0; t < tail; ++t) s += x[(m0 + m) * ldx + k + t] * bf16_to_float(p[r * tail + t]);
             if (bias) s += bias[n0 + r];
             y[(m0 + m) * ldy + n0 + r] = s;
         }
@@ -93,12 +108,12 @@ static inline __attribute__((always_inline)) void tile(
 }
 
 /* One tile with its row counts as constants (tile_m is 1..TILE_M at run time). */
-#define TILE_CASES(n, rows, next)                                                  \
+#define TILE_CASES(wb, n, rows)                                                    \
     switch (tile_m) {                                                              \
-    case 1: tile(x, w, bias, y, K, ldx, ldy, m0, n, rows, 1, next); break;         \
-    case 2: tile(x, w, bias, y, K, ldx, ldy, m0, n, rows, 2, next); break;         \
-    case 3: tile(x, w, bias, y, K, ldx, ldy, m0, n, rows, 3, next); break;         \
-    default: tile(x, w, bias, y, K, ldx, ldy, m0, n, rows, 4, next); break;        \
+    case 1: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 1); break;              \
+    case 2: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 2); break;              \
+    case 3: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 3); break;              \
+    default: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 4); break;             \
     }
 
 /* One GEMM call: its operands and its chunking (CHUNK_BYTES of weights per chunk). */
@@ -112,6 +127,10 @@ struct gemm {
     int helpers; /* pool workers allowed to join: threads - 1 */
 };
 
+/* The first chunk of range r; there is one range per thread of the call (helpers + 1),
+ * and range r ends where range r + 1 starts. */
+static inline long range_start(const struct gemm *g, int r) { return g->chunks * r / (g->helpers + 1); }
+
 static void run_chunk(const struct gemm *g, long c) {
     const float *x = g->x, *bias = g->bias;
     const uint16_t *w = g->w;
@@ -120,16 +139,14 @@ static void run_chunk(const struct gemm *g, long c) {
     long end = (c + 1) * g->per_chunk < g->blocks ? (c + 1) * g->per_chunk : g->blocks;
     for (long b = c * g->per_chunk; b < end; ++b) {
         long n0 = b * ROWS_PER_BLOCK;
-        long rows = N - n0 < ROWS_PER_BLOCK ? N - n0 : ROWS_PER_BLOCK;
-        /* The next whole block of this chunk, fetched during the first x tile. */
-        const char *next = b + 1 < end && n0 + 2 * ROWS_PER_BLOCK <= N ? (const char *)(w + (n0 + ROWS_PER_BLOCK) * K) : 0;
+        /* Full blocks and the one-row blocks after them both start at row n0's offset. */
+        const uint16_t *wb = w + n0 * K;
         for (long m0 = 0; m0 < M; m0 += TILE_M) {
             int tile_m = M - m0 < TILE_M ? (int)(M - m0) : TILE_M;
-            const char *fetch = m0 == 0 ? next : 0;
-            if (rows == ROWS_PER_BLOCK) {
-                TILE_CASES(n0, ROWS_PER_BLOCK, fetch)
+            if (N - n0 >= ROWS_PER_BLOCK) {
+                TILE_CASES(wb, n0, ROWS_PER_BLOCK)
             } else {
-                for (long n = n0; n < n0 + rows; ++n) TILE_CASES(n, 1, 0)
+                for (long n = n0; n < N; ++n) TILE_CASES(w + n * K, n, 1)
             }
         }
     }
@@ -141,11 +158,12 @@ static void run_chunk(const struct gemm *g, long c) {
  * busy host the OS may not run a helper for milliseconds, and an OpenMP region's join
  * would wait for it (a 0.6 ms GEMM took 6 ms with another process on one of two cores).
  *
- * `ticket` packs the job's generation (high 32 bits) and its next unclaimed chunk (low 32
- * bits), so a claim (a compare-and-swap) succeeds only on the job it read: a helper that
- * wakes late, after its job ended and the next began, cannot take a chunk of the new job
- * with the old job's operands. The operands are read before the claim and used only if it
- * succeeds: a new job first retires the old ticket, then rewrites them.
+ * Each range's `ticket` packs the job's generation (high 32 bits) and the range's next
+ * unclaimed chunk (low 32 bits), so a claim (a compare-and-swap) succeeds only on the job
+ * it read: a helper that wakes late, after its job ended and the next began, cannot take
+ * a chunk of the new job with the old job's operands. The operands are copied between
+ * two reads of range 0's ticket and used only if a claim succeeds: a new job first
+ * retires every ticket, then rewrites them.
  * Helpers spin about SPIN_NS for the next job, then sleep on a condition variable: a
  * decode step's GEMMs come a few hundred microseconds apart (the glue between them), and
  * with an 80 us spin the helpers slept and woke too late to help (152M decode 69 vs 46
@@ -165,7 +183,8 @@ static struct {
     /* Each shared counter on its own cache line: helpers spinning on `published` must
      * not pull the line the claims and completions write to. */
     struct gemm job __attribute__((aligned(64))); /* the current job's operands */
-    uint64_t ticket __attribute__((aligned(64))); /* generation << 32 | next chunk (atomic) */
+    /* Per range: generation << 32 | its next chunk (atomic), each on its own line. */
+    struct { uint64_t value __attribute__((aligned(64))); } ticket[MAX_HELPERS + 1];
     long done __attribute__((aligned(64)));       /* chunks of the current job finished (atomic) */
     unsigned published __attribute__((aligned(64))); /* jobs published (atomic) */
     int sleepers __attribute__((aligned(64)));    /* helpers asleep or about to sleep (atomic) */
@@ -184,20 +203,32 @@ static long now_ns(void) {
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-/* Claims and runs chunks of the job of generation `generation` until none is left;
- * `helper` is the caller's helper index, or -1 for the caller itself. */
-static void work(unsigned generation, int helper) {
-    for (;;) {
-        uint64_t ticket = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
-        if ((unsigned)(ticket >> 32) != generation) return;
-        struct gemm job = pool.job;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        long chunk = (long)(ticket & 0xFFFFFFFFu);
-        if (chunk >= job.chunks || helper >= job.helpers) return;
-        if (!__atomic_compare_exchange_n(&pool.ticket, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            continue;
-        run_chunk(&job, chunk);
-        __atomic_fetch_add(&pool.done, 1, __ATOMIC_RELEASE);
+/* Claims and runs chunks of the job of generation `generation` until none is left:
+ * first those of its own range (`self`: 0 for the caller, helper index + 1), front to back,
+ * then what is left of the other ranges in turn. The job's operands are copied between
+ * two reads of range 0's ticket (a seqlock: a new job retires every ticket before it
+ * rewrites them), and a claim succeeds only while its range's ticket is of this job. */
+static void work(unsigned generation, int self) {
+    uint64_t seen = __atomic_load_n(&pool.ticket[0].value, __ATOMIC_ACQUIRE);
+    if ((unsigned)(seen >> 32) != generation || (seen & 0xFFFFFFFFu) == 0xFFFFFFFFu) return;
+    struct gemm job = pool.job;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if ((unsigned)(__atomic_load_n(&pool.ticket[0].value, __ATOMIC_RELAXED) >> 32) != generation) return;
+    int ranges = job.helpers + 1;
+    if (self >= ranges) return;
+    for (int visited = 0; visited < ranges; ++visited) {
+        int r = (self + visited) % ranges;
+        long end = range_start(&job, r + 1);
+        for (;;) {
+            uint64_t ticket = __atomic_load_n(&pool.ticket[r].value, __ATOMIC_ACQUIRE);
+            long chunk = (long)(ticket & 0xFFFFFFFFu);
+            if ((unsigned)(ticket >> 32) != generation) return;
+            if (chunk >= end) break;
+            if (!__atomic_compare_exchange_n(&pool.ticket[r].value, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                continue;
+            run_chunk(&job, chunk);
+            __atomic_fetch_add(&pool.done, 1, __ATOMIC_RELEASE);
+        }
     }
 }
 
@@ -220,7 +251,7 @@ static void *helper_main(void *arg) {
             }
         }
         seen = __atomic_load_n(&pool.published, __ATOMIC_ACQUIRE);
-        work((unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE) >> 32), helper);
+        work((unsigned)(__atomic_load_n(&pool.ticket[0].value, __ATOMIC_ACQUIRE) >> 32), helper + 1);
     }
     return 0;
 }
@@ -266,23 +297,27 @@ void accord_bf16_weight_gemm(
         return;
     }
     job.helpers = ensure_helpers(job.helpers);
-    unsigned generation = (unsigned)(__atomic_load_n(&pool.ticket, __ATOMIC_RELAXED) >> 32) + 1;
-    /* Retire the previous job's ticket before its operands are overwritten: a helper the
-     * OS paused between reading that ticket and claiming with it (a busy host) then fails
-     * its claim, instead of running a chunk of a half-written job and counting it as done
-     * for this one. The new generation's ticket says "no chunk" until the job is whole. */
-    __atomic_store_n(&pool.ticket, (uint64_t)generation << 32 | 0xFFFFFFFFu, __ATOMIC_SEQ_CST);
+    unsigned generation = (unsigned)(__atomic_load_n(&pool.ticket[0].value, __ATOMIC_RELAXED) >> 32) + 1;
+    /* Retire the previous job's tickets (every range a helper of this process may have
+     * read) before its operands are overwritten: a helper the OS paused between reading
+     * a ticket and claiming with it (a busy host) then fails its claim, instead of running
+     * a chunk of a half-written job and counting it as done for this one. The new
+     * generation's tickets say "no chunk" until the job is whole. */
+    for (int r = 0; r <= pool.started; ++r)
+        __atomic_store_n(&pool.ticket[r].value, (uint64_t)generation << 32 | 0xFFFFFFFFu, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     pool.job = job;
     __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&pool.ticket, (uint64_t)generation << 32, __ATOMIC_RELEASE);
+    /* Range 0's ticket last: it is the one helpers check the job by. */
+    for (int r = job.helpers; r >= 0; --r)
+        __atomic_store_n(&pool.ticket[r].value, (uint64_t)generation << 32 | (uint64_t)range_start(&job, r), __ATOMIC_RELEASE);
     __atomic_fetch_add(&pool.published, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    work(generation, -1);
+    work(generation, 0);
     /* Every chunk is claimed: wait for those a helper is still running, yielding the core
      * now and then in case that helper is waiting for one. */
     for (int spins = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < job.chunks; ++spins) {
@@ -292,15 +327,33 @@ void accord_bf16_weight_gemm(
     __atomic_store_n(&pool.owner, 0, __ATOMIC_RELEASE);
 }
 
-/* dst = the high halves (bf16 bits) of the n fp32 values at src; returns 1 when every
- * low half is zero, i.e. the values are exactly bf16 and dst loses nothing, else 0.
+/* Writes W [N, K] into dst in the blocked layout above, as bf16: src is bf16 (src_fp32
+ * 0) or fp32 (1), whose high halves are taken. Returns 1 when every low half is zero,
+ * i.e. the fp32 values are exactly bf16 and dst loses nothing (always for bf16), else 0.
  * One pass and no temporaries: it runs over every weight at load. */
-int accord_exact_bf16(const uint32_t *src, uint16_t *dst, long n, int threads) {
+int accord_pack_bf16_weight(const void *src, int src_fp32, uint16_t *dst, long N, long K, int threads) {
+    long full = N / ROWS_PER_BLOCK, steps = K / LANES, tail = K - steps * LANES;
     uint32_t low = 0;
 #pragma omp parallel for schedule(static) reduction(| : low) num_threads(threads)
-    for (long i = 0; i < n; ++i) {
-        dst[i] = (uint16_t)(src[i] >> 16);
-        low |= src[i] & 0xFFFFu;
+    for (long n = 0; n < N; ++n) {
+        long b = n / ROWS_PER_BLOCK;
+        /* Row n's place in its block: the block's row count and n's index in it. */
+        int rows = b < full ? ROWS_PER_BLOCK : 1, r = b < full ? (int)(n % ROWS_PER_BLOCK) : 0;
+        uint16_t *block = dst + (b < full ? b * ROWS_PER_BLOCK : n) * K;
+        /* Each LANES-column slice of the row to its place; the last K % LANES columns after all slices. */
+        for (long k = 0; k < K; k += LANES) {
+            long width = k + LANES <= K ? LANES : tail;
+            uint16_t *to = block + (k + LANES <= K ? (k / LANES * rows + r) * LANES : steps * LANES * rows + r * tail);
+            if (src_fp32) {
+                const uint32_t *from = (const uint32_t *)src + n * K + k;
+                for (long j = 0; j < width; ++j) {
+                    to[j] = (uint16_t)(from[j] >> 16);
+                    low |= from[j] & 0xFFFFu;
+                }
+            } else {
+                memcpy(to, (const uint16_t *)src + n * K + k, width * 2);
+            }
+        }
     }
     return low == 0;
 }

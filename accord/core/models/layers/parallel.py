@@ -53,12 +53,11 @@ class ParallelLMHead:
     """Logits for this rank's vocabulary rows, gathered along the vocabulary so every rank
     (the sampling one included) holds the full fp32 logits; `vocab_sizes` are the ranks'
     row counts in rank order. `local` computes this rank's logits (a dense linear over
-    its rows, so the backend's GEMM serves the head as it serves every projection);
-    `weight` is those rows as loaded [V_rank, H] (the embedding's when tied)."""
+    its rows, so the backend's GEMM serves the head as it serves every projection, on the
+    form its load prepared; the head keeps no other copy of the rows)."""
 
-    def __init__(self, local: Linear, weight: torch.Tensor, vocab_sizes: list[int], comm: Communicator | None) -> None:
+    def __init__(self, local: Linear, vocab_sizes: list[int], comm: Communicator | None) -> None:
         self.local = local
-        self.weight = weight
         self.vocab_sizes = vocab_sizes
         self.comm = comm
 
