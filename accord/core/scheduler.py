@@ -223,13 +223,14 @@ class Scheduler:
 
     def _grammar_bitmask(self, scheduled: dict[str, int]) -> GrammarBitmask | None:
         """The token bitmask of the constrained sequences that sample this step."""
-        if self.structured_output is None:
+        constrained = self.structured_output
+        if constrained is None:
             return None
         sampling = [
             seq_id for seq_id, count in scheduled.items()
-            if _tokens_to_compute(self.seqs[seq_id]) == count
+            if constrained.is_constrained(seq_id) and _tokens_to_compute(self.seqs[seq_id]) == count
         ]
-        return self.structured_output.grammar_bitmask(sampling)
+        return constrained.grammar_bitmask(sampling) if sampling else None
 
     def _new_request_data(self, seq: Sequence) -> NewRequestData:
         table = self.block_manager.block_table(seq.seq_id)
