@@ -292,9 +292,9 @@ class ModelRunner:
             logits = self.model.compute_logits(sampled_rows)
             sampled = self.sampler(logits, sampling, self._grammar_bitmask)
             output.req_ids = [s.req_id for s in sampling]
-            output.sampled_token_ids = [t.token_id for t in sampled]
-            output.logprobs = [t.logprob for t in sampled]
-            output.top_logprobs = [t.top for t in sampled]
+            output.sampled_token_ids = sampled.token_ids
+            output.logprobs = sampled.logprobs
+            output.top_logprobs = sampled.top_logprobs
             batch.append_tokens(sampling, rows, num_tokens, output.sampled_token_ids)
         # State changes only once nothing can fail any more.
         for b, entries in prompt_entries:

@@ -100,6 +100,9 @@ class OutputProcessor:
         """A cumulative output for each request these sequences belong to (once each,
         in order; with `final_only` only for the finished ones); finished requests are
         reported one last time and forgotten."""
+        if final_only:
+            # A request is finished only once one of its sequences is.
+            seqs = [seq for seq in seqs if seq.is_finished]
         requests = [self.requests.get(request_id) for request_id in dict.fromkeys(seq.request_id for seq in seqs)]
         return [
             self._output(request, now)

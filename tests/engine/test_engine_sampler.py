@@ -38,7 +38,7 @@ def _contract_tokens(logits: torch.Tensor, rows: list[Row]) -> list[int]:
     row greedy, with one row asking for logprobs so the contract path is taken."""
     sampler = Sampler(OpDispatcher(get_backend("reference")), seed=0)
     with_logprobs = [Row(r.req_id, replace(r.params, logprobs=0), r.prompt_token_ids, r.output_token_ids) for r in rows]
-    return [t.token_id for t in sampler(logits, with_logprobs)]
+    return sampler(logits, with_logprobs).token_ids
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
@@ -57,10 +57,10 @@ def test_the_greedy_fast_path_picks_what_the_sample_contract_picks(backend: str)
     for row in rows:
         row.params.all_stop_token_ids = set(row.params.stop_token_ids)
     sampled = Sampler(OpDispatcher(get_backend(backend)), seed=0)(logits, rows)
-    tokens = [t.token_id for t in sampled]
+    tokens = sampled.token_ids
     assert tokens == _contract_tokens(logits, rows)
     assert tokens[1] == 7 and tokens[3] == 11 and tokens[4] != int(logits[4].argmax())
-    assert all(t.logprob is None and t.top is None for t in sampled)
+    assert sampled.logprobs == [None] * 5 and sampled.top_logprobs == [None] * 5
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
@@ -69,13 +69,13 @@ def test_the_settings_kept_between_steps_follow_a_change(backend: str) -> None:
     logits = torch.zeros(4, VOCAB)  # a flat distribution: a draw rarely hits the argmax
     logits[:, 13] = 1e-3
     drawn = [Row(f"r{i}", SamplingParams(temperature=1.0, seed=i)) for i in range(4)]
-    first = [t.token_id for t in sampler(logits, drawn)]
+    first = sampler(logits, drawn).token_ids
     assert first != [13] * 4
     # Same batch size, new settings objects: top_k=1 leaves only the argmax.
     narrowed = [Row(f"r{i}", SamplingParams(temperature=1.0, seed=i, top_k=1)) for i in range(4)]
-    assert [t.token_id for t in sampler(logits, narrowed)] == [13] * 4
+    assert sampler(logits, narrowed).token_ids == [13] * 4
     # The settings of the first rows again: the same seeded draws as the first time.
-    assert [t.token_id for t in sampler(logits, drawn)] == first
+    assert sampler(logits, drawn).token_ids == first
 
 
 def test_cumulative_logprob_only_when_logprobs_are_asked(llama_dir, make_llm) -> None:
