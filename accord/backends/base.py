@@ -179,11 +179,16 @@ class Backend:
     #: cost is the step itself, and its kernels plan from tensor values on the host), so
     #: the default is False and such backends run every step eagerly.
     captures_graphs: bool = False
+    #: The largest decode batch whose step this backend can capture (None: no limit of
+    #: its own; the engine's max_cudagraph_capture_size still applies).
+    max_graph_batch: int | None = None
 
     def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
         """Capture a no-argument step over persistent buffers into a replay that returns
         its (static) output (accord.core.graph_capture keeps the books); by default the
-        replay runs the step again, which is what a device without graphs does."""
+        replay runs the step again, which is what a device without graphs does. Raises
+        NotImplementedError (a subclass) for a step this device cannot record, which
+        then runs eagerly."""
         return fn
 
     def synchronize(self) -> None:

@@ -165,7 +165,8 @@ class EngineConfig:
     )
     max_cudagraph_capture_size: int | None = setting(
         None, help="largest decode batch captured as a graph (buckets 1, 2, 4, then multiples of 8 up to it); "
-        "only backends whose capture is real (CUDA graphs) capture", at_least=1,
+        "only backends whose capture is real capture (CUDA graphs; the cpu backend's native-call graphs, up to "
+        "its own limit)", at_least=1,
         default_help=f"min(max_num_seqs, {DEFAULT_MAX_CAPTURE_SIZE})",
     )
     compilation_config: int = setting(

@@ -36,6 +36,8 @@ class DeviceBackend(KernelProvider, Protocol):
 
     #: Whether graph_capture records a real (replayable without the host) graph.
     captures_graphs: bool
+    #: The largest decode batch the backend captures (None: no limit of its own).
+    max_graph_batch: int | None
 
     def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]: ...
 

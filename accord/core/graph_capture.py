@@ -18,6 +18,8 @@ from typing import Callable, Mapping, Protocol
 
 import torch
 
+from ..op_contracts import ContractError
+
 #: A decode step over named input tensors (first dimension = batch rows) to one output
 #: tensor (first dimension = batch rows, e.g. logits).
 StepFn = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
@@ -78,24 +80,41 @@ class DecodeGraphs:
             for name, spec in self.specs.items()
         }
         self._graphs: dict[int, Callable[[], torch.Tensor]] = {}
+        self._views: dict[int, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
+        #: The error each bucket the backend did not capture raised, by size.
+        self.refused: dict[int, Exception] = {}
         #: How many steps replayed a graph, and how many ran eagerly (outside the buckets).
         self.replays = 0
         self.eager_runs = 0
 
     def capture(self) -> None:
-        """Capture every bucket, the largest first (as CUDA graph pools like it)."""
+        """Capture every bucket, the largest first (as CUDA graph pools like it). A bucket
+        the backend does not capture is left out, its error in `refused`, and its
+        batches run eagerly: a NotImplementedError is the backend declining a step it
+        cannot record at that size, anything else a failed capture. A ContractError is
+        raised, never taken for either."""
         for size in reversed(self.sizes):
             views = {name: buffer[:size] for name, buffer in self.buffers.items()}
-            self._graphs[size] = self.capturer.graph_capture(lambda views=views: self.step(views))
+            try:
+                self._graphs[size] = self.capturer.graph_capture(lambda views=views: self.step(views))
+            except ContractError:
+                raise
+            except Exception as error:  # noqa: BLE001 - any other failure leaves this bucket eager
+                self.refused[size] = error
 
     @property
     def captured(self) -> tuple[int, ...]:
         """The bucket sizes captured so far."""
         return tuple(sorted(self._graphs))
 
+    def replays_batch(self, batch: int) -> bool:
+        """Whether a decode step of `batch` rows would replay a captured graph."""
+        return bucket_for(batch, self.sizes) in self._graphs
+
     def run(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The step's output rows for `inputs` (every buffer's tensor, `batch` rows):
-        replayed in the smallest captured bucket that holds them, else run eagerly."""
+        replayed in the smallest bucket that holds them if it was captured, else run
+        eagerly."""
         if inputs.keys() != self.specs.keys():
             raise ValueError(f"decode inputs must be exactly {sorted(self.specs)}, got {sorted(inputs)}")
         rows = {int(t.shape[0]) for t in inputs.values()}
@@ -106,9 +125,23 @@ class DecodeGraphs:
         if size is None or size not in self._graphs:
             self.eager_runs += 1
             return self.step(inputs)
+        targets, padding = self._batch_views(batch, size)
         for name, tensor in inputs.items():
-            buffer = self.buffers[name]
-            buffer[:batch].copy_(tensor)
-            buffer[batch:size].fill_(self.specs[name].pad)
+            targets[name].copy_(tensor)
+        for name, rows in padding.items():
+            rows.fill_(self.specs[name].pad)
         self.replays += 1
-        return self._graphs[size]()[:batch]
+        output = self._graphs[size]()
+        return output if batch == size else output[:batch]
+
+    def _batch_views(self, batch: int, size: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The buffers' first `batch` rows and their padding rows up to `size` (none
+        when the batch fills its bucket), sliced once per batch size: on a CPU each
+        slice costs microseconds, and a decode step replays in well under a millisecond
+        of host time."""
+        views = self._views.get(batch)
+        if views is None:
+            targets = {name: buffer[:batch] for name, buffer in self.buffers.items()}
+            padding = {name: buffer[batch:size] for name, buffer in self.buffers.items()} if batch < size else {}
+            views = self._views[batch] = (targets, padding)
+        return views

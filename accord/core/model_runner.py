@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..op_contracts import ContractError, OpDispatcher
+from ..op_contracts import OpDispatcher
 from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from .compilation import compile_forward
 from .config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
@@ -170,8 +170,8 @@ class ModelRunner:
     def capture_decode_graphs(self) -> None:
         """Capture the decode step for every batch-size bucket over the allocated KV
         cache, when the backend's capture is real and --enforce-eager is off. The first
-        (warm-up) run of each bucket validates its contract calls; a capture the
-        backend cannot take (a host sync inside the step, say) leaves the runner eager."""
+        (warm-up) run of each bucket validates its contract calls; a bucket the backend
+        cannot capture (a host sync inside its step, say) runs eagerly."""
         self.decode_graphs = None
         if self.config.enforce_eager or not self.backend.captures_graphs:
             return
@@ -185,18 +185,21 @@ class ModelRunner:
             "block_tables": InputSpec((max_blocks,), INDEX_DTYPE, 0),
             "seq_lens": InputSpec((), INDEX_DTYPE, 1),
         }
-        largest = self.config.cudagraph_capture_size
+        largest, limit = self.config.cudagraph_capture_size, self.backend.max_graph_batch
+        largest = largest if limit is None else min(largest, limit)
         self._decode_query_start_loc = torch.arange(largest + 1, dtype=INDEX_DTYPE, device=self.device)
         graphs = DecodeGraphs(self.backend, self._decode_step, inputs, capture_sizes(largest), self.device)
-        try:
-            with torch.inference_mode():
-                graphs.capture()
-        except ContractError:
-            raise
-        except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager steps
-            logger.warning("decode graph capture failed (%s); every step runs eagerly", error)
-            return
-        self.decode_graphs = graphs
+        with torch.inference_mode():
+            graphs.capture()
+        for size, error in sorted(graphs.refused.items()):
+            # A backend declining a step it cannot record is expected (INFO); a capture
+            # that failed otherwise is not.
+            level = logging.INFO if isinstance(error, NotImplementedError) else logging.WARNING
+            logger.log(level, "decode graph for batch %d not captured, its steps run eagerly: %s: %s",
+                       size, type(error).__name__, error)
+        if graphs.captured:
+            logger.info("decode graphs captured for batches %s", graphs.captured)
+            self.decode_graphs = graphs
 
     def _decode_step(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The hidden states of one token per sequence over the graphs' buffers. The
@@ -216,9 +219,9 @@ class ModelRunner:
         self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray
     ) -> tuple[torch.Tensor, FlatBatch]:
         """Hidden states of the step's new tokens: a captured graph's replay for a
-        pure-decode step within the buckets, else an eager forward."""
+        pure-decode step whose bucket was captured, else an eager forward."""
         batch, graphs = self.input_batch, self.decode_graphs
-        decode = graphs is not None and len(num_new) <= graphs.sizes[-1] and int(num_new.max()) == 1
+        decode = graphs is not None and int(num_new.max()) == 1 and graphs.replays_batch(len(num_new))
         flat = self.step_inputs.flatten(batch.token_ids_np, batch.block_table_np, rows, num_computed, num_new,
                                         full_width=decode)
         if decode:

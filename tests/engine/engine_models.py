@@ -28,8 +28,8 @@ def write_tokenizer(directory: Path) -> tuple[int, int, int]:
     return tokenizer.get_vocab_size(), tokenizer.token_to_id(BOS_TOKEN), tokenizer.token_to_id(EOS_TOKEN)
 
 
-def build_model_dir(directory: Path, architecture: str) -> Path:
-    """A random fp32 model of `architecture` ("llama" or "deepseek_v3") saved as a
+def build_model_dir(directory: Path, architecture: str, dtype: torch.dtype = torch.float32) -> Path:
+    """A random model of `architecture` ("llama" or "deepseek_v3") saved in `dtype` as a
     Hugging Face directory. Weights are large enough that greedy choices are not
     near-ties, so independent fp32 implementations agree on every token."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -71,7 +71,7 @@ def build_model_dir(directory: Path, architecture: str) -> Path:
         model_class = DeepseekV3ForCausalLM
     torch.manual_seed(0)
     model = model_class(config).float().eval()
-    model.save_pretrained(directory)
+    model.to(dtype).save_pretrained(directory)
     return directory
 
 

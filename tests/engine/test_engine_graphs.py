@@ -2,17 +2,24 @@
 behaves like a CUDA graph's (the step runs once at capture; a replay re-runs it over
 the same persistent buffers into the same output). Greedy tokens must equal eager
 steps' tokens, batches pad up to their bucket, and what the buckets cannot hold (a
-larger batch, a prefill) runs eagerly."""
+larger batch, a prefill) runs eagerly. Then the cpu backend's own capture (recorded
+native kernel calls, `_native_graph`): the same tokens as eager steps where it records,
+eager steps where it refuses."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable
 
+import pytest
 import torch
+from engine_models import build_model_dir
 
 from accord import SamplingParams
 from accord.backends.cpu import CpuBackend
+from accord.backends.cpu.kernels import _native_graph
+from accord.backends.cpu.kernels.linear import streams_bf16_weights
 from accord.core.llm import LLM
 
 
@@ -21,6 +28,7 @@ class GraphDoubleCpu(CpuBackend):
     whether it ran inside a replay."""
 
     captures_graphs = True
+    max_graph_batch = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,8 +52,13 @@ class GraphDoubleCpu(CpuBackend):
         return replay
 
 
+#: A fixed step token budget (the default is measured at start-up, so on a loaded machine
+#: it may chunk the prompts differently from run to run, and with them the batches).
+BUDGET = dict(max_num_seqs=6, max_model_len=256, max_num_batched_tokens=256)
+
+
 def _llm(model_dir: Path, backend: CpuBackend, **engine_args) -> LLM:
-    llm = LLM(str(model_dir), lambda: backend, max_num_seqs=6, max_model_len=256, **engine_args)
+    llm = LLM(str(model_dir), lambda: backend, **BUDGET, **engine_args)
     runner = llm.llm_engine.executor.driver_worker.runner
     forward = runner.forward  # the forward every step runs (the model's, or its compiled form)
 
@@ -90,10 +103,36 @@ def test_replayed_decode_steps_give_the_eager_tokens(llama_dir: Path) -> None:
     assert eager_backend.captures == 0 and all(not replay for _, replay in eager_backend.forwards)
 
 
-def test_a_backend_without_real_capture_runs_eagerly(llama_dir: Path) -> None:
+def test_a_step_the_cpu_backend_cannot_record_runs_eagerly(llama_dir: Path, caplog) -> None:
+    # fp32 weights: the projections run in oneDNN, an aten op no native replay repeats
+    # (and on a CPU that does not stream bf16 weights the backend captures nothing).
     backend = CpuBackend()
-    llm = LLM(str(llama_dir), lambda: backend, max_num_seqs=6, max_model_len=256)
+    with caplog.at_level(logging.INFO, logger="accord.core.model_runner"):
+        llm = LLM(str(llama_dir), lambda: backend, **BUDGET)
     assert llm.llm_engine.executor.driver_worker.runner.decode_graphs is None
+    if backend.captures_graphs:
+        assert "decode graph for batch 1 not captured, its steps run eagerly: CaptureRefused" in caplog.text
+        runner_records = [record for record in caplog.records if record.name == "accord.core.model_runner"]
+        assert all(record.levelno == logging.INFO for record in runner_records)
+
+
+@pytest.mark.skipif(
+    not (streams_bf16_weights() and _native_graph.available()),
+    reason="the cpu backend records decode steps only where bf16 weights stream through its native GEMM "
+    "(AVX512 CPUs computing bf16 in fp32, with a C compiler)",
+)
+def test_the_cpu_backend_replays_batch_one_decode_steps_with_the_eager_tokens(tmp_path: Path) -> None:
+    model_dir = build_model_dir(tmp_path / "llama-bf16", "llama", torch.bfloat16)
+    eager = _generate(LLM(str(model_dir), CpuBackend, **BUDGET, enforce_eager=True))
+    llm = LLM(str(model_dir), CpuBackend, **BUDGET)
+    graphs = llm.llm_engine.executor.driver_worker.runner.decode_graphs
+    # Batch 1 is captured; 2 and 4 are refused (their QKV split copies in torch).
+    assert graphs is not None and graphs.captured == (1,) and sorted(graphs.refused) == [2, 4]
+    assert "contiguous" in str(graphs.refused[2])
+    assert _generate(llm) == eager
+    # The last request decodes alone for its last steps: those replayed.
+    assert graphs.replays >= 2
+    _assert_all_blocks_free(llm)
 
 
 def test_an_aborted_request_frees_its_blocks_between_replays(llama_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """CUDA-graph bookkeeping on the CPU, with a backend double that behaves like a graph:
 the capture runs the step once and keeps its output tensor; a replay re-runs the step
-over the same persistent buffers and writes into that same output."""
+over the same persistent buffers and writes into that same output. A bucket the backend
+refuses runs eagerly."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from accord.backends import get_backend
 from accord.core.graph_capture import DecodeGraphs, InputSpec, bucket_for, capture_sizes
-from accord.op_contracts import OpDispatcher
+from accord.op_contracts import ContractError, OpDispatcher
 
 
 class GraphDouble:
@@ -136,8 +137,44 @@ def test_capture_sizes_must_be_ascending_and_positive() -> None:
         DecodeGraphs(GraphDouble(), decode_step, INPUTS, (4, 2))
 
 
-def test_the_cpu_backend_replays_by_running_the_step_again() -> None:
+class RefusingDouble(GraphDouble):
+    """Refuses to capture the buckets of `refused` rows (their step would run something
+    the device cannot record), raising `error`."""
+
+    def __init__(self, refused: set[int], error: Exception) -> None:
+        super().__init__()
+        self.refused, self.error = refused, error
+
+    def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        if fn().shape[0] in self.refused:
+            raise self.error
+        return super().graph_capture(fn)
+
+
+def test_a_refused_bucket_runs_eagerly_and_the_others_replay() -> None:
+    device = RefusingDouble({2}, RuntimeError("a host sync"))
+    graphs = DecodeGraphs(device, decode_step, INPUTS, (1, 2, 4))
+    graphs.capture()
+    assert graphs.captured == (1, 4) and list(graphs.refused) == [2] and str(graphs.refused[2]) == "a host sync"
+    assert not graphs.replays_batch(2) and graphs.replays_batch(3) and graphs.replays_batch(1)
+    for rows in (1, 2, 3):
+        batch = _batch(rows, rows)
+        torch.testing.assert_close(graphs.run(batch), decode_step(batch), rtol=0, atol=0)
+    assert graphs.eager_runs == 1 and graphs.replays == 2
+
+
+def test_a_contract_error_at_capture_is_raised_not_taken_for_a_refusal() -> None:
+    device = RefusingDouble({4}, ContractError("linear", "x", "fp32", "fp16"))
+    with pytest.raises(ContractError):
+        DecodeGraphs(device, decode_step, INPUTS, (1, 4)).capture()
+
+
+def test_the_cpu_backend_refuses_a_step_with_torch_compute_which_then_runs_eagerly() -> None:
     graphs = DecodeGraphs(get_backend("cpu"), decode_step, INPUTS, (2, 4))
     graphs.capture()
+    # The embedding by indexing and the position scaling are aten ops.
+    assert graphs.captured == () and set(graphs.refused) == {2, 4}
+    assert type(graphs.refused[2]).__name__ == "CaptureRefused"
+    assert isinstance(graphs.refused[2], NotImplementedError)  # a refusal, not a failed capture
     batch = _batch(3)
     torch.testing.assert_close(graphs.run(batch), decode_step(batch), rtol=0, atol=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import cache
 
 import torch
@@ -65,3 +66,33 @@ class CpuBackend(Backend):
         from .kernels.linear import prepack
 
         return prepack(weight)
+
+    @property
+    def captures_graphs(self) -> bool:  # type: ignore[override]
+        """Whether decode steps are captured: where their GEMMs can run in native kernels
+        (the bf16-weight GEMM of exactly-bf16 weights) and the replay loop builds. A
+        model whose step does anything else refuses the capture and runs eagerly."""
+        from .kernels import _native_graph
+
+        return self.max_graph_batch > 0 and _native_graph.available()
+
+    @property
+    def max_graph_batch(self) -> int:  # type: ignore[override]
+        """The rows the bf16-weight GEMM serves (beyond them oneDNN's, an aten op a
+        replay of native calls cannot repeat); 0 where it does not run."""
+        from .kernels.linear import BF16_WEIGHT_MAX_ROWS, streams_bf16_weights
+
+        return BF16_WEIGHT_MAX_ROWS if streams_bf16_weights() else 0
+
+    def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        """The step's native kernel calls, recorded once and replayed from C
+        (`_native_graph`); raises `CaptureRefused` where the step does other work."""
+        from .kernels import _native_graph
+
+        graph, output = _native_graph.capture(fn)
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return output
+
+        return replay

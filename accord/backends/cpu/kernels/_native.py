@@ -9,6 +9,11 @@ never serves one the other's build.
 `-fopenmp` links torch's own libgomp (already loaded), so there is one OpenMP runtime.
 Without a C compiler (or when a build fails) `load` gives None and callers keep their
 torch path.
+
+Each entry point is also built in a packed form, `long NAME__packed(const
+accord_packed_arg *args)`, generated here from its signature: the one calling convention
+in which `_native_graph` replays recorded calls from a C loop. Calls go through
+`NativeFunction`, which hands each call to `recorder` while one is set (a capture).
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+KERNEL_DIR = Path(__file__).parent
+
+#: The member of the packed-argument union (native_packed.h) each ctypes argument type
+#: travels in: pointers, integers (C converts them to the parameter's width) and floats.
+PACKED_MEMBER = {ctypes.c_void_p: "p", ctypes.c_long: "i", ctypes.c_int: "i", ctypes.c_float: "d", ctypes.c_double: "d"}
 
 
 def _cache_dir() -> Path:
@@ -46,19 +56,25 @@ def _cpu_flags() -> str:
     return ""
 
 
-def _build(compiler: str, source: Path) -> Path:
+def _build(compiler: str, source: Path, unit: str) -> Path:
+    """The library of the translation unit `unit` (which includes `source`), from the
+    cache or built into it."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     # The headers beside the source (shared helpers it may include) are part of its text.
-    headers = [header.read_text() for header in sorted(source.parent.glob("*.h"))]
-    key = hashlib.sha256("\0".join([source.read_text(), *headers, " ".join(FLAGS), version, _cpu_flags()]).encode())
+    headers = [header.read_text() for header in sorted(KERNEL_DIR.glob("*.h"))]
+    key = hashlib.sha256(
+        "\0".join([unit, source.read_text(), *headers, " ".join(FLAGS), version, _cpu_flags()]).encode()
+    )
     library = _cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if library.is_file():
         return library
     library.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename: concurrent start-ups never load a half-written file.
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
-        built = Path(scratch) / library.name
-        subprocess.run([compiler, *FLAGS, "-o", str(built), str(source)], capture_output=True, text=True, check=True)
+        built, unit_file = Path(scratch) / library.name, Path(scratch) / f"{source.stem}_unit.c"
+        unit_file.write_text(unit)
+        command = [compiler, *FLAGS, "-I", str(KERNEL_DIR), "-o", str(built), str(unit_file)]
+        subprocess.run(command, capture_output=True, text=True, check=True)
         os.replace(built, library)
     return library
 
@@ -66,23 +82,66 @@ def _build(compiler: str, source: Path) -> Path:
 #: An entry point's C signature: (name, return type or None, argument types).
 Signature = tuple[str, Any, tuple[Any, ...]]
 
+#: Called with (function, arguments, result) after every native call while set: the
+#: capture of `_native_graph` sets it, nothing else does.
+recorder: Callable[[NativeFunction, tuple[Any, ...], Any], None] | None = None
+
+
+class NativeFunction:
+    """One typed entry point of a built library, called like the ctypes function it
+    wraps; `packed` is its packed form (the replay's calling convention)."""
+
+    __slots__ = ("name", "members", "packed", "_entry")
+
+    def __init__(self, library: ctypes.CDLL, signature: Signature) -> None:
+        name, restype, argtypes = signature
+        self.name = name
+        self.members = "".join(PACKED_MEMBER[argtype] for argtype in argtypes)
+        self._entry = getattr(library, name)
+        self._entry.restype, self._entry.argtypes = restype, list(argtypes)
+        self.packed = ctypes.cast(getattr(library, f"{name}__packed"), ctypes.c_void_p).value
+
+    def __call__(self, *args: Any) -> Any:
+        result = self._entry(*args)
+        if recorder is not None:
+            recorder(self, args, result)
+        return result
+
+
+class NativeLibrary:
+    """A built library's entry points (`NativeFunction`s) as attributes."""
+
+    def __init__(self, library: ctypes.CDLL, signatures: tuple[Signature, ...]) -> None:
+        for signature in signatures:
+            setattr(self, signature[0], NativeFunction(library, signature))
+
+
+def translation_unit(source: Path, signatures: tuple[Signature, ...]) -> str:
+    """The C that is built: `source` itself, then each entry point's packed form, which
+    unpacks its arguments from the union array and returns the result as a long (0 for
+    a void function)."""
+    lines = [f'#include "{source}"', '#include "native_packed.h"']
+    for name, restype, argtypes in signatures:
+        call = f"{name}({', '.join(f'args[{i}].{PACKED_MEMBER[t]}' for i, t in enumerate(argtypes))})"
+        body = f"{call}; return 0;" if restype is None else f"return (long){call};"
+        lines.append(f"long {name}__packed(const accord_packed_arg *args) {{ {body} }}")
+    return "\n".join(lines) + "\n"
+
 
 @cache
-def load(source_name: str, signatures: tuple[Signature, ...]) -> ctypes.CDLL | None:
+def load(source_name: str, signatures: tuple[Signature, ...]) -> NativeLibrary | None:
     """The library built from the C file `source_name` beside this module (built on first
-    use, then from the cache) with the entry points of `signatures` typed; None where it
+    use, then from the cache) with the entry points of `signatures`; None where it
     cannot be built, with the reason logged."""
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         logger.info("no C compiler found: %s is not built, its torch path runs instead", source_name)
         return None
+    source = KERNEL_DIR / source_name
     try:
-        library = ctypes.CDLL(str(_build(compiler, Path(__file__).with_name(source_name))))
+        library = ctypes.CDLL(str(_build(compiler, source, translation_unit(source, signatures))))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error
         logger.warning("building %s failed, its torch path runs instead: %s", source_name, detail)
         return None
-    for name, restype, argtypes in signatures:
-        entry = getattr(library, name)
-        entry.restype, entry.argtypes = restype, list(argtypes)
-    return library
+    return NativeLibrary(library, signatures)

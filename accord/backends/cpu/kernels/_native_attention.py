@@ -4,8 +4,8 @@ and no per-step index tensors, each sequence computed alone (batch invariant).""
 
 from __future__ import annotations
 
-import array
 import ctypes
+import struct
 from functools import cache
 
 import torch
@@ -16,10 +16,12 @@ from . import _native
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 #: The metadata index dtypes it reads, by their width in bytes.
 INDEX_BYTES = {torch.int32: 4, torch.int64: 8}
+#: struct decode_call of paged_decode_attention.c: 30 int64 fields.
+CALL_LAYOUT = "30q"
 
 
 @cache  # the kernels call this per op: one lookup, not a hash of the signatures
-def _library() -> ctypes.CDLL | None:
+def _library() -> _native.NativeLibrary | None:
     """The built library with its entry point typed; None where it cannot be built."""
     entry = ("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float))
     return _native.load("paged_decode_attention.c", (entry,))
@@ -62,7 +64,9 @@ def attend_decodes(
         or block_tables.stride(1) != 1 or seq_lens.stride(0) != 1 or query_start_loc.stride(0) != 1
     ):
         return None
-    call = array.array("q", (  # struct decode_call, field by field
+    # struct decode_call, field by field, as an immutable bytes object: a graph capture
+    # (`_native_graph`) keeps it as the memory the recorded pointer points into.
+    call = struct.pack(CALL_LAYOUT, *(
         query.data_ptr(), q_code, out.data_ptr(), out_code, rows, q_strides[0], q_strides[1],
         out_strides[0], out_strides[1], q_heads,
         key_cache.data_ptr(), value_cache.data_ptr(), kv_code,
@@ -71,5 +75,5 @@ def attend_decodes(
         seq_lens.data_ptr(), query_start_loc.data_ptr(), seq_lens.shape[0], INDEX_BYTES[index],
         sliding_window, torch.get_num_threads(),
     ))
-    left = library.accord_paged_decode_attention(call.buffer_info()[0], scale)
+    left = library.accord_paged_decode_attention(call, scale)
     return None if left < 0 else left

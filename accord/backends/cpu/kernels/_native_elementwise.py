@@ -1,6 +1,6 @@
 """The glue kernels of elementwise.c (RMS norm with or without the residual add, rotary
-embedding, SiLU-and-mul, the KV cache write), one ctypes call each, built and loaded by
-`_native`.
+embedding, SiLU-and-mul, the KV cache write, and the embedding gather the cpu graph
+lowers an embedding lookup to), one ctypes call each, built and loaded by `_native`.
 
 Each function returns False, having written nothing, where the C path does not apply
 (no C compiler, a dtype it lacks, a position or slot out of range, sizes that do not
@@ -35,11 +35,12 @@ SIGNATURES = (
     ("accord_rotary_embedding", _I, (_P, _I) + (_P,) * 5 + (_L,) * 6 + (_I, _I, _I)),
     ("accord_silu_and_mul", None, (_P, _P, _L, _L, _I, _I)),
     ("accord_reshape_and_cache", _I, (_P,) * 5 + (_I, _L, _L, _L)),
+    ("accord_embedding", _I, (_P, _P, _I, _P, _L, _L, _L)),
 )
 
 
 @cache  # the kernels call this per op: one lookup, not a hash of the signatures
-def _library() -> ctypes.CDLL | None:
+def _library() -> _native.NativeLibrary | None:
     """The built library with its entry points typed; None where it cannot be built."""
     return _native.load("elementwise.c", SIGNATURES)
 
@@ -122,5 +123,22 @@ def reshape_and_cache(
         key.data_ptr(), value.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), slot_mapping.data_ptr(),
         slot_mapping.dtype == torch.int64, tokens, heads * head_dim * key.element_size(),
         cache_shape[0] * cache_shape[1],
+    )
+    return done == 0
+
+
+def embedding(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor) -> bool:
+    """out [T, H] = the rows of table [V, H] that ids [T] (int32 or int64) name, when
+    every id is in range (the cpu graph's replay of an embedding lookup)."""
+    library = _library()
+    if (
+        library is None or ids.dtype not in (torch.int32, torch.int64) or out.dtype != table.dtype
+        or not (table.is_contiguous() and ids.is_contiguous() and out.is_contiguous())
+        or out.shape != (ids.shape[0], table.shape[1])
+    ):
+        return False
+    done = library.accord_embedding(
+        table.data_ptr(), ids.data_ptr(), ids.dtype == torch.int64, out.data_ptr(), ids.shape[0],
+        table.shape[1] * table.element_size(), table.shape[0],
     )
     return done == 0

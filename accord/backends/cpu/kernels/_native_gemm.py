@@ -19,7 +19,7 @@ SIGNATURES = (
 
 
 @cache  # the kernels call this per op: one lookup, not a hash of the signatures
-def _library() -> ctypes.CDLL | None:
+def _library() -> _native.NativeLibrary | None:
     """The built library with its entry points typed; None where it cannot be built."""
     return _native.load("bf16_weight_gemm.c", SIGNATURES)
 

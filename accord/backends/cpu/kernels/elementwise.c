@@ -234,3 +234,17 @@ int accord_reshape_and_cache(const void *key, const void *value, void *key_cache
     }
     return 0;
 }
+
+/* out[t] = table[ids[t]] for each of `tokens` ids (rows of row_bytes, any dtype).
+ * Returns -1 (writing nothing) when an id is outside [0, num_rows), 0 otherwise. */
+int accord_embedding(const void *table, const void *ids, int index_is_64, void *out, long tokens, long row_bytes,
+                     long num_rows) {
+    for (long t = 0; t < tokens; t++) {
+        long id = position_at(ids, t, index_is_64);
+        if (id < 0 || id >= num_rows) return -1;
+    }
+    for (long t = 0; t < tokens; t++)
+        memcpy((char *)out + (size_t)t * row_bytes,
+               (const char *)table + (size_t)position_at(ids, t, index_is_64) * row_bytes, row_bytes);
+    return 0;
+}

@@ -1,0 +1,81 @@
+"""The cpu backend's graph of a step (`_native_graph`): the native kernel calls of one
+run, replayed from C over whatever the input buffers hold then, give what torch computes
+from those values; a step that computes anything in torch is refused; a kernel that
+would refuse its inputs at replay stops the replay with an error."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from accord.backends.cpu.kernels import _native, _native_elementwise, _native_graph
+from accord.backends.cpu.kernels._native_graph import CaptureRefused, capture
+
+pytestmark = pytest.mark.skipif(
+    not _native_graph.available() or _native_elementwise._library() is None,
+    reason="no C compiler: the cpu backend has no native kernels to record",
+)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def test_a_replay_computes_from_the_values_its_buffers_hold_then() -> None:
+    torch.manual_seed(0)
+    x, weight = torch.randn(3, 64), torch.rand(64) + 0.5
+
+    def step() -> torch.Tensor:
+        normed = torch.empty_like(x)
+        assert _native_elementwise.rms_norm(x, None, weight, 1e-6, normed, None)
+        out = torch.empty(3, 32)
+        assert _native_elementwise.silu_and_mul(normed, out)
+        return out
+
+    graph, output = capture(step)
+    assert len(graph) == 2
+    x.copy_(torch.randn(3, 64) * 3)
+    graph.replay()
+    normed = _rms_norm(x, weight, 1e-6)
+    torch.testing.assert_close(output, F.silu(normed[:, :32]) * normed[:, 32:])
+
+
+def test_an_embedding_lookup_is_replayed_by_the_native_gather() -> None:
+    table, ids = torch.randn(10, 8), torch.tensor([1, 2, 3])
+    graph, output = capture(lambda: F.embedding(ids, table))
+    ids.copy_(torch.tensor([7, 0, 9]))
+    graph.replay()
+    assert torch.equal(output, table[[7, 0, 9]])
+    ids[1] = 10  # outside the table: the gather refuses, and the replay says which call
+    with pytest.raises(RuntimeError, match=r"native call 0 \(accord_embedding\) refused its inputs"):
+        graph.replay()
+
+
+def test_views_pass_but_torch_compute_refuses_the_capture() -> None:
+    x = torch.randn(4, 16)
+    with pytest.raises(CaptureRefused, match="aten.add"):
+        capture(lambda: x.view(2, 32) + 1)
+    # A column slice made contiguous is a copy in torch (clone outside inference mode):
+    # refused too.
+    with pytest.raises(CaptureRefused, match=r"aten\.(contiguous|clone)"):
+        capture(lambda: x[:, :8].contiguous())
+    # A contiguous tensor's contiguous() and reshapes are itself: nothing to replay.
+    graph, output = capture(lambda: x.contiguous().view(64).reshape(8, 8))
+    assert len(graph) == 0 and output.data_ptr() == x.data_ptr()
+    assert _native.recorder is None
+
+
+def test_a_capture_records_only_its_own_thread() -> None:
+    x, weight, out = torch.randn(2, 16), torch.ones(16), torch.empty(2, 16)
+
+    def step() -> torch.Tensor:
+        other = threading.Thread(target=_native_elementwise.rms_norm, args=(x, None, weight, 1e-6, out, None))
+        other.start()
+        other.join()
+        return x.view(32)
+
+    graph, _ = capture(step)
+    assert len(graph) == 0
