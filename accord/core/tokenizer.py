@@ -13,7 +13,7 @@ import tokenizers
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .gguf.reader import is_gguf
+from .gguf import is_gguf
 from .loader import CheckpointError, read_json
 
 TEMPLATE_FILE = "chat_template.jinja"

@@ -79,3 +79,20 @@ def test_a_capture_records_only_its_own_thread() -> None:
 
     graph, _ = capture(step)
     assert len(graph) == 0
+
+
+def test_a_capture_does_not_import_dynamo() -> None:
+    # torch wraps a dispatch mode's handler in torch._disable_dynamo unless the mode opts
+    # out; its first call imports dynamo, seconds of start-up on a small host.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from accord.backends.cpu.kernels._native_graph import capture\n"
+        "x = torch.randn(4)\n"
+        "capture(lambda: x.view(2, 2))\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

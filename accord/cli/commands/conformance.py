@@ -13,11 +13,10 @@ import sys
 import torch
 
 from ...backends import BackendUnavailableError, UnknownBackendError, default_registry
-from ...conformance import ConformanceRunner, cases_for
-from ...conformance.collectives import render_collectives, run_collective_conformance
-from ...gate.gate_command import print_op_progress, run_deploy, run_merge, write_op_reports
-from ...conformance.table import render
 from ...op_contracts import CONTRACTS
+
+# The suite and the gate (their cases, reports, YAML and XML) are imported when this
+# command runs: every `accord` command builds this parser, `accord serve` included.
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,6 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _list_cases(ops: list[str], seed: int) -> int:
+    from ...conformance import cases_for
+
     for op in ops:
         for case in cases_for(op, seed):
             expectation = "must be refused" if case.expect_refusal else "run"
@@ -67,10 +68,17 @@ def _list_cases(ops: list[str], seed: int) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
+    from ...gate.gate_command import run_merge
+
     return run_merge(args.reports, args.merge_report_dir)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...conformance import ConformanceRunner
+    from ...conformance.collectives import render_collectives, run_collective_conformance
+    from ...conformance.table import render
+    from ...gate.gate_command import print_op_progress, run_deploy, write_op_reports
+
     if args.deploy:  # production threading: the thread count can change a reduction's rounding
         return run_deploy(args.deploy, report_dir=args.report_dir, backend=args.backend, ops=args.op,
                           list_only=args.list, require_all=args.require_all)

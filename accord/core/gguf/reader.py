@@ -12,17 +12,11 @@ import numpy as np
 
 from ..loader import CheckpointError
 
-GGUF_SUFFIX = ".gguf"
 _MISSING = object()
 
 
 class GgufError(CheckpointError):
     """A GGUF file accord cannot load; the message names the file and what is wrong."""
-
-
-def is_gguf(model: str | Path) -> bool:
-    """Whether `model` names a GGUF file (by its suffix, as vLLM and llama.cpp do)."""
-    return str(model).lower().endswith(GGUF_SUFFIX)
 
 
 class _ArrayReader(gguf.GGUFReader):

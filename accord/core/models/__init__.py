@@ -11,9 +11,10 @@ from typing import Any, Callable, get_args
 import torch
 
 from ...op_contracts import OpDispatcher
+from .. import gguf as gguf_files  # its reader and the gguf package load on first use
 from ..config import Quantization
 from ..distributed import ParallelContext
-from ..gguf import is_gguf, open_gguf_model
+from ..gguf import is_gguf
 from ..loader import CheckpointError, SafetensorsCheckpoint, read_json
 from ..model_config import DTYPES_BY_NAME, ModelConfig, ModelConfigError
 from .causal_lm import CausalLM
@@ -51,7 +52,7 @@ def load_model(
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization {quantization!r} is not supported; choose from {list(QUANTIZATIONS)}")
     if is_gguf(model_dir):
-        source = open_gguf_model(model_dir)
+        source = gguf_files.open_gguf_model(model_dir)
         raw, generation, checkpoint = source.config, source.generation, source.checkpoint
     else:
         raw, generation = _read_hf_config(Path(model_dir))
@@ -81,7 +82,7 @@ def read_model_config(model_dir: str | Path) -> ModelConfig:
     """The parsed config of a Hugging Face model directory or GGUF file, without its
     weights (the engine checks the parallel layout against it before starting workers)."""
     if is_gguf(model_dir):
-        source = open_gguf_model(model_dir)
+        source = gguf_files.open_gguf_model(model_dir)
         return ModelConfig.from_hf(source.config, source.generation)
     return ModelConfig.from_hf(*_read_hf_config(Path(model_dir)))
 

@@ -94,7 +94,7 @@ class WeightLoader:
             full_shapes = [(n, in_features) for n in out_features]
             weight, scale = self._device_fp8(*self._stacked_blocks(prefixes, parts, full_shapes, shards))
             return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
-        return self._local_linear(torch.cat(parts), biases)
+        return self._local_linear(self._stacked(parts), biases)
 
     def row_parallel_linear(self, prefix: str, in_features: int, out_features: int, reduce: bool = True) -> Linear:
         """`prefix.weight` split along its input dim across the ranks (o_proj, down): each
@@ -187,6 +187,20 @@ class WeightLoader:
                 f"{self.checkpoint.model_dir}: unexpected tensors the model graph does not use: {shown}; "
                 "is config.json for this checkpoint?"
             )
+
+    def _stacked(self, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Checkpoint parts stacked along the output dim, in the model dtype on the
+        device: each part is converted as it is copied into place, so the weights are
+        read and written once (no stacked copy in the checkpoint's dtype first)."""
+        if len(parts) == 1:
+            return parts[0].to(device=self.device, dtype=self.dtype).contiguous()
+        rows = sum(part.shape[0] for part in parts)
+        stacked = torch.empty((rows, *parts[0].shape[1:]), dtype=self.dtype, device=self.device)
+        start = 0
+        for part in parts:
+            stacked[start : start + part.shape[0]].copy_(part)
+            start += part.shape[0]
+        return stacked
 
     def _local_linear(self, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
         """This rank's dense weight as a linear: in the model dtype, or fp8 per channel."""

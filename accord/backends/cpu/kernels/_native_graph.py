@@ -129,6 +129,13 @@ class _CaptureMode(TorchDispatchMode):
         super().__init__()
         self.memory: list[torch.Tensor] = []
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise torch wraps __torch_dispatch__ in torch._disable_dynamo, whose first
+        # call imports dynamo: 2-5 s of start-up on a small CPU host. Nothing here runs
+        # under torch.compile (a compiled step computes in aten ops and is refused).
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func is aten.embedding.default:
