@@ -275,12 +275,14 @@ class LLMEngine:
         return next((s for s in self.schedulers if seq.seq_id in s.seqs), None)
 
     # -- a step --------------------------------------------------------------------
-    def step(self) -> list[RequestOutput]:
+    def step(self, *, final_only: bool = False) -> list[RequestOutput]:
         """Schedule a step on every replica and hand it to the executor, then apply the
         oldest step in flight's results; return the outputs of requests that
-        progressed (or failed). Under async scheduling the first call after an idle
-        spell only launches a step (and returns nothing), so the next call schedules
-        the step after it while it runs."""
+        progressed (or failed), or with `final_only` only of those that finished
+        (vLLM's FINAL_ONLY output kind: no output is built for a request still
+        running). Under async scheduling the first call after an idle spell only
+        launches a step (and returns nothing), so the next call schedules the step
+        after it while it runs."""
         if len(self._in_flight) < self._max_in_flight and not (
             self._in_flight and any(scheduler.needs_landed_tokens() for scheduler in self.schedulers)
         ):
@@ -289,7 +291,7 @@ class LLMEngine:
             return []
         if len(self._in_flight) < self._max_in_flight and not self._in_flight[0].results.done():
             return []
-        return self._apply(self._in_flight.popleft())
+        return self._apply(self._in_flight.popleft(), final_only)
 
     def _launch(self) -> None:
         """Schedule every replica and hand the step to the executor (to run after the
@@ -307,8 +309,9 @@ class LLMEngine:
         after = self._in_flight[-1].results if self._in_flight else None
         self._in_flight.append(_StepInFlight(steps, self.executor.execute_model_async(steps, after)))
 
-    def _apply(self, flight: _StepInFlight) -> list[RequestOutput]:
-        """Apply a finished step's results to the schedulers and build the outputs."""
+    def _apply(self, flight: _StepInFlight, final_only: bool) -> list[RequestOutput]:
+        """Apply a finished step's results to the schedulers and build the outputs
+        (only of finished requests with `final_only`)."""
         results, failed = self._results(flight)
         touched: list[Sequence] = []
         for scheduler, step, result in zip(self.schedulers, flight.steps, results):
@@ -318,7 +321,7 @@ class LLMEngine:
             for seq, stop_string in self.output_processor.detokenize(replica_touched):
                 scheduler.stop_on_string(seq, stop_string)
             touched += replica_touched
-        return self.output_processor.make_outputs(failed + touched, time.monotonic())
+        return self.output_processor.make_outputs(failed + touched, time.monotonic(), final_only)
 
     def _results(self, flight: _StepInFlight) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
         """A step's results; if it raised, fail the requests that make it fail and keep

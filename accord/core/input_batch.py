@@ -100,10 +100,11 @@ class InputBatch:
         if state is not None:
             self._free_rows.append(state.row)
 
-    def append_tokens(self, states: list[CachedRequestState], token_ids: list[int]) -> None:
-        """Record one sampled token per request."""
-        rows = np.fromiter((s.row for s in states), np.int64, len(states))
-        positions = np.fromiter((s.num_tokens for s in states), np.int64, len(states))
+    def append_tokens(
+        self, states: list[CachedRequestState], rows: np.ndarray, positions: np.ndarray, token_ids: list[int]
+    ) -> None:
+        """Record one sampled token per request: `states[i]` (in row `rows[i]`, with
+        `positions[i]` tokens so far) sampled `token_ids[i]`."""
         self.token_ids_np[rows, positions] = token_ids
         for state, token in zip(states, token_ids):
             state.output_token_ids.append(token)

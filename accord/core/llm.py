@@ -92,7 +92,8 @@ class LLM:
         finished: dict[str, RequestOutput] = {}
         with tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True) as bar:
             while engine.has_unfinished_requests():
-                for output in engine.step():
+                # Only finished requests' outputs are read: none is built for the others.
+                for output in engine.step(final_only=True):
                     if output.finished:
                         finished[output.request_id] = output
                         bar.update(1)

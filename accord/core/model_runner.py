@@ -286,20 +286,23 @@ class ModelRunner:
         num_tokens = np.fromiter((s.num_tokens for s in states), np.int64, count)
         hidden, flat = self._forward(rows, num_computed, num_new)
         samplers = np.flatnonzero(num_computed + num_new == num_tokens)
-        prompt_entries = self._prompt_logprobs(states, num_computed.tolist(), num_new.tolist(), flat, hidden)
+        prompt_entries = self._prompt_logprobs(states, num_computed, num_new, flat, hidden)
         output = ModelRunnerOutput(prompt_logprobs={states[b].req_id: entries for b, entries in prompt_entries})
         if len(samplers):
-            sampling = [states[b] for b in samplers]
             # Every row a sampler's last (a decode step): the hidden states as they are.
-            every_row = len(samplers) == len(hidden)
-            sampled_rows = hidden if every_row else hidden[torch.from_numpy(flat.last_rows[samplers])]
+            if len(samplers) == len(hidden):
+                sampling, sampled_rows = states, hidden
+            else:
+                sampling = [states[b] for b in samplers]
+                sampled_rows = hidden[torch.from_numpy(flat.last_rows[samplers])]
+                rows, num_tokens = rows[samplers], num_tokens[samplers]
             logits = self.model.compute_logits(sampled_rows)
             sampled = self.sampler(logits, sampling, self._grammar_bitmask)
             output.req_ids = [s.req_id for s in sampling]
-            output.sampled_token_ids = [t.token_id for t in sampled]
-            output.logprobs = [t.logprob for t in sampled]
-            output.top_logprobs = [t.top for t in sampled]
-            batch.append_tokens(sampling, output.sampled_token_ids)
+            output.sampled_token_ids = sampled.token_ids
+            output.logprobs = sampled.logprobs
+            output.top_logprobs = sampled.top_logprobs
+            batch.append_tokens(sampling, rows, num_tokens, output.sampled_token_ids)
         # State changes only once nothing can fail any more.
         for b, entries in prompt_entries:
             states[b].num_prompt_logprobs_done += len(entries)
@@ -308,8 +311,8 @@ class ModelRunner:
     def _prompt_logprobs(
         self,
         states: list[CachedRequestState],
-        starts: list[int],
-        counts: list[int],
+        num_computed: np.ndarray,
+        num_new: np.ndarray,
         flat: FlatBatch,
         hidden: torch.Tensor,
     ) -> list[tuple[int, list]]:
@@ -318,7 +321,7 @@ class ModelRunner:
         results: list[tuple[int, list]] = []
         if not any(state.needs_prompt_logprobs for state in states):
             return results
-        last_rows = flat.last_rows.tolist()
+        starts, counts, last_rows = num_computed.tolist(), num_new.tolist(), flat.last_rows.tolist()
         for b, state in enumerate(states):
             if not state.needs_prompt_logprobs:
                 continue

@@ -96,11 +96,19 @@ class OutputProcessor:
         for token_id, logprob in (entry or {}).items():
             logprob.decoded_token = self.tokenizer.decode([token_id])
 
-    def make_outputs(self, seqs: Iterable[Sequence], now: float) -> list[RequestOutput]:
+    def make_outputs(self, seqs: Iterable[Sequence], now: float, final_only: bool = False) -> list[RequestOutput]:
         """A cumulative output for each request these sequences belong to (once each,
-        in order); finished requests are reported one last time and forgotten."""
-        request_ids = dict.fromkeys(seq.request_id for seq in seqs)
-        return [self._output(self.requests[request_id], now) for request_id in request_ids if request_id in self.requests]
+        in order; with `final_only` only for the finished ones); finished requests are
+        reported one last time and forgotten."""
+        if final_only:
+            # A request is finished only once one of its sequences is.
+            seqs = [seq for seq in seqs if seq.is_finished]
+        requests = [self.requests.get(request_id) for request_id in dict.fromkeys(seq.request_id for seq in seqs)]
+        return [
+            self._output(request, now)
+            for request in requests
+            if request is not None and (not final_only or request.finished)
+        ]
 
     def finish_all(self, request_ids: Iterable[str], now: float) -> list[RequestOutput]:
         """Final outputs of requests whose sequences have all been finished (aborted,

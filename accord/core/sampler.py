@@ -47,13 +47,15 @@ class SamplingRow(Protocol):
     def req_id(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class SampledToken:
-    """One row's result: the token, its logprob, and its logprob entry when asked."""
+@dataclass
+class SampledTokens:
+    """A step's results, one entry per row: the token, its logprob (None when the step
+    took the greedy fast path: no row asked for logprobs), and its logprob entry when
+    the row asked (else None)."""
 
-    token_id: int
-    logprob: float
-    top: dict[int, Logprob] | None
+    token_ids: list[int]
+    logprobs: list[float | None]
+    top_logprobs: list[dict[int, Logprob] | None]
 
 
 class Sampler:
@@ -63,10 +65,13 @@ class Sampler:
         self.ops = ops
         # Unseeded requests draw their per-step seeds from here.
         self._rng = random.Random(seed)
+        # The last step's settings and their tensors (temperature, top_k, top_p, min_p):
+        # a batch keeps its requests for many steps, and each tensor costs tens of us here.
+        self._settings: tuple[list[SamplingParams], tuple[torch.Tensor, ...]] | None = None
 
     def __call__(
         self, logits: torch.Tensor, seqs: Sequence[SamplingRow], grammar_bitmask: GrammarBitmask | None = None
-    ) -> list[SampledToken]:
+    ) -> SampledTokens:
         """Tokens for `seqs`, row b of `logits` ([B, V] fp32) being sequence b's; rows
         of constrained requests keep only the tokens `grammar_bitmask` allows."""
         params = [seq.params for seq in seqs]
@@ -76,30 +81,51 @@ class Sampler:
         if grammar_bitmask is not None:
             # Last, so no bias or penalty can revive a token the grammar forbids.
             logits = apply_token_bitmask(logits, {seq.req_id: b for b, seq in enumerate(seqs)}, grammar_bitmask)
-        device = logits.device
-        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
-        top_k = torch.tensor([p.top_k for p in params], dtype=torch.int32, device=device)
-        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
-        min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device)
-        seeds = torch.tensor([self._seed_for(seq) for seq in seqs], dtype=torch.int64, device=device)
+        if all(p.greedy and p.logprobs is None for p in params):
+            # Every row is the argmax and nobody reads a logprob: no softmax, no draw
+            # (the sample contract's greedy rows are this argmax, first maximum on ties).
+            tokens = logits.argmax(dim=-1).tolist()
+            return SampledTokens(tokens, [None] * len(tokens), [None] * len(tokens))
+        temperature, top_k, top_p, min_p = self._settings_tensors(params, logits.device)
+        seeds = torch.tensor([self._seed_for(seq) for seq in seqs], dtype=torch.int64, device=logits.device)
         num_logprobs = max((p.logprobs or 0 for p in params), default=0)
         token_ids, logprobs, top_logprobs, top_token_ids = self.ops.sample(
             logits, temperature, top_k, top_p, min_p, seeds, num_logprobs=num_logprobs
         )
         tokens, chosen = token_ids.tolist(), logprobs.tolist()
         if not any(p.logprobs is not None for p in params):
-            return [SampledToken(t, lp, None) for t, lp in zip(tokens, chosen)]
+            return SampledTokens(tokens, chosen, [None] * len(tokens))
         ranks = (logits > logits.gather(1, token_ids[:, None])).sum(1).add_(1).tolist()
         top_values, top_ids = top_logprobs.tolist(), top_token_ids.tolist()
-        results = []
+        tops: list[dict[int, Logprob] | None] = []
         for b, p in enumerate(params):
             top = None
             if p.logprobs is not None:
                 top = {tokens[b]: Logprob(chosen[b], ranks[b])}
                 for rank, (token, value) in enumerate(zip(top_ids[b][: p.logprobs], top_values[b][: p.logprobs]), 1):
                     top.setdefault(token, Logprob(value, rank))
-            results.append(SampledToken(tokens[b], chosen[b], top))
-        return results
+            tops.append(top)
+        return SampledTokens(tokens, chosen, tops)
+
+    def _settings_tensors(self, params: list[SamplingParams], device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Per-row temperature, top_k, top_p and min_p tensors, rebuilt only when the
+        rows' settings objects differ from the last step's (settings never change)."""
+        cached = self._settings
+        if (
+            cached is not None
+            and len(cached[0]) == len(params)
+            and all(a is b for a, b in zip(cached[0], params))
+            and cached[1][0].device == device
+        ):
+            return cached[1]
+        tensors = (
+            torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
+            torch.tensor([p.top_k for p in params], dtype=torch.int32, device=device),
+            torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+            torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+        )
+        self._settings = (params, tensors)
+        return tensors
 
     def _seed_for(self, seq: SamplingRow) -> int:
         if seq.params.seed is None:

@@ -152,13 +152,16 @@ class Scheduler:
         scheduled: dict[str, int] = {}
         batch: list[Sequence] = []
         preempted: list[Sequence] = []
-        # Decodes first (one token left to compute), then partly computed prompts.
-        for seq in sorted(self.running, key=lambda s: _tokens_to_compute(s) > 1):
+        # Decodes first (one token left to compute), then partly computed prompts. A
+        # sequence's count is fixed here: preempting another one leaves it unchanged.
+        pending = [(seq, _tokens_to_compute(seq)) for seq in self.running]
+        pending = [item for item in pending if item[1] <= 1] + [item for item in pending if item[1] > 1]
+        for seq, to_compute in pending:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING or self._stops_when_tokens_land(seq):
                 continue  # preempted earlier in this loop, or nothing more to compute
-            count = min(_tokens_to_compute(seq), budget)
+            count = min(to_compute, budget)
             while not self.block_manager.allocate(seq.seq_id, seq.num_computed_tokens + count):
                 victim = max(self.running, key=self.order_key)
                 self._preempt(victim)
@@ -175,15 +178,17 @@ class Scheduler:
         admitted: list[Sequence] = []
         if not preempted:
             budget = self._admit_waiting(budget, scheduled, batch, admitted)
-        for seq in batch:
-            # Only known tokens have a block key: a placeholder's block is cached later.
-            self.block_manager.cache_full_blocks(
-                seq.seq_id, seq.token_ids, min(seq.num_computed_tokens + scheduled[seq.seq_id], seq.num_tokens)
-            )
+        if self.block_manager.enable_prefix_caching:
+            for seq in batch:
+                # Only known tokens have a block key: a placeholder's block is cached later.
+                self.block_manager.cache_full_blocks(
+                    seq.seq_id, seq.token_ids, min(seq.num_computed_tokens + scheduled[seq.seq_id], seq.num_tokens)
+                )
         self.stats.num_preemptions += len(preempted)
         output = SchedulerOutput(
             scheduled_new_reqs=[self._new_request_data(seq) for seq in admitted],
-            scheduled_cached_reqs=self._cached_request_data([seq for seq in batch if seq not in admitted]),
+            # The admitted sequences are the batch's tail (admission appends them last).
+            scheduled_cached_reqs=self._cached_request_data(batch[: len(batch) - len(admitted)]),
             num_scheduled_tokens=scheduled,
             finished_req_ids=self._finished_ids,
             preempted_req_ids={seq.seq_id for seq in preempted},
@@ -223,13 +228,14 @@ class Scheduler:
 
     def _grammar_bitmask(self, scheduled: dict[str, int]) -> GrammarBitmask | None:
         """The token bitmask of the constrained sequences that sample this step."""
-        if self.structured_output is None:
+        constrained = self.structured_output
+        if constrained is None:
             return None
         sampling = [
             seq_id for seq_id, count in scheduled.items()
-            if _tokens_to_compute(self.seqs[seq_id]) == count
+            if constrained.is_constrained(seq_id) and _tokens_to_compute(self.seqs[seq_id]) == count
         ]
-        return self.structured_output.grammar_bitmask(sampling)
+        return constrained.grammar_bitmask(sampling) if sampling else None
 
     def _new_request_data(self, seq: Sequence) -> NewRequestData:
         table = self.block_manager.block_table(seq.seq_id)

@@ -54,7 +54,9 @@ class Sequence:
     status: SequenceStatus = field(default=SequenceStatus.WAITING, init=False)
     finish_reason: str | None = field(default=None, init=False)
     stop_reason: int | str | None = field(default=None, init=False)
-    cumulative_logprob: float = field(default=0.0, init=False)
+    #: Sum of the sampled tokens' logprobs; None unless logprobs were asked for (vLLM's
+    #: convention: a greedy step without logprobs computes none).
+    cumulative_logprob: float | None = field(default=None, init=False)
     logprobs: SampleLogprobs | None = field(default=None, init=False)
     prompt_logprobs: PromptLogprobs | None = field(default=None, init=False)
 
@@ -62,6 +64,7 @@ class Sequence:
         self.token_ids = list(self.prompt_token_ids)
         if self.params.logprobs is not None:
             self.logprobs = []
+            self.cumulative_logprob = 0.0
         # Prompt logprobs are the request's, computed once by its first sample.
         if self.params.prompt_logprobs is not None and self.index == 0:
             self.prompt_logprobs = [None]
@@ -88,12 +91,13 @@ class Sequence:
         sequence computes its whole prompt: cached blocks would skip rows)."""
         return self.prompt_logprobs is not None and len(self.prompt_logprobs) < self.num_prompt_tokens
 
-    def append_token(self, token_id: int, logprob: float, top: dict[int, Logprob] | None) -> None:
-        """Record one sampled token with its logprob (and top candidates when asked)."""
+    def append_token(self, token_id: int, logprob: float | None, top: dict[int, Logprob] | None) -> None:
+        """Record one sampled token with its logprob and top candidates (both read only
+        when logprobs were asked for)."""
         self.token_ids.append(token_id)
         self.output_token_ids.append(token_id)
-        self.cumulative_logprob += logprob
         if self.logprobs is not None and top is not None:
+            self.cumulative_logprob += logprob  # type: ignore[operator]
             self.logprobs.append(top)
 
     def finish(self, reason: str, stop_reason: int | str | None = None) -> None:

@@ -59,7 +59,9 @@ class StagedBuffer:
             if len(self._views) >= MAX_CACHED_VIEWS:
                 self._views.clear()
             size = int(np.prod(shape))
-            views = self._views[shape] = (self.host[:size].view(shape), self.device[:size].view(shape))
+            host = self.host[:size].view(shape)
+            # On the host the device tensor is the host tensor: one view, nothing to copy.
+            views = self._views[shape] = (host, host if self.device is self.host else self.device[:size].view(shape))
         host, device = views
         return host if device is host else device.copy_(host, non_blocking=True)
 
@@ -89,6 +91,7 @@ class StepInputs:
         self.seq_lens = StagedBuffer(max_seqs, INDEX_DTYPE, device)
         self.query_start_loc = StagedBuffer(max_seqs + 1, INDEX_DTYPE, device)
         self._arange = np.arange(max(max_seqs, max_tokens) + 1, dtype=np.int64)
+        self._query_start_loc_arange = 0
 
     def _fit(self, num_seqs: int, num_tokens: int) -> None:
         """Grow the buffers (rarely: only past the sizes given at construction)."""
@@ -121,21 +124,27 @@ class StepInputs:
         if max_query_len == 1:  # a decode step: one token per sequence, at its last position
             query_start_loc = self._arange[: num_seqs + 1]
             positions, seq_rows, row_seq = num_computed, rows, self._arange[:num_seqs]
+            last_rows = row_seq
         else:
             query_start_loc = np.zeros(num_seqs + 1, dtype=np.int64)
             np.cumsum(num_new, out=query_start_loc[1:])
             row_seq = np.repeat(self._arange[:num_seqs], num_new)
             positions = self._arange[:num_tokens] - query_start_loc[row_seq] + num_computed[row_seq]
             seq_rows = rows[row_seq]
+            last_rows = query_start_loc[1:] - 1
         self.positions.np[:num_tokens] = positions
         self.input_ids.np[:num_tokens] = token_ids[seq_rows, positions]
         # The step's tables live contiguously at the front of the buffer, `width` wide.
         tables = self.block_tables.np[: num_seqs * width].reshape(num_seqs, width)
         tables[:] = block_table[rows, :width]
-        block_of = tables[row_seq, positions // self.block_size]
-        self.slot_mapping.np[:num_tokens] = block_of * self.block_size + positions % self.block_size
+        block_index, offset = np.divmod(positions, self.block_size)
+        self.slot_mapping.np[:num_tokens] = tables[row_seq, block_index] * self.block_size + offset
         self.seq_lens.np[:num_seqs] = seq_lens
-        self.query_start_loc.np[: num_seqs + 1] = query_start_loc
+        if max_query_len > 1 or self._query_start_loc_arange < num_seqs + 1:
+            self.query_start_loc.np[: num_seqs + 1] = query_start_loc
+        # How many leading offsets are 0, 1, 2, ... (a decode step's): the next decode
+        # step of no more sequences need not write them again.
+        self._query_start_loc_arange = num_seqs + 1 if max_query_len == 1 else 0
 
         attn = AttentionMetadata(
             slot_mapping=self.slot_mapping.to_device(num_tokens),
@@ -149,7 +158,7 @@ class StepInputs:
             input_ids=self.input_ids.to_device(num_tokens),
             positions=self.positions.to_device(num_tokens),
             attn=attn,
-            last_rows=query_start_loc[1:] - 1,
+            last_rows=last_rows,
         )
         if self.device.type != "cpu":
             self._copied = torch.Event(device=self.device)

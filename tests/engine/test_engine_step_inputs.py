@@ -57,3 +57,28 @@ def test_flatten_matches_a_per_request_construction(rows, computed, new, full_wi
     assert flat.input_ids.dtype == torch.int64 and flat.attn.slot_mapping.dtype == torch.int32
     assert flat.attn.block_tables.is_contiguous()
     assert flat.attn.max_query_len == max(new) and flat.attn.max_seq_len == max(want["seq_lens"])
+
+
+def test_steps_in_turn_reuse_the_buffers() -> None:
+    """Decode, a smaller decode, a prefill chunk, then decodes again on one StepInputs:
+    what one step leaves in the buffers never leaks into the next."""
+    g = np.random.default_rng(1)
+    tokens = g.integers(0, 1000, (6, 32)).astype(np.int32)
+    tables = g.integers(0, 100, (6, 8)).astype(np.int32)
+    inputs = StepInputs(max_seqs=6, max_tokens=32, max_blocks_per_seq=8, block_size=BLOCK, device=torch.device("cpu"))
+    steps = [
+        ([0, 1, 2, 3], [5, 9, 2, 20], [1, 1, 1, 1]),
+        ([4, 1], [7, 10], [1, 1]),
+        ([2, 5, 0], [0, 3, 6], [3, 5, 2]),
+        ([5, 2, 0], [8, 3, 8], [1, 1, 1]),
+        ([3, 1, 0, 2, 4, 5], [21, 11, 9, 4, 8, 9], [1, 1, 1, 1, 1, 1]),
+    ]
+    for rows, computed, new in steps:
+        flat = inputs.flatten(tokens, tables, np.array(rows), np.array(computed), np.array(new))
+        width = -(-max(c + n for c, n in zip(computed, new)) // BLOCK)
+        want = _expected(tokens, tables, rows, computed, new, width)
+        assert flat.attn.query_start_loc.tolist() == want["query_start_loc"]
+        assert flat.last_rows.tolist() == want["last_rows"]
+        assert flat.attn.slot_mapping.tolist() == [int(v) for v in want["slot_mapping"]]
+        assert flat.input_ids.tolist() == [int(v) for v in want["input_ids"]]
+        assert flat.attn.seq_lens.tolist() == want["seq_lens"]

@@ -82,6 +82,7 @@ class ModelRunnerOutput:
     #: asked) the logprob entry of top candidates.
     req_ids: list[str] = field(default_factory=list)
     sampled_token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    #: The logprobs are None when no request of the step asked for logprobs.
+    logprobs: list[float | None] = field(default_factory=list)
     top_logprobs: list[dict[int, Logprob] | None] = field(default_factory=list)
     prompt_logprobs: dict[str, list[dict[int, Logprob]]] = field(default_factory=dict)
