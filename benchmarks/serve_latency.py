@@ -87,20 +87,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_ready(port: int, server: subprocess.Popen, timeout: float) -> float:
-    """Seconds until the server answers GET /v1/models; raises when it exits or the
-    timeout passes first."""
+def wait_ready(port: int, server: subprocess.Popen, timeout: float, path: str = "/v1/models",
+               interval: float = 0.5) -> float:
+    """Seconds until the server answers GET `path` with 200, polled every `interval`
+    seconds; raises when it exits or the timeout passes first."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if server.poll() is not None:
             raise RuntimeError(f"the server exited with code {server.returncode} before it was ready")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as reply:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
                 if reply.status == 200:
                     return time.monotonic() - started
         except OSError:
             pass
-        time.sleep(0.5)
+        time.sleep(interval)
     raise RuntimeError(f"the server was not ready after {timeout:.0f} s")
 
 

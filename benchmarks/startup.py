@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 #: The timed parts of an in-process start-up: (label, module, attribute path).
@@ -36,28 +34,18 @@ PHASES = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def serve_until_ready(model: str, flags: list[str], env: dict[str, str]) -> float:
     """Seconds from launching `accord serve` until GET /health answers 200."""
+    # Imported here: serve_latency imports part of accord, which --phases times.
+    from serve_latency import free_port, wait_ready
+
     port = free_port()
     command = [sys.executable, "-m", "accord", "serve", "--model", model, "--port", str(port), *flags]
-    started = time.perf_counter()
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        while True:
-            if server.poll() is not None:
-                raise SystemExit(f"accord serve exited with {server.returncode}:\n{server.stderr.read()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as reply:
-                    if reply.status == 200:
-                        return time.perf_counter() - started
-            except OSError:
-                time.sleep(0.02)
+        return wait_ready(port, server, timeout=600, path="/health", interval=0.02)
+    except RuntimeError as error:
+        raise SystemExit(f"accord serve: {error}:\n{server.stderr.read() if server.poll() is not None else ''}")
     finally:
         server.terminate()
         server.wait(timeout=60)
