@@ -179,6 +179,13 @@ class ModelRunner:
             logger.info("no decode graphs: backend %s does not record a compiled step (-O%d)",
                         self.backend.name, self.config.compilation_config)
             return
+        # Padding rows read block 0's first slot. A host cache is not zeroed (see
+        # _layer_cache) and may be reused memory, so block 0 is: the warm-up run of a
+        # capture must not feed garbage through the padding rows (into the op calls the
+        # gate records, say). Every contract cache is [NB, ...].
+        for cache in self.kv_caches:
+            for tensor in cache:
+                tensor[0].zero_()
         max_blocks = self.input_batch.block_table.shape[1]
         inputs = {
             "input_ids": InputSpec((), torch.int64, 0),
