@@ -91,7 +91,6 @@ class StepInputs:
         self.seq_lens = StagedBuffer(max_seqs, INDEX_DTYPE, device)
         self.query_start_loc = StagedBuffer(max_seqs + 1, INDEX_DTYPE, device)
         self._arange = np.arange(max(max_seqs, max_tokens) + 1, dtype=np.int64)
-        self._query_start_loc_arange = 0
 
     def _fit(self, num_seqs: int, num_tokens: int) -> None:
         """Grow the buffers (rarely: only past the sizes given at construction)."""
@@ -140,11 +139,7 @@ class StepInputs:
         block_index, offset = np.divmod(positions, self.block_size)
         self.slot_mapping.np[:num_tokens] = tables[row_seq, block_index] * self.block_size + offset
         self.seq_lens.np[:num_seqs] = seq_lens
-        if max_query_len > 1 or self._query_start_loc_arange < num_seqs + 1:
-            self.query_start_loc.np[: num_seqs + 1] = query_start_loc
-        # How many leading offsets are 0, 1, 2, ... (a decode step's): the next decode
-        # step of no more sequences need not write them again.
-        self._query_start_loc_arange = num_seqs + 1 if max_query_len == 1 else 0
+        self.query_start_loc.np[: num_seqs + 1] = query_start_loc
 
         attn = AttentionMetadata(
             slot_mapping=self.slot_mapping.to_device(num_tokens),
