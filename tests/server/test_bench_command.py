@@ -1,11 +1,13 @@
 """`accord bench`'s GPU mode on a CPU host: the options pick the GPU model and batch
 sizes, a run refuses clearly when torch sees no GPU (before building anything), and the
-batch-1 roofline arithmetic on a fake device spec."""
+batch-1 roofline arithmetic on a fake device spec, and the bandwidth it is held to being
+measured right around the batch-1 run."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -81,6 +83,34 @@ def test_the_roofline_streams_every_weight_but_the_gathered_embedding(tmp_path):
     cpu = bench.DeviceSpec("fake CPU", copy_bandwidth=1200.0)
     assert "roofline_datasheet_tokens_per_s" not in bench.roofline_figures(4.0, weights, 4, cpu)
     assert "HBM" not in bench.render_roofline(bench.roofline_figures(4.0, weights, 4, cpu), torch.float32, cpu)
+
+
+def test_the_roofline_bandwidth_is_measured_right_before_and_after_the_batch1_run(monkeypatch):
+    events: list[str] = []
+
+    class RecordingLLM:
+        def __init__(self, **kwargs):
+            pass
+
+        def generate(self, prompts, params, use_tqdm):
+            events.append(f"generate {len(prompts)}")
+            metrics = SimpleNamespace(first_token_time=1.0, finished_time=2.0)
+            return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[0] * p.max_tokens)], metrics=metrics)
+                    for p in params]
+
+    monkeypatch.setattr("accord.LLM", RecordingLLM)
+    bandwidths = iter([7e9, 9e9])
+
+    def measure() -> float:
+        events.append("measure")
+        return next(bandwidths)
+
+    args = _args()
+    run = bench.run_accord(Path("unused"), bench.workloads(args, vocab=50), args, measure)
+    assert events == ["measure", "generate 1", "measure", "generate 32", f"generate {args.num_requests}"]
+    assert run.batch1_bandwidth == (7e9, 9e9)
+    assert run.batch1_decode == pytest.approx(127.0)  # 127 tokens after the first, in one second
+    assert bench.run_accord(Path("unused"), bench.workloads(args, vocab=50), args).batch1_bandwidth is None
 
 
 def test_the_table_gives_accords_ratio_to_transformers():
