@@ -5,7 +5,10 @@
  * bf16 activations (a CPU that computes bf16 natively) they are widened exactly too, the
  * products are exact in fp32 (8 + 8 significant bits), and the fp32 sum plus bias is
  * rounded once to bf16 (to nearest even): oneDNN's bf16 GEMM's numerics, up to summation
- * order. Made for few rows (decode), where the GEMM is bound by the weight stream; built
+ * order. bf16 x is widened once per call (`fp32_rows`), not in the tile: widening it
+ * there, once per block of weight rows, streamed the 152M Llama's decode weights 0.75-0.8x
+ * as fast as fp32 x at 4 rows (one thread; the widening competes with the weights' for
+ * the same shuffle port) and alike at 1 row. Made for few rows (decode), where the GEMM is bound by the weight stream; built
  * by _native_gemm.py with -march=native, so GCC's vector extensions below become AVX512
  * or AVX2 code as the host allows: widening and fp32 FMAs, also where the CPU has
  * AVX512-BF16's dot products (vdpbf16ps), which at a few rows would only save FMAs in a
@@ -44,6 +47,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,15 +79,6 @@ static inline vfloat load_bf16(const uint16_t *p) {
     return v;
 }
 
-/* Sixteen activations from x, fp32 or bf16 (io_bf16), as fp32. */
-static inline vfloat load_x(const void *x, long i, const int io_bf16) {
-    return io_bf16 ? load_bf16((const uint16_t *)x + i) : load_floats((const float *)x + i);
-}
-
-/* One activation or bias element as fp32. */
-static inline float element(const void *p, long i, const int io_bf16) {
-    return io_bf16 ? bf16_to_float(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
 
 static inline float lane_sum(vfloat v) {
     float s = 0.0f;
@@ -92,10 +87,10 @@ static inline float lane_sum(vfloat v) {
 }
 
 /* The block at wb (rows weight rows from n0, in the blocked layout) against tile_m x
- * rows from m0, x, bias and y of the element type io_bf16 says; all three are
+ * rows from m0 (fp32), bias and y of the element type io_bf16 says; all three are
  * compile-time constants where this is inlined, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void tile(
-    const void *x, const uint16_t *wb, const void *bias, void *y, long K, long ldx, long ldy,
+    const float *x, const uint16_t *wb, const void *bias, void *y, long K, long ldx, long ldy,
     long m0, long n0, const int rows, const int tile_m, const int io_bf16) {
     vfloat acc[TILE_M][ROWS_PER_BLOCK];
     for (int m = 0; m < tile_m; ++m)
@@ -108,7 +103,7 @@ static inline __attribute__((always_inline)) void tile(
         vfloat wv[ROWS_PER_BLOCK];
         for (int r = 0; r < rows; ++r) wv[r] = load_bf16(p + r * LANES);
         for (int m = 0; m < tile_m; ++m) {
-            vfloat xv = load_x(x, (m0 + m) * ldx + k, io_bf16);
+            vfloat xv = load_floats(x + (m0 + m) * ldx + k);
             for (int r = 0; r < rows; ++r) acc[m][r] += xv * wv[r];
         }
     }
@@ -116,11 +111,15 @@ static inline __attribute__((always_inline)) void tile(
     for (int m = 0; m < tile_m; ++m) {
         for (int r = 0; r < rows; ++r) {
             float s = lane_sum(acc[m][r]);
-            for (long t = 0; t < tail; ++t) s += element(x, (m0 + m) * ldx + k + t, io_bf16) * bf16_to_float(p[r * tail + t]);
-            if (bias) s += element(bias, n0 + r, io_bf16);
+            for (long t = 0; t < tail; ++t) s += x[(m0 + m) * ldx + k + t] * bf16_to_float(p[r * tail + t]);
             long at = (m0 + m) * ldy + n0 + r;
-            if (io_bf16) ((uint16_t *)y)[at] = float_to_bf16(s);
-            else ((float *)y)[at] = s;
+            if (io_bf16) {
+                if (bias) s += bf16_to_float(((const uint16_t *)bias)[n0 + r]);
+                ((uint16_t *)y)[at] = float_to_bf16(s);
+            } else {
+                if (bias) s += ((const float *)bias)[n0 + r];
+                ((float *)y)[at] = s;
+            }
         }
     }
 }
@@ -143,9 +142,9 @@ static inline __attribute__((always_inline)) void tile(
 
 /* One GEMM call: its operands and its chunking (CHUNK_BYTES of weights per chunk). */
 struct gemm {
-    const void *x; /* x, bias and y: fp32, or bf16 where io_bf16 */
+    const float *x; /* fp32 (bf16 x is widened first) */
     const uint16_t *w;
-    const void *bias;
+    const void *bias; /* bias and y: fp32, or bf16 where io_bf16 */
     void *y;
     long M, N, K, ldx, ldy;
     int io_bf16;
@@ -158,7 +157,8 @@ struct gemm {
 static inline long range_start(const struct gemm *g, int r) { return g->chunks * r / (g->helpers + 1); }
 
 static void run_chunk(const struct gemm *g, long c) {
-    const void *x = g->x, *bias = g->bias;
+    const float *x = g->x;
+    const void *bias = g->bias;
     const uint16_t *w = g->w;
     void *y = g->y;
     const int io_bf16 = g->io_bf16;
@@ -299,10 +299,37 @@ static int ensure_helpers(int helpers) {
     return pool.started < helpers ? pool.started : helpers;
 }
 
-/* The GEMM on a weight packed by accord_pack_bf16_weight; x, bias and y are fp32
- * (io_bf16 0) or bf16 (1), ldx and ldy their row strides in elements. */
-void accord_bf16_weight_gemm(
-    const void *x, const uint16_t *w, const void *bias, void *y,
+/* x [M, K] (row stride ldx) as fp32 rows, and their row stride in *ld: x itself, or bf16
+ * x widened into this thread's buffer (grown as needed, kept for the next call); NULL
+ * when that buffer cannot be had. */
+static const float *fp32_rows(const void *x, long M, long K, long ldx, int x_bf16, long *ld) {
+    static __thread float *buffer;
+    static __thread long capacity;
+    *ld = ldx;
+    if (!x_bf16) return x;
+    if (M * K > capacity) {
+        float *grown = realloc(buffer, M * K * sizeof(float));
+        if (!grown) return NULL;
+        buffer = grown;
+        capacity = M * K;
+    }
+    for (long m = 0; m < M; ++m) {
+        const uint16_t *from = (const uint16_t *)x + m * ldx;
+        float *to = buffer + m * K;
+        long k = 0;
+        for (; k + LANES <= K; k += LANES) {
+            vfloat v = load_bf16(from + k);
+            memcpy(to + k, &v, sizeof v);
+        }
+        for (; k < K; ++k) to[k] = bf16_to_float(from[k]);
+    }
+    *ld = K;
+    return buffer;
+}
+
+/* The GEMM on fp32 x, with bias and y as io_bf16 says. */
+static void gemm(
+    const float *x, const uint16_t *w, const void *bias, void *y,
     long M, long N, long K, long ldx, long ldy, int threads, int io_bf16) {
     struct gemm job = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ldx = ldx, .ldy = ldy,
                        .io_bf16 = io_bf16};
@@ -355,6 +382,19 @@ void accord_bf16_weight_gemm(
         if (spins % 1024 == 1023) sched_yield();
     }
     __atomic_store_n(&pool.owner, 0, __ATOMIC_RELEASE);
+}
+
+/* The GEMM on a weight packed by accord_pack_bf16_weight; x, bias and y are fp32
+ * (io_bf16 0) or bf16 (1), ldx and ldy their row strides in elements. Returns 0, or 1
+ * when bf16 x could not be widened (out of memory: nothing computed). */
+int accord_bf16_weight_gemm(
+    const void *x, const uint16_t *w, const void *bias, void *y,
+    long M, long N, long K, long ldx, long ldy, int threads, int io_bf16) {
+    long ld;
+    const float *rows = fp32_rows(x, M, K, ldx, io_bf16, &ld);
+    if (!rows) return 1;
+    gemm(rows, w, bias, y, M, N, K, ld, ldy, threads, io_bf16);
+    return 0;
 }
 
 /* Writes W [N, K] into dst in the blocked layout above, as bf16: src is bf16 (src_fp32
