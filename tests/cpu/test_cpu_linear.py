@@ -167,6 +167,18 @@ def test_bf16_activation_gemm_rounds_to_nearest_even() -> None:
     assert out[0].tolist() == [1.0, 1.0] and out[1].tolist() == [1 + 2**-6, 1 + 2**-6]
 
 
+@needs_native_gemm
+def test_bf16_activation_gemm_says_so_when_it_cannot_widen_x() -> None:
+    # bf16 x is widened into a per-thread fp32 buffer first: one it cannot allocate (a
+    # depth no memory holds) computes nothing and raises, instead of writing garbage.
+    packed = _native_gemm.bf16_weight(torch.ones(4, 16).bfloat16()).packed
+    huge = _native_gemm.Bf16Weight(packed, 4, 2**60)
+    out = torch.zeros(1, 4, dtype=torch.bfloat16)
+    with pytest.raises(MemoryError, match="widen"):
+        huge(torch.ones(1, 16).bfloat16(), None, out)
+    assert not out.any()
+
+
 @needs_bf16_copies
 @pytest.mark.parametrize("rows", [1, 2, 4, 5])
 @pytest.mark.parametrize("with_bias", [False, True])
