@@ -11,10 +11,14 @@ machine) of each path, in microseconds, and the weight bytes streamed per micros
   backend held before bf16 weights);
 - `bf16w native`: the bf16-weight GEMM (fp32 activations and accumulation) on the bf16
   weight, what the cpu backend runs for few rows on a bf16 checkpoint without native bf16;
+- `bf16w bf16 x`: the same GEMM on bf16 activations, rounded once to bf16 out: what it
+  runs for few rows where the CPU computes bf16 natively (AVX512-BF16 or AMX);
 - `bf16 oneDNN`: oneDNN's bf16 GEMM on bf16 activations (rounds x to bf16, so it is no
   candidate on a host computing in fp32; shown as the speed a native-bf16 host gets);
 - `backend`: the cpu backend's `linear` kernel on the form `prepare_linear_weight`
-  gives an exactly-bf16 fp32 weight, i.e. the path the engine takes.
+  gives the checkpoint's bf16 weight in the dtype this host computes it in (an
+  exactly-bf16 fp32 weight, or the bf16 one on a native-bf16 host), i.e. the path the
+  engine takes.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch.nn.functional as F
 from accord.backends.cpu import CpuBackend
 from accord.backends.cpu.kernels import linear as cpu_linear
 from accord.backends.cpu.kernels import _native_gemm
+from accord.backends.cpu.kernels._precision import work_dtype
 
 #: (name, N, K) of each projection.
 SHAPES = (("qkv", 1536, 1024), ("o", 1024, 1024), ("gate_up", 5632, 1024), ("down", 1024, 2816), ("lm_head", 8192, 1024))
@@ -54,8 +59,10 @@ def paths(rows: int, n: int, k: int) -> tuple[dict[str, Callable[[], object]], i
     out = torch.empty(rows, n)
     packed32 = torch.ops.mkldnn._reorder_linear_weight(w32)
     packed16 = torch.ops.mkldnn._reorder_linear_weight(weight)
-    x16 = x.to(torch.bfloat16)
-    prepared = CpuBackend().prepare_linear_weight(w32)
+    x16, out16 = x.to(torch.bfloat16), out.to(torch.bfloat16)
+    compute = work_dtype(torch.bfloat16)
+    prepared = CpuBackend().prepare_linear_weight(weight.to(compute))
+    x_backend, out_backend = (x, out) if compute == torch.float32 else (x16, out16)
     calls: dict[str, Callable[[], object]] = {
         "fp32 F.linear": lambda: torch.mm(x, w32.t(), out=out),
         "fp32 oneDNN": lambda: torch.ops.mkldnn._linear_pointwise(x, packed32, None, "none", [], ""),
@@ -63,8 +70,9 @@ def paths(rows: int, n: int, k: int) -> tuple[dict[str, Callable[[], object]], i
     if _native_gemm.available():
         streamed = _native_gemm.bf16_weight(weight)
         calls["bf16w native"] = lambda: streamed(x, None, out)
+        calls["bf16w bf16 x"] = lambda: streamed(x16, None, out16)
     calls["bf16 oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(x16, packed16, None, "none", [], "")
-    calls["backend"] = lambda: cpu_linear.linear(x, prepared, None, out)
+    calls["backend"] = lambda: cpu_linear.linear(x_backend, prepared, None, out_backend)
     return calls, weight.numel()
 
 

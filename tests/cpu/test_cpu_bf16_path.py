@@ -20,7 +20,7 @@ from accord.conformance import ConformanceRunner, Status, cases_for
 
 REPO = Path(__file__).resolve().parents[2]
 #: The kernels whose arithmetic dtype follows the bf16 path.
-BF16_PATH_OPS = ("paged_attention", "mla_attention", "fused_moe")
+BF16_PATH_OPS = ("paged_attention", "mla_attention", "fused_moe", "linear")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import torch
 from accord.backends import get_backend
 from accord.backends.cpu import cpu_has_native_bf16
 from accord.backends.cpu.kernels import _native_gemm
-from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
+from accord.backends.cpu.kernels.linear import BF16_COPY, BF16_WEIGHT_MAX_ROWS, streams_bf16_weights
 from accord.op_contracts import CONTRACTS, ContractError
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -62,6 +62,12 @@ def test_linear_refuses_a_width_mismatch_on_a_prepacked_weight(cpu_ops) -> None:
         cpu_ops.linear(torch.randn(2, 31), packed)
 
 
+needs_native_gemm = pytest.mark.skipif(
+    not _native_gemm.available(),
+    reason="the bf16-weight GEMM needs a C compiler",
+)
+
+
 needs_bf16_copies = pytest.mark.skipif(
     not streams_bf16_weights(),
     reason="bf16 copies are made only on AVX512 CPUs computing bf16 in fp32, with oneDNN and a C compiler",
@@ -109,16 +115,94 @@ def test_no_bf16_copy_of_a_weight_that_is_not_exactly_bf16() -> None:
     assert not hasattr(get_backend("cpu").prepare_linear_weight(weight), BF16_COPY)
 
 
-def test_no_bf16_copy_where_the_cpu_computes_bf16_natively(monkeypatch) -> None:
-    from accord.backends import cpu as cpu_backend
-
-    monkeypatch.setattr(cpu_backend, "cpu_has_native_bf16", lambda: True)
-    assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)
-
-
-def test_no_bf16_copy_on_a_cpu_the_bf16_weight_gemm_does_not_pay_on(monkeypatch) -> None:
+@pytest.mark.parametrize("native", [False, True])
+def test_no_bf16_copy_on_a_cpu_the_bf16_weight_gemm_does_not_pay_on(monkeypatch, request, native) -> None:
+    # AVX2-only CPUs keep oneDNN's path, whether they compute bf16 in fp32 or natively.
+    if native:
+        request.getfixturevalue("forced_native_bf16")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    assert not hasattr(get_backend("cpu").prepare_linear_weight(torch.randn(8, 16).bfloat16().float()), BF16_COPY)
+    weight = torch.randn(8, 16).bfloat16()
+    assert not hasattr(get_backend("cpu").prepare_linear_weight(weight if native else weight.float()), BF16_COPY)
+
+
+def _bf16_gemm_bound(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact product of bf16 x, weight (and bias) in float64, and how far a result
+    with fp32 accumulation rounded once to bf16 may lie from it: half a bf16 ulp (2^-8
+    relative) plus the fp32 summation's error bound over K terms."""
+    exact = x.double() @ weight.double().t() + (0 if bias is None else bias.double())
+    magnitude = x.double().abs() @ weight.double().abs().t() + (0 if bias is None else bias.double().abs())
+    return exact, exact.abs() * 2**-8 + magnitude * (x.shape[1] + 1) * 2**-23
+
+
+@needs_native_gemm
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize(("width", "depth"), [(42, 72), (13, 37), (96, 128), (5, 9)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_bf16_activation_gemm_rounds_the_fp32_sum_once(rows, width, depth, with_bias) -> None:
+    # bf16 in and out, as on a CPU with native bf16: N off the kernel's 4-row blocks, K
+    # off its 16 lanes, x rows strided (a view into wider rows).
+    weight = (torch.randn(width, depth) / depth**0.5).bfloat16()
+    x = torch.randn(rows, depth + 11).bfloat16()[:, :depth]
+    bias = torch.randn(width).bfloat16() if with_bias else None
+    gemm = _native_gemm.bf16_weight(weight)
+    out = torch.full((rows, width), float("nan"), dtype=torch.bfloat16)
+    gemm(x, bias, out)
+    exact, bound = _bf16_gemm_bound(x, weight, bias)
+    assert ((out.double() - exact).abs() <= bound).all()
+    # One rounding: the same sums kept in fp32 (the kernel's fp32 form on the widened
+    # inputs), rounded by torch, give the very same bits.
+    wide = torch.empty(rows, width)
+    gemm(x.float(), None if bias is None else bias.float(), wide)
+    assert torch.equal(out, wide.bfloat16())
+
+
+@needs_native_gemm
+def test_bf16_activation_gemm_rounds_to_nearest_even() -> None:
+    # A sum exactly halfway between two bf16 values: 1 + 2^-8 lies between 1 and
+    # 1 + 2^-7 and goes to the even one, 1; 1 + 3 * 2^-8 goes up to 1 + 2^-6.
+    weight = torch.ones(2, 2).bfloat16()
+    x = torch.tensor([[1.0, 2**-8], [1.0, 3 * 2**-8]]).bfloat16()
+    out = torch.empty(2, 2, dtype=torch.bfloat16)
+    _native_gemm.bf16_weight(weight)(x, None, out)
+    assert out[0].tolist() == [1.0, 1.0] and out[1].tolist() == [1 + 2**-6, 1 + 2**-6]
+
+
+@needs_native_gemm
+def test_bf16_activation_gemm_says_so_when_it_cannot_widen_x() -> None:
+    # bf16 x is widened into a per-thread fp32 buffer first: one it cannot allocate (a
+    # depth no memory holds) computes nothing and raises, instead of writing garbage.
+    packed = _native_gemm.bf16_weight(torch.ones(4, 16).bfloat16()).packed
+    huge = _native_gemm.Bf16Weight(packed, 4, 2**60)
+    out = torch.zeros(1, 4, dtype=torch.bfloat16)
+    with pytest.raises(MemoryError, match="widen"):
+        huge(torch.ones(1, 16).bfloat16(), None, out)
+    assert not out.any()
+
+
+@needs_bf16_copies
+@pytest.mark.parametrize("rows", [1, 2, 4, 5])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_bf16_weights_stream_for_few_rows_on_the_native_bf16_path(
+    forced_native_bf16, cpu_ops, reference_ops, nmse_of, rows, with_bias
+) -> None:
+    # Computed in bf16 (oneDNN's bf16 path for more rows, emulated on this host): the
+    # weight keeps its bf16 copy, which serves up to 4 rows with bf16 in and out.
+    weight = (torch.randn(30, 40) / 6).bfloat16()
+    bias = torch.randn(30).bfloat16() if with_bias else None
+    prepared = get_backend("cpu").prepare_linear_weight(weight)
+    assert prepared.is_mkldnn and prepared.dtype == torch.bfloat16
+    copy, calls = getattr(prepared, BF16_COPY), []
+
+    def recorded(*args):
+        calls.append(args[0].dtype)
+        copy(*args)
+
+    setattr(prepared, BF16_COPY, recorded)
+    x = torch.randn(rows, 80).bfloat16()[:, ::2]
+    got = cpu_ops.linear(x, prepared, bias)
+    assert got.dtype == torch.bfloat16
+    assert nmse_of(got, reference_ops.linear(x, weight, bias)) <= TOLERANCE[torch.bfloat16]
+    assert calls == ([torch.bfloat16] if rows <= BF16_WEIGHT_MAX_ROWS else [])
 
 
 def _streamed_values(streamed: _native_gemm.Bf16Weight, depth: int) -> torch.Tensor:
@@ -159,26 +243,28 @@ def test_without_a_c_compiler_the_bf16_valued_weight_takes_the_torch_path(monkey
 
 
 @needs_bf16_copies
-def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_ops, nmse_of) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_ops, nmse_of, dtype) -> None:
     # Large enough for many of the kernel's work chunks (taken by whichever thread is
-    # free), with N off its 4-row blocks and K off its 16 lanes.
-    weight = (torch.randn(1203, 1000) / 32).bfloat16().float()
-    streamed = getattr(get_backend("cpu").prepare_linear_weight(weight), BF16_COPY)
-    bias = torch.randn(1203)
-    x = torch.randn(4, 1000)
+    # free), with N off its 4-row blocks and K off its 16 lanes; activations fp32 (a CPU
+    # computing bf16 in fp32) or bf16 (one computing it natively).
+    weight = (torch.randn(1203, 1000) / 32).bfloat16().to(dtype)
+    streamed = _native_gemm.bf16_weight(weight.bfloat16())
+    bias = torch.randn(1203).to(dtype)
+    x = torch.randn(4, 1000).to(dtype)
     threads = torch.get_num_threads()
     outputs = []
     try:
         for count in (1, 2, 3):  # 3: ranges of unequal chunk counts, more threads than cores
             torch.set_num_threads(count)
             for rows in (1, 3, 4):
-                out = torch.empty(rows, 1203)
+                out = torch.empty(rows, 1203, dtype=dtype)
                 streamed(x[:rows], bias, out)
                 outputs.append(out)
     finally:
         torch.set_num_threads(threads)
     want = reference_ops.linear(x, weight, bias)
-    assert nmse_of(outputs[-1], want) <= TOLERANCE[torch.float32]
+    assert nmse_of(outputs[-1], want) <= TOLERANCE[dtype]
     for out in outputs:
         assert torch.equal(out, outputs[-1][: out.shape[0]])
 
@@ -196,12 +282,6 @@ def _gemm_case() -> tuple[_native_gemm.Bf16Weight, torch.Tensor, torch.Tensor]:
     finally:
         torch.set_num_threads(previous)
     return gemm, x, want
-
-
-needs_native_gemm = pytest.mark.skipif(
-    not _native_gemm.available(),
-    reason="the bf16-weight GEMM needs a C compiler",
-)
 
 
 @needs_native_gemm

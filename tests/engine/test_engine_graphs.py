@@ -18,6 +18,7 @@ import torch
 from engine_models import build_model_dir
 
 from accord import SamplingParams
+from accord.backends import get_backend
 from accord.backends.cpu import CpuBackend
 from accord.backends.cpu.kernels import _native_graph
 from accord.backends.cpu.kernels.linear import streams_bf16_weights
@@ -118,11 +119,14 @@ def test_a_step_the_cpu_backend_cannot_record_runs_eagerly(llama_dir: Path, capl
         assert all(record.levelno == logging.INFO for record in runner_records)
 
 
-@pytest.mark.skipif(
+needs_native_decode_steps = pytest.mark.skipif(
     not (streams_bf16_weights() and _native_graph.available()),
     reason="the cpu backend records decode steps only where bf16 weights stream through its native GEMM "
-    "(AVX512 CPUs computing bf16 in fp32, with a C compiler)",
+    "(AVX512 CPUs, with oneDNN and a C compiler)",
 )
+
+
+@needs_native_decode_steps
 def test_the_cpu_backend_replays_batch_one_decode_steps_with_the_eager_tokens(tmp_path: Path) -> None:
     model_dir = build_model_dir(tmp_path / "llama-bf16", "llama", torch.bfloat16)
     eager = _generate(LLM(str(model_dir), CpuBackend, **BUDGET, enforce_eager=True))
@@ -134,6 +138,25 @@ def test_the_cpu_backend_replays_batch_one_decode_steps_with_the_eager_tokens(tm
     assert _generate(llm) == eager
     # The last request decodes alone for its last steps: those replayed.
     assert graphs.replays >= 2
+    _assert_all_blocks_free(llm)
+
+
+@needs_native_decode_steps
+def test_the_cpu_backend_replays_bf16_decode_steps_on_the_native_bf16_path(tmp_path: Path, forced_native_bf16) -> None:
+    # As on an AVX512-BF16 or AMX CPU (emulated here): activations, KV cache and logits in
+    # bf16, the projections on bf16 in and out through the bf16-weight GEMM.
+    model_dir = build_model_dir(tmp_path / "llama-bf16", "llama", torch.bfloat16)
+    eager_llm = LLM(str(model_dir), CpuBackend, **BUDGET, enforce_eager=True)
+    assert eager_llm.llm_engine.executor.driver_worker.runner.kv_cache_dtype == torch.bfloat16
+    eager = _generate(eager_llm)
+    llm = LLM(str(model_dir), CpuBackend, **BUDGET)
+    graphs = llm.llm_engine.executor.driver_worker.runner.decode_graphs
+    assert graphs is not None and 1 in graphs.captured, graphs and graphs.refused
+    tokens = _generate(llm)
+    assert tokens == eager
+    assert graphs.replays >= 2
+    # The independent reference: the reference backend computing the same bf16 model.
+    assert tokens == _generate(LLM(str(model_dir), lambda: get_backend("reference"), **BUDGET, enforce_eager=True))
     _assert_all_blocks_free(llm)
 
 

@@ -74,8 +74,9 @@ class CpuBackend(Backend):
     @property
     def captures_graphs(self) -> bool:  # type: ignore[override]
         """Whether decode steps are captured: where their GEMMs can run in native kernels
-        (the bf16-weight GEMM of exactly-bf16 weights) and the replay loop builds. A
-        model whose step does anything else refuses the capture and runs eagerly."""
+        (the bf16-weight GEMM of bf16 weights, or of exactly-bf16 fp32 ones, on fp32 or
+        native bf16 activations) and the replay loop builds. A model whose step does
+        anything else refuses the capture and runs eagerly."""
         from .kernels import _native_graph
 
         return self.max_graph_batch > 0 and _native_graph.available()

@@ -13,9 +13,10 @@ import torch
 from ...op_contracts import FLOAT_DTYPES
 from ..case import Case, randn, seeded
 
-#: (rows T, input features K, output features N): 1 and 3 rows are decode row counts
-#: (a backend may take a few-rows path there), 7 and 33 take its many-rows path.
-LINEAR_SHAPES = ((1, 64, 48), (3, 72, 42), (7, 96, 80), (33, 40, 136))
+#: (rows T, input features K, output features N): 1, 3 and 4 rows are decode row counts
+#: (a backend may take a few-rows path there: the cpu backend's takes up to 4), 7 and 33
+#: take its many-rows path.
+LINEAR_SHAPES = ((1, 64, 48), (3, 72, 42), (4, 40, 30), (7, 96, 80), (33, 40, 136))
 
 #: The weight forms: name suffix, whether the backend prepares it, whether its values
 #: are rounded to bf16 first (fp32 only: at bf16 and fp16 that changes nothing new).

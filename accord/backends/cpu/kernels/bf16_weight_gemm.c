@@ -1,9 +1,18 @@
-/* y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]) with fp32 x, y, bias and bf16 W: each weight
- * element is widened to fp32 exactly (a bf16 is the top half of an fp32), multiplied and
- * accumulated in fp32, so the result is the fp32 GEMM's up to summation order while the
- * weights stream at half the bytes. Made for few rows (decode), where the GEMM is bound
- * by the weight stream; built by _native_gemm.py with -march=native, so GCC's vector
- * extensions below become AVX512 or AVX2 code as the host allows.
+/* y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]) with bf16 W and x, y, bias all fp32 or all
+ * bf16 (`io_bf16`): each weight element is widened to fp32 exactly (a bf16 is the top half
+ * of an fp32), multiplied and accumulated in fp32, so with fp32 activations the result is
+ * the fp32 GEMM's up to summation order while the weights stream at half the bytes. With
+ * bf16 activations (a CPU that computes bf16 natively) they are widened exactly too, the
+ * products are exact in fp32 (8 + 8 significant bits), and the fp32 sum plus bias is
+ * rounded once to bf16 (to nearest even): oneDNN's bf16 GEMM's numerics, up to summation
+ * order. bf16 x is widened once per call (`fp32_rows`), not in the tile: widening it
+ * there, once per block of weight rows, streamed the 152M Llama's decode weights 0.75-0.8x
+ * as fast as fp32 x at 4 rows (one thread; the widening competes with the weights' for
+ * the same shuffle port) and alike at 1 row. Made for few rows (decode), where the GEMM is bound by the weight stream; built
+ * by _native_gemm.py with -march=native, so GCC's vector extensions below become AVX512
+ * or AVX2 code as the host allows: widening and fp32 FMAs, also where the CPU has
+ * AVX512-BF16's dot products (vdpbf16ps), which at a few rows would only save FMAs in a
+ * loop meant to be bound by the weight stream (not measured: no such host at hand).
  *
  * Weight layout (written once at load by accord_pack_bf16_weight): the rows go in blocks
  * of ROWS_PER_BLOCK; a block holds its rows' first LANES columns row after row, then
@@ -38,6 +47,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,6 +79,7 @@ static inline vfloat load_bf16(const uint16_t *p) {
     return v;
 }
 
+
 static inline float lane_sum(vfloat v) {
     float s = 0.0f;
     for (int j = 0; j < LANES; ++j) s += v[j];
@@ -76,11 +87,11 @@ static inline float lane_sum(vfloat v) {
 }
 
 /* The block at wb (rows weight rows from n0, in the blocked layout) against tile_m x
- * rows from m0; both counts are compile-time constants where this is inlined, so the
- * accumulators stay in registers. */
+ * rows from m0 (fp32), bias and y of the element type io_bf16 says; all three are
+ * compile-time constants where this is inlined, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void tile(
-    const float *x, const uint16_t *wb, const float *bias, float *y, long K, long ldx, long ldy,
-    long m0, long n0, const int rows, const int tile_m) {
+    const float *x, const uint16_t *wb, const void *bias, void *y, long K, long ldx, long ldy,
+    long m0, long n0, const int rows, const int tile_m, const int io_bf16) {
     vfloat acc[TILE_M][ROWS_PER_BLOCK];
     for (int m = 0; m < tile_m; ++m)
         for (int r = 0; r < rows; ++r) acc[m][r] = (vfloat){0};
@@ -101,28 +112,42 @@ static inline __attribute__((always_inline)) void tile(
         for (int r = 0; r < rows; ++r) {
             float s = lane_sum(acc[m][r]);
             for (long t = 0; t < tail; ++t) s += x[(m0 + m) * ldx + k + t] * bf16_to_float(p[r * tail + t]);
-            if (bias) s += bias[n0 + r];
-            y[(m0 + m) * ldy + n0 + r] = s;
+            long at = (m0 + m) * ldy + n0 + r;
+            if (io_bf16) {
+                if (bias) s += bf16_to_float(((const uint16_t *)bias)[n0 + r]);
+                ((uint16_t *)y)[at] = float_to_bf16(s);
+            } else {
+                if (bias) s += ((const float *)bias)[n0 + r];
+                ((float *)y)[at] = s;
+            }
         }
     }
 }
 
-/* One tile with its row counts as constants (tile_m is 1..TILE_M at run time). */
-#define TILE_CASES(wb, n, rows)                                                    \
+/* One tile with its row counts and element type as constants (tile_m is 1..TILE_M and
+ * io_bf16 0 or 1 at run time). */
+#define TILE_ROWS(wb, n, rows, io)                                                 \
     switch (tile_m) {                                                              \
-    case 1: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 1); break;              \
-    case 2: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 2); break;              \
-    case 3: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 3); break;              \
-    default: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 4); break;             \
+    case 1: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 1, io); break;          \
+    case 2: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 2, io); break;          \
+    case 3: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 3, io); break;          \
+    default: tile(x, wb, bias, y, K, ldx, ldy, m0, n, rows, 4, io); break;         \
+    }
+#define TILE_CASES(wb, n, rows)                                                    \
+    if (io_bf16) {                                                                 \
+        TILE_ROWS(wb, n, rows, 1)                                                  \
+    } else {                                                                       \
+        TILE_ROWS(wb, n, rows, 0)                                                  \
     }
 
 /* One GEMM call: its operands and its chunking (CHUNK_BYTES of weights per chunk). */
 struct gemm {
-    const float *x;
+    const float *x; /* fp32 (bf16 x is widened first) */
     const uint16_t *w;
-    const float *bias;
-    float *y;
+    const void *bias; /* bias and y: fp32, or bf16 where io_bf16 */
+    void *y;
     long M, N, K, ldx, ldy;
+    int io_bf16;
     long blocks, per_chunk, chunks;
     int helpers; /* pool workers allowed to join: threads - 1 */
 };
@@ -132,9 +157,11 @@ struct gemm {
 static inline long range_start(const struct gemm *g, int r) { return g->chunks * r / (g->helpers + 1); }
 
 static void run_chunk(const struct gemm *g, long c) {
-    const float *x = g->x, *bias = g->bias;
+    const float *x = g->x;
+    const void *bias = g->bias;
     const uint16_t *w = g->w;
-    float *y = g->y;
+    void *y = g->y;
+    const int io_bf16 = g->io_bf16;
     long M = g->M, N = g->N, K = g->K, ldx = g->ldx, ldy = g->ldy;
     long end = (c + 1) * g->per_chunk < g->blocks ? (c + 1) * g->per_chunk : g->blocks;
     for (long b = c * g->per_chunk; b < end; ++b) {
@@ -272,10 +299,40 @@ static int ensure_helpers(int helpers) {
     return pool.started < helpers ? pool.started : helpers;
 }
 
-void accord_bf16_weight_gemm(
-    const float *x, const uint16_t *w, const float *bias, float *y,
-    long M, long N, long K, long ldx, long ldy, int threads) {
-    struct gemm job = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ldx = ldx, .ldy = ldy};
+/* x [M, K] (row stride ldx) as fp32 rows, and their row stride in *ld: x itself, or bf16
+ * x widened into this thread's buffer (grown as needed, kept for the next call); NULL
+ * when that buffer cannot be had. */
+static const float *fp32_rows(const void *x, long M, long K, long ldx, int x_bf16, long *ld) {
+    static __thread float *buffer;
+    static __thread long capacity;
+    *ld = ldx;
+    if (!x_bf16) return x;
+    if (M * K > capacity) {
+        float *grown = realloc(buffer, M * K * sizeof(float));
+        if (!grown) return NULL;
+        buffer = grown;
+        capacity = M * K;
+    }
+    for (long m = 0; m < M; ++m) {
+        const uint16_t *from = (const uint16_t *)x + m * ldx;
+        float *to = buffer + m * K;
+        long k = 0;
+        for (; k + LANES <= K; k += LANES) {
+            vfloat v = load_bf16(from + k);
+            memcpy(to + k, &v, sizeof v);
+        }
+        for (; k < K; ++k) to[k] = bf16_to_float(from[k]);
+    }
+    *ld = K;
+    return buffer;
+}
+
+/* The GEMM on fp32 x, with bias and y as io_bf16 says. */
+static void gemm(
+    const float *x, const uint16_t *w, const void *bias, void *y,
+    long M, long N, long K, long ldx, long ldy, int threads, int io_bf16) {
+    struct gemm job = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ldx = ldx, .ldy = ldy,
+                       .io_bf16 = io_bf16};
     job.blocks = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     job.per_chunk = CHUNK_BYTES / (ROWS_PER_BLOCK * K * 2);
     if (job.per_chunk < 1) job.per_chunk = 1;
@@ -325,6 +382,19 @@ void accord_bf16_weight_gemm(
         if (spins % 1024 == 1023) sched_yield();
     }
     __atomic_store_n(&pool.owner, 0, __ATOMIC_RELEASE);
+}
+
+/* The GEMM on a weight packed by accord_pack_bf16_weight; x, bias and y are fp32
+ * (io_bf16 0) or bf16 (1), ldx and ldy their row strides in elements. Returns 0, or 1
+ * when bf16 x could not be widened (out of memory: nothing computed). */
+int accord_bf16_weight_gemm(
+    const void *x, const uint16_t *w, const void *bias, void *y,
+    long M, long N, long K, long ldx, long ldy, int threads, int io_bf16) {
+    long ld;
+    const float *rows = fp32_rows(x, M, K, ldx, io_bf16, &ld);
+    if (!rows) return 1;
+    gemm(rows, w, bias, y, M, N, K, ld, ldy, threads, io_bf16);
+    return 0;
 }
 
 /* Writes W [N, K] into dst in the blocked layout above, as bf16: src is bf16 (src_fp32

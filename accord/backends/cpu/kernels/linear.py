@@ -1,5 +1,5 @@
 """Dense GEMM on oneDNN with weights prepacked once at load, and bf16 weight streaming
-for decode row counts on CPUs that compute bf16 checkpoints in fp32.
+for decode row counts on AVX512 CPUs.
 
 Measured on a 2-core AVX512F Xeon (no AVX512-BF16/AMX; `benchmarks/linear_cpu.py`, the
 152M Llama's projections, fp32): oneDNN's prepacked blocked weights beat `F.linear` on a
@@ -19,8 +19,20 @@ ONEDNN_MAX_CPU_ISA) it tied oneDNN's fp32 at one row and lost 2-10x from two, so
 CPUs keep the fp32 path (`BF16_WEIGHT_CAPABILITIES`). From `BF16_WEIGHT_MAX_ROWS + 1`
 rows the GEMM is compute-bound and oneDNN's fp32 kernel on the prepacked weight is up
 to 2x faster than the bf16-weight one, so the prepacked fp32 form stays: the two forms
-cost 1.5x the fp32 weight memory (6 bytes per parameter instead of 4). oneDNN's own bf16 GEMM is no substitute: it rounds the fp32
-activations to bf16 and is 2-3x slower than fp32 from 2 rows up without native bf16.
+cost 1.5x the fp32 weight memory (6 bytes per parameter instead of 4). oneDNN's own bf16
+GEMM is no substitute: it rounds the fp32 activations to bf16 and is 2-3x slower than
+fp32 from 2 rows up without native bf16.
+
+On a CPU with native bf16 (AVX512-BF16 or AMX) a bf16 checkpoint computes in bf16: its
+weights are prepacked as bf16 for oneDNN, and on AVX512 each also keeps the same packed
+bf16 copy, which the bf16-weight GEMM runs on bf16 activations (widened exactly, fp32
+accumulation, rounded once to bf16: oneDNN's bf16 numerics) for up to
+`BF16_WEIGHT_MAX_ROWS` rows. Not for speed measured there (no such host was at hand; the
+copy streams as fast as the fp32-activation path does here, `benchmarks/` has no
+native-bf16 figure): it makes every op of a few-rows decode step a native call, so the
+cpu backend captures the step as a graph (`max_graph_batch`; on the fp32 path here the
+152M Llama's batch-1 decode took 23.5 ms/token replayed against 32.5 eager). The cost:
+both forms, 4 bytes per parameter instead of 2 (twice the bf16 weight memory).
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from . import _native_gemm
 from ._precision import work_dtype
 from ._registry import KERNELS
 
-#: The attribute of a prepacked fp32 weight holding its exact bf16 copy (a
+#: The attribute of a prepacked weight (fp32 or bf16) holding its exact bf16 copy (a
 #: `_native_gemm.Bf16Weight`).
 BF16_COPY = "accord_bf16_copy"
 #: The most rows the bf16 copy serves: the crossover measured by benchmarks/linear_cpu.py
@@ -47,38 +59,45 @@ BF16_WEIGHT_CAPABILITIES = ("AVX512",)
 def prepack(weight: torch.Tensor) -> torch.Tensor:
     """`weight` [N, K] in oneDNN's blocked layout (an opaque mkldnn tensor of the same
     logical shape and dtype) when oneDNN computes its dtype natively here, else as is;
-    an fp32 weight whose values are all exactly bf16 (a bf16 checkpoint computed in
-    fp32) also carries its bf16 copy as `BF16_COPY`, for the few-rows path."""
+    a bf16 weight, and an fp32 weight whose values are all exactly bf16 (a bf16
+    checkpoint computed in fp32), also carry their bf16 copy as `BF16_COPY`, for the
+    few-rows path, where `streams_bf16_weights()`."""
     if (
         weight.device.type != "cpu"
         or weight.is_mkldnn
         or not torch.backends.mkldnn.is_available()
         or work_dtype(weight.dtype) != weight.dtype
+        # AVX512-BF16 CPUs without AVX512-FP16 (AMD's) compute fp16 in torch, not oneDNN,
+        # whose fp16 reorder refuses them.
+        or (weight.dtype == torch.float16 and not torch.ops.mkldnn._is_mkldnn_fp16_supported())
     ):
         return weight
     weight = weight.contiguous()
     packed = torch.ops.mkldnn._reorder_linear_weight(weight)
-    copy = _exact_bf16(weight)
+    copy = _bf16_copy(weight)
     if copy is not None:
         setattr(packed, BF16_COPY, copy)
     return packed
 
 
 def streams_bf16_weights() -> bool:
-    """Whether this host keeps bf16 copies of exactly-bf16 fp32 weights for few rows:
-    an AVX512 CPU that computes bf16 in fp32, with oneDNN and the bf16-weight GEMM built."""
+    """Whether this host keeps bf16 copies of bf16(-valued) weights for few rows: an
+    AVX512 CPU with oneDNN and the bf16-weight GEMM built, whether it computes bf16 in
+    fp32 (the copies of exactly-bf16 fp32 weights) or natively (of bf16 weights)."""
     return (
         torch.backends.mkldnn.is_available()
-        and work_dtype(torch.bfloat16) == torch.float32
         and torch.backends.cpu.get_cpu_capability() in BF16_WEIGHT_CAPABILITIES
         and _native_gemm.available()
     )
 
 
-def _exact_bf16(weight: torch.Tensor) -> _native_gemm.Bf16Weight | None:
-    """The bf16 copy of an fp32 weight that loses nothing, where it pays; else None."""
-    if weight.dtype != torch.float32 or not streams_bf16_weights():
+def _bf16_copy(weight: torch.Tensor) -> _native_gemm.Bf16Weight | None:
+    """The bf16 copy of a bf16 weight, or of an fp32 weight that loses nothing by it,
+    where it pays; else None."""
+    if weight.dtype not in (torch.float32, torch.bfloat16) or not streams_bf16_weights():
         return None
+    if weight.dtype == torch.bfloat16:
+        return _native_gemm.bf16_weight(weight)
     return _native_gemm.exact_bf16(weight)
 
 
@@ -90,8 +109,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out
     if weight.is_mkldnn:
         streamed = getattr(weight, BF16_COPY, None)
         if streamed is not None and x.shape[0] <= BF16_WEIGHT_MAX_ROWS and out.stride(1) == 1:
-            # x is fp32 (it shares the weight's logical dtype); the C kernel wants unit
-            # column strides and a contiguous bias.
+            # x, bias and out share the weight's logical dtype (the contract's dtype
+            # group): fp32, or bf16 where the CPU computes it natively, both of which
+            # the C kernel takes; it wants unit column strides and a contiguous bias.
             streamed(
                 x if x.stride(1) == 1 else x.contiguous(), None if bias is None else bias.contiguous(), out
             )
