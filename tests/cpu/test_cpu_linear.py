@@ -244,20 +244,23 @@ def test_without_a_c_compiler_the_bf16_valued_weight_takes_the_torch_path(monkey
 
 @needs_bf16_copies
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_ops, nmse_of, dtype) -> None:
+@pytest.mark.parametrize("depth", [1000, 2400])
+def test_streamed_rows_do_not_depend_on_the_batch_or_the_thread_count(reference_ops, nmse_of, dtype, depth) -> None:
     # Large enough for many of the kernel's work chunks (taken by whichever thread is
     # free), with N off its 4-row blocks and K off its 16 lanes; activations fp32 (a CPU
-    # computing bf16 in fp32) or bf16 (one computing it natively).
-    weight = (torch.randn(1203, 1000) / 32).bfloat16().to(dtype)
+    # computing bf16 in fp32) or bf16 (one computing it natively). One and two rows read
+    # a chunk's blocks in pairs, three and four one by one; at K 2400 a chunk holds an odd
+    # number of blocks (three), so one of them is read alone.
+    weight = (torch.randn(1203, depth) / 32).bfloat16().to(dtype)
     streamed = _native_gemm.bf16_weight(weight.bfloat16())
     bias = torch.randn(1203).to(dtype)
-    x = torch.randn(4, 1000).to(dtype)
+    x = torch.randn(4, depth).to(dtype)
     threads = torch.get_num_threads()
     outputs = []
     try:
         for count in (1, 2, 3):  # 3: ranges of unequal chunk counts, more threads than cores
             torch.set_num_threads(count)
-            for rows in (1, 3, 4):
+            for rows in (1, 2, 3, 4):
                 out = torch.empty(rows, 1203, dtype=dtype)
                 streamed(x[:rows], bias, out)
                 outputs.append(out)
