@@ -18,13 +18,17 @@ DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 INDEX_BYTES = {torch.int32: 4, torch.int64: 8}
 #: struct decode_call of paged_decode_attention.c: 30 int64 fields.
 CALL_LAYOUT = "30q"
+#: What `_native.load` builds and loads (and `_native.build_ahead` starts building).
+LIBRARY = (
+    "paged_decode_attention.c",
+    (("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float)),),
+)
 
 
 @cache  # the kernels call this per op: one lookup, not a hash of the signatures
 def _library() -> _native.NativeLibrary | None:
     """The built library with its entry point typed; None where it cannot be built."""
-    entry = ("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float))
-    return _native.load("paged_decode_attention.c", (entry,))
+    return _native.load(*LIBRARY)
 
 
 def attend_decodes(

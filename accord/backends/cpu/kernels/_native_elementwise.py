@@ -37,12 +37,14 @@ SIGNATURES = (
     ("accord_reshape_and_cache", _I, (_P,) * 5 + (_I, _L, _L, _L)),
     ("accord_embedding", _I, (_P, _P, _I, _P, _L, _L, _L)),
 )
+#: What `_native.load` builds and loads (and `_native.build_ahead` starts building).
+LIBRARY = ("elementwise.c", SIGNATURES)
 
 
 @cache  # the kernels call this per op: one lookup, not a hash of the signatures
 def _library() -> _native.NativeLibrary | None:
     """The built library with its entry points typed; None where it cannot be built."""
-    return _native.load("elementwise.c", SIGNATURES)
+    return _native.load(*LIBRARY)
 
 
 def _threads(elements: int) -> int:

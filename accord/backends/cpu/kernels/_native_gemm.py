@@ -19,12 +19,14 @@ SIGNATURES = (
         (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int),
     ),
 )
+#: What `_native.load` builds and loads (and `_native.build_ahead` starts building).
+LIBRARY = ("bf16_weight_gemm.c", SIGNATURES)
 
 
 @cache  # the kernels call this per op: one lookup, not a hash of the signatures
 def _library() -> _native.NativeLibrary | None:
     """The built library with its entry points typed; None where it cannot be built."""
-    return _native.load("bf16_weight_gemm.c", SIGNATURES)
+    return _native.load(*LIBRARY)
 
 
 def available() -> bool:

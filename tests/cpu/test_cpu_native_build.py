@@ -1,0 +1,75 @@
+"""`_native.build_ahead`: a library whose build was started ahead is loaded from that
+build (not compiled a second time), a build that fails ahead leaves the torch path with
+the reason logged, and a process that did not start the build (a forked child, which
+has not the threads that finish it) builds for itself instead of waiting on it."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import shutil
+
+import pytest
+
+from accord.backends.cpu.kernels import _native
+
+needs_compiler = pytest.mark.skipif(_native._compiler() is None, reason="needs a C compiler")
+
+SOURCE = "int accord_test_add(int a, int b) { return a + b; }\n"
+SIGNATURES = (("accord_test_add", ctypes.c_int, (ctypes.c_int, ctypes.c_int)),)
+
+
+@pytest.fixture
+def builds(tmp_path, monkeypatch):
+    """A kernel folder of its own (the packed-call header copied in), an empty build
+    cache, no builds started, and the list of sources `_build` compiles or reads."""
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    shutil.copy(_native.KERNEL_DIR / "native_packed.h", kernels)
+    monkeypatch.setattr(_native, "KERNEL_DIR", kernels)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_native, "_ahead", {})
+    built: list[str] = []
+    build = _native._build
+
+    def counting_build(compiler, source, unit):
+        built.append(source.name)
+        return build(compiler, source, unit)
+
+    monkeypatch.setattr(_native, "_build", counting_build)
+    return kernels, built
+
+
+@needs_compiler
+def test_a_library_built_ahead_is_loaded_from_that_build(builds):
+    kernels, built = builds
+    (kernels / "ahead_ok.c").write_text(SOURCE)
+    _native.build_ahead("ahead_ok.c", SIGNATURES)
+    _native.build_ahead("ahead_ok.c", SIGNATURES)  # a second call starts nothing
+    library = _native.load("ahead_ok.c", SIGNATURES)
+    assert library is not None and library.accord_test_add(2, 3) == 5
+    assert built == ["ahead_ok.c"]
+
+
+@needs_compiler
+def test_a_build_that_fails_ahead_gives_the_torch_path_and_says_why(builds, caplog):
+    kernels, built = builds
+    (kernels / "ahead_broken.c").write_text("int accord_test_add(int a, int b) { return a + ; }\n")
+    _native.build_ahead("ahead_broken.c", SIGNATURES)
+    with caplog.at_level(logging.WARNING, logger=_native.__name__):
+        assert _native.load("ahead_broken.c", SIGNATURES) is None
+    assert "building ahead_broken.c failed" in caplog.text and "error" in caplog.text
+    assert built == ["ahead_broken.c"]
+
+
+@needs_compiler
+def test_a_process_that_did_not_start_the_build_builds_for_itself(builds, monkeypatch):
+    kernels, built = builds
+    (kernels / "ahead_forked.c").write_text(SOURCE)
+    _native.build_ahead("ahead_forked.c", SIGNATURES)
+    _native._ahead["ahead_forked.c"][1].result()  # the parent's build is done and cached
+    parent = _native.os.getpid()
+    monkeypatch.setattr(_native.os, "getpid", lambda: parent + 1)
+    library = _native.load("ahead_forked.c", SIGNATURES)
+    assert library is not None and library.accord_test_add(4, 5) == 9
+    assert built == ["ahead_forked.c", "ahead_forked.c"]  # the child's own call (a cache hit)
