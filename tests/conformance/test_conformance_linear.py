@@ -12,6 +12,10 @@ from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
 from accord.conformance import CaseResult, ConformanceRunner, Status
 
 
+#: The cases' row counts a few-rows path (up to 4 rows) takes.
+FEW_ROWS = ("T=1 ", "T=3 ", "T=4 ")
+
+
 def run_linear(backend: Backend) -> list[CaseResult]:
     return [r for r in ConformanceRunner(backend, get_backend("reference")).run_op("linear") if r.combo != "illegal calls"]
 
@@ -24,7 +28,7 @@ def test_cases_cover_one_and_several_rows_on_prepared_bf16_valued_weights() -> N
     from accord.conformance.cases.linear import linear_cases
 
     prepared = [c for c in linear_cases(0) if c.prepared and "bf16-valued" in c.name]
-    assert {c.row_count() for c in prepared} >= {1, 3, 7}
+    assert {c.row_count() for c in prepared} >= {1, 3, 4, 7}
 
 
 def test_cpu_linear_passes_on_every_weight_form() -> None:
@@ -32,9 +36,9 @@ def test_cpu_linear_passes_on_every_weight_form() -> None:
     assert {r.status for r in results} == {Status.PASS}, [(r.case, r.combo, r.message) for r in results]
 
 
-def test_cpu_keeps_a_bf16_copy_of_bf16_valued_fp32_weights_where_it_computes_bf16_in_fp32() -> None:
+def test_cpu_keeps_a_bf16_copy_of_bf16_valued_fp32_weights() -> None:
     if not streams_bf16_weights():
-        pytest.skip("no bf16 copies on this host: not an AVX512 CPU computing bf16 in fp32 with oneDNN and a C compiler")
+        pytest.skip("no bf16 copies on this host: not an AVX512 CPU with oneDNN and a C compiler")
     from accord.conformance.cases.linear import linear_cases
 
     case = next(c for c in linear_cases(0) if "bf16-valued" in c.name)
@@ -43,8 +47,8 @@ def test_cpu_keeps_a_bf16_copy_of_bf16_valued_fp32_weights_where_it_computes_bf1
 
 def test_rounding_activations_to_bf16_fails_exactly_the_few_row_bf16_valued_cases() -> None:
     results = run_linear(Bf16CopyReference("rounds-x", check_exact=True, round_x=True))
-    want = {r.case for r in results if "bf16-valued" in r.case and r.case.startswith(("T=1 ", "T=3 "))}
-    assert len(want) == 4 and failed(results) == want
+    want = {r.case for r in results if "bf16-valued" in r.case and r.case.startswith(FEW_ROWS)}
+    assert len(want) == 6 and failed(results) == want
 
 
 def test_a_bf16_copy_of_a_weight_that_is_not_bf16_fails_the_few_row_prepared_fp32_cases() -> None:
@@ -52,6 +56,6 @@ def test_a_bf16_copy_of_a_weight_that_is_not_bf16_fails_the_few_row_prepared_fp3
     want = {
         (r.case, r.combo) for r in results
         if r.combo.endswith("=fp32") and r.case.endswith(" prepared") and "bf16-valued" not in r.case
-        and r.case.startswith(("T=1 ", "T=3 "))
+        and r.case.startswith(FEW_ROWS)
     }
-    assert len(want) == 4 and {(r.case, r.combo) for r in results if r.status is Status.FAIL} == want
+    assert len(want) == 6 and {(r.case, r.combo) for r in results if r.status is Status.FAIL} == want

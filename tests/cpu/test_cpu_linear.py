@@ -351,3 +351,24 @@ def test_gemm_pool_works_in_a_forked_child() -> None:
     finally:
         torch.set_num_threads(previous)
     assert verdict == b"1", "the forked child's GEMM hung" if not verdict else "the forked child's GEMM gave other bits"
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("capability", ["AVX512", "AVX2"])
+def test_decode_steps_are_captured_on_avx512_whether_bf16_is_native_or_not(monkeypatch, request, native, capability) -> None:
+    # The graph needs every GEMM of a <= 4-row step in the bf16-weight GEMM: on AVX512
+    # it serves bf16 checkpoints computed in fp32 and in bf16 alike; AVX2 CPUs keep
+    # oneDNN (it measured slower there), so nothing is captured.
+    from accord.backends.cpu import CpuBackend
+    from accord.backends.cpu.kernels import _native_graph
+
+    if not (_native_gemm.available() and _native_graph.available() and torch.backends.mkldnn.is_available()):
+        pytest.skip("the bf16-weight GEMM and the graph replay need a C compiler, and the copies oneDNN")
+    if native:
+        request.getfixturevalue("forced_native_bf16")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    backend = CpuBackend()
+    assert backend.compute_dtype(torch.bfloat16) == (torch.bfloat16 if native else torch.float32)
+    captures = capability == "AVX512"
+    assert streams_bf16_weights() is captures and backend.captures_graphs is captures
+    assert backend.max_graph_batch == (BF16_WEIGHT_MAX_ROWS if captures else 0)

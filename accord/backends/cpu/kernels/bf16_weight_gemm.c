@@ -5,14 +5,14 @@
  * bf16 activations (a CPU that computes bf16 natively) they are widened exactly too, the
  * products are exact in fp32 (8 + 8 significant bits), and the fp32 sum plus bias is
  * rounded once to bf16 (to nearest even): oneDNN's bf16 GEMM's numerics, up to summation
- * order. bf16 x is widened once per call (`fp32_rows`), not in the tile: widening it
- * there, once per block of weight rows, streamed the 152M Llama's decode weights 0.75-0.8x
- * as fast as fp32 x at 4 rows (one thread; the widening competes with the weights' for
- * the same shuffle port) and alike at 1 row. Made for few rows (decode), where the GEMM is bound by the weight stream; built
- * by _native_gemm.py with -march=native, so GCC's vector extensions below become AVX512
- * or AVX2 code as the host allows: widening and fp32 FMAs, also where the CPU has
- * AVX512-BF16's dot products (vdpbf16ps), which at a few rows would only save FMAs in a
- * loop meant to be bound by the weight stream (not measured: no such host at hand).
+ * order. bf16 x is widened once per call (`fp32_rows`), not in the tile: widened there,
+ * once per block of weight rows, it streamed the 152M Llama's decode weights 0.75-0.8x as
+ * fast as fp32 x at 4 rows (one thread), alike at 1 row. Made for few rows (decode),
+ * where the GEMM is bound by the weight stream; built by _native_gemm.py with
+ * -march=native, so GCC's vector extensions below become AVX512 or AVX2 code as the host
+ * allows: widening and fp32 FMAs, also on CPUs with AVX512-BF16. Its dot product
+ * (vdpbf16ps) is not used: it would take bf16 pairs of K in another tile, and could be
+ * neither timed nor checked on the hosts this was written on (none had it).
  *
  * Weight layout (written once at load by accord_pack_bf16_weight): the rows go in blocks
  * of ROWS_PER_BLOCK; a block holds its rows' first LANES columns row after row, then
@@ -89,7 +89,6 @@ static inline vfloat load_bf16(const uint16_t *p) {
     memcpy(&v, &wide, sizeof v);
     return v;
 }
-
 
 static inline float lane_sum(vfloat v) {
     float s = 0.0f;
