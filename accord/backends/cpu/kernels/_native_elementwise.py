@@ -36,6 +36,7 @@ SIGNATURES = (
     ("accord_silu_and_mul", None, (_P, _P, _L, _L, _I, _I)),
     ("accord_reshape_and_cache", _I, (_P,) * 5 + (_I, _L, _L, _L)),
     ("accord_embedding", _I, (_P, _P, _I, _P, _L, _L, _L)),
+    ("accord_copy_rows", None, (_P, _P, _L, _L, _L)),
 )
 #: What `_native.load` builds and loads (and `_native.build_ahead` starts building).
 LIBRARY = ("elementwise.c", SIGNATURES)
@@ -144,3 +145,18 @@ def embedding(table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor) -> bool
         table.shape[1] * table.element_size(), table.shape[0],
     )
     return done == 0
+
+
+def copy_rows(src: torch.Tensor, out: torch.Tensor) -> bool:
+    """out = src made contiguous, where src is a view whose rows (its first dimension)
+    are each contiguous, some stride apart (the cpu graph's replay of `.contiguous()` on
+    a slice of a wider tensor's columns)."""
+    library = _library()
+    if library is None or src.dim() == 0 or out.dtype != src.dtype or out.shape != src.shape or not out.is_contiguous():
+        return False
+    row = src[0] if src.shape[0] else src
+    if not row.is_contiguous() or (src.dim() > 1 and src.shape[0] > 1 and src.stride(0) < row.numel()):
+        return False
+    row_bytes = row.numel() * src.element_size()
+    library.accord_copy_rows(src.data_ptr(), out.data_ptr(), src.shape[0], row_bytes, src.stride(0) * src.element_size())
+    return True

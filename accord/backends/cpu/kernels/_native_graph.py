@@ -9,8 +9,9 @@ capture runs under a dispatch mode that lets through only what a replay needs no
 allocations (kept alive by the graph, as a CUDA graph's pool keeps its memory) and views
 (ops whose every output is memory an input already had).
 An aten op with a native equivalent is lowered to it during the capture (the embedding
-gather); any other one refuses the capture with `CaptureRefused` naming it, and the step
-stays eager. Inputs and the KV cache are read through the pointers recorded, so a replay
+gather; `.contiguous()` on a view of contiguous rows, as the split of a fused QKV
+projection makes at more than one token); any other one refuses the capture with
+`CaptureRefused` naming it, and the step stays eager. Inputs and the KV cache are read through the pointers recorded, so a replay
 sees new values in the same buffers, as a CUDA graph does; each call's result at capture
 is checked again at replay, so a kernel that would refuse its inputs (an index out of
 range) stops the replay with an error instead of computing something else.
@@ -34,6 +35,12 @@ aten = torch.ops.aten
 
 #: The aten ops that only allocate: their outputs are the graph's working memory.
 ALLOCATIONS = frozenset({aten.empty.memory_format, aten.empty_like.default, aten.empty_strided.default})
+
+
+#: The aten forms of `.contiguous()` (under inference mode and outside it), with the
+#: memory format each takes when none is given: a contiguous copy is lowered to a native
+#: row copy.
+CONTIGUOUS_COPIES = {aten.contiguous.default: torch.contiguous_format, aten.clone.default: torch.preserve_format}
 
 
 class CaptureRefused(NotImplementedError):
@@ -140,6 +147,9 @@ class _CaptureMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is aten.embedding.default:
             return self._embedding(*args, **kwargs)
+        if func in CONTIGUOUS_COPIES and kwargs.get("memory_format", CONTIGUOUS_COPIES[func]) is torch.contiguous_format:
+            if func is aten.clone.default or not args[0].is_contiguous():
+                return self._contiguous(args[0])
         if func in ALLOCATIONS:
             out = func(*args, **kwargs)
             self.memory.append(out)
@@ -162,6 +172,15 @@ class _CaptureMode(TorchDispatchMode):
         if indices.dim() != 1 or not _native_elementwise.embedding(weight, indices, out):
             raise CaptureRefused(f"the embedding of {tuple(indices.shape)} {indices.dtype} ids over a "
                                  f"{weight.dtype} table has no native kernel")
+        self.memory.append(out)
+        return out
+
+
+    def _contiguous(self, src: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(src.shape, dtype=src.dtype, device=src.device)
+        if not _native_elementwise.copy_rows(src, out):
+            raise CaptureRefused(f"a {src.dtype} copy of shape {tuple(src.shape)} and strides {src.stride()} "
+                                 "to a contiguous tensor has no native kernel")
         self.memory.append(out)
         return out
 

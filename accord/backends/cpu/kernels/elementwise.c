@@ -248,3 +248,10 @@ int accord_embedding(const void *table, const void *ids, int index_is_64, void *
                (const char *)table + (size_t)position_at(ids, t, index_is_64) * row_bytes, row_bytes);
     return 0;
 }
+
+/* out [rows, row_bytes] (contiguous) = the rows of src, src_stride bytes apart: a view
+ * whose rows are each contiguous (a slice of a wider tensor's columns) made contiguous. */
+void accord_copy_rows(const void *src, void *out, long rows, long row_bytes, long src_stride) {
+    for (long r = 0; r < rows; r++)
+        memcpy((char *)out + (size_t)r * row_bytes, (const char *)src + (size_t)r * src_stride, row_bytes);
+}
