@@ -148,9 +148,9 @@ def _builders() -> ThreadPoolExecutor:
 def build_ahead(source_name: str, signatures: tuple[Signature, ...]) -> None:
     """Start building what `load(source_name, signatures)` loads, in the background (a
     compiler process of its own), once per process: call it before the first `load`
-    (a build that is cached already only reads the cache key). Building
-    the cpu kernels one after another at their first use took ~9 s of a cold start-up
-    on a busy 2-core host (4.5, 2.9 and 1.5 s); side by side it takes the longest one."""
+    (a build that is cached already only reads the cache key). Building the cpu kernels
+    one after another at their first use took ~9 s of a cold start-up on a busy 2-core
+    host (4.5, 2.9 and 1.5 s); side by side it takes the longest one."""
     compiler = _compiler()
     if compiler is None or source_name in _ahead:
         return

@@ -11,10 +11,11 @@ allocations (kept alive by the graph, as a CUDA graph's pool keeps its memory) a
 An aten op with a native equivalent is lowered to it during the capture (the embedding
 gather; `.contiguous()` on a view of contiguous rows, as the split of a fused QKV
 projection makes at more than one token); any other one refuses the capture with
-`CaptureRefused` naming it, and the step stays eager. Inputs and the KV cache are read through the pointers recorded, so a replay
-sees new values in the same buffers, as a CUDA graph does; each call's result at capture
-is checked again at replay, so a kernel that would refuse its inputs (an index out of
-range) stops the replay with an error instead of computing something else.
+`CaptureRefused` naming it, and the step stays eager. Inputs and the KV cache are read
+through the pointers recorded, so a replay sees new values in the same buffers, as a
+CUDA graph does; each call's result at capture is checked again at replay, so a kernel
+that would refuse its inputs (an index out of range) stops the replay with an error
+instead of computing something else.
 """
 
 from __future__ import annotations
@@ -169,18 +170,21 @@ class _CaptureMode(TorchDispatchMode):
 
     def _embedding(self, weight: torch.Tensor, indices: torch.Tensor, padding_idx: int = -1, *rest: Any) -> torch.Tensor:
         out = torch.empty((*indices.shape, weight.shape[1]), dtype=weight.dtype, device=weight.device)
-        if indices.dim() != 1 or not _native_elementwise.embedding(weight, indices, out):
-            raise CaptureRefused(f"the embedding of {tuple(indices.shape)} {indices.dtype} ids over a "
-                                 f"{weight.dtype} table has no native kernel")
-        self.memory.append(out)
-        return out
-
+        taken = indices.dim() == 1 and _native_elementwise.embedding(weight, indices, out)
+        return self._lowered(out, taken, f"the embedding of {tuple(indices.shape)} {indices.dtype} ids over a "
+                                         f"{weight.dtype} table")
 
     def _contiguous(self, src: torch.Tensor) -> torch.Tensor:
         out = torch.empty(src.shape, dtype=src.dtype, device=src.device)
-        if not _native_elementwise.copy_rows(src, out):
-            raise CaptureRefused(f"a {src.dtype} copy of shape {tuple(src.shape)} and strides {src.stride()} "
-                                 "to a contiguous tensor has no native kernel")
+        taken = _native_elementwise.copy_rows(src, out)
+        return self._lowered(out, taken, f"a {src.dtype} copy of shape {tuple(src.shape)} and strides "
+                                         f"{src.stride()} to a contiguous tensor")
+
+    def _lowered(self, out: torch.Tensor, taken: bool, what: str) -> torch.Tensor:
+        """`out`, which a native kernel wrote (`taken`), kept as the graph's memory; a
+        refused capture naming `what` where no native kernel took the op."""
+        if not taken:
+            raise CaptureRefused(f"{what} has no native kernel")
         self.memory.append(out)
         return out
 
