@@ -64,6 +64,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include "bf16.h"
 
 #define LANES 16
@@ -84,11 +87,22 @@ static inline vfloat load_floats(const float *p) {
     return v;
 }
 
-/* Sixteen bf16 values widened to fp32: the bf16 bits become the high half. */
+/* Sixteen bf16 values widened to fp32: the bf16 bits become the high half. With AVX512
+ * that is one zero-extending load of all sixteen: GCC lowers the generic conversion
+ * below as two 8-lane ones and an insert (tuned for 256-bit vectors even with
+ * -march=native on AVX512 hosts), three shuffle-port uops per load where the tile has
+ * few to spare. Bit for bit alike; on the 152M decode sweep (one row, the two forms
+ * alternating in one process on a 2-core AVX512 Xeon busy with other work) the one
+ * load streamed 5-12% faster at the quartile of the sweeps' rates, on one thread and
+ * on two. */
 static inline vfloat load_bf16(const uint16_t *p) {
+#ifdef __AVX512F__
+    __m512i wide = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16);
+#else
     vhalf h;
     memcpy(&h, p, sizeof h);
     vuint wide = __builtin_convertvector(h, vuint) << 16;
+#endif
     vfloat v;
     memcpy(&v, &wide, sizeof v);
     return v;
