@@ -502,6 +502,30 @@ static void zero_rows(const struct rows *r, long first, long last, long heads, l
             memset((char *)r->out + (t * r->out_row_stride + h * r->out_head_stride) * esize, 0, value_dim * esize);
 }
 
+/* What every (sequence, kv head) task of a call shares. decodes holds (sequence,
+ * query row, first visible position) per decode sequence. */
+struct decode_tasks {
+    const struct cache *cache;
+    const struct rows *rows;
+    int kv_dtype;
+    const long *decodes;
+    long kv_heads;
+    const void *seq_lens, *block_tables;
+    long table_stride;
+    int index_bytes;
+    long group;
+    float scale;
+};
+
+/* attend_task for task number `task` (sequence task / kv_heads, kv head task % kv_heads). */
+static int run_decode_task(const struct decode_tasks *w, long task) {
+    const long *d = w->decodes + 3 * (task / w->kv_heads);
+    const long len = read_index(w->seq_lens, d[0], w->index_bytes);
+    const void *table = (const char *)w->block_tables + d[0] * w->table_stride * w->index_bytes;
+    return attend_task(w->cache, w->kv_dtype, w->rows, table, w->index_bytes, d[1], task % w->kv_heads, d[2], len,
+                       w->group, w->scale) != 0;
+}
+
 /* Below this many (position x kv head) pairs in a step, waking a second thread costs
  * more than it saves. */
 #define POSITIONS_PER_THREAD 4096
@@ -570,15 +594,19 @@ long accord_paged_decode_attention(const struct decode_call *call, float scale) 
     if (wanted > tasks) wanted = tasks;
     if (wanted < 1) wanted = 1;
     int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted) if (wanted > 1)
-    for (long task = 0; task < tasks; ++task) {
-        const long *d = decodes + 3 * (task / kv_heads);
-        const long len = read_index(seq_lens, d[0], index_bytes);
-        const void *table = (const char *)block_tables + d[0] * table_stride * index_bytes;
-        if (attend_task(&c, kv_dtype, &r, table, index_bytes, d[1], task % kv_heads, d[2], len, group, scale)) {
+    const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, seq_lens, block_tables, table_stride,
+                                      index_bytes, group, scale};
+    if (wanted > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted)
+        for (long task = 0; task < tasks; ++task)
+            if (run_decode_task(&work, task)) {
 #pragma omp atomic write
-            failed = 1;
-        }
+                failed = 1;
+            }
+    } else {
+        /* Not even a one-thread parallel region: its set-up costs about a microsecond,
+         * a tenth of a small call. */
+        for (long task = 0; task < tasks; ++task) failed |= run_decode_task(&work, task);
     }
     free(decodes);
     return failed ? -1 : prefills;
