@@ -135,8 +135,10 @@ def test_metadata_refilled_in_place_is_not_served_a_stale_plan(cpu_ops, referenc
 
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float8_e4m3fn])
-def test_mla_mixed_batch_matches_reference(assert_matches_reference, index_dtype, cache_dtype) -> None:
-    latent, rope, heads = 32, 8, 4
+@pytest.mark.parametrize("latent, rope", [(32, 8), (64, 32)])
+def test_mla_mixed_batch_matches_reference(assert_matches_reference, index_dtype, cache_dtype, latent, rope) -> None:
+    """Latent widths off (40 channels) and on (96 and 64) the C kernel's chunks."""
+    heads = 4
     block_tables, seq_lens, query_start_loc, num_blocks = _metadata(MIXED, index_dtype)
     kv_cache = _poisoned_cache(block_tables, seq_lens, num_blocks, (latent + rope,), cache_dtype)
     rows = int(query_start_loc[-1]) + PADDING_ROWS
@@ -173,11 +175,17 @@ def test_metadata_outside_the_cache_is_left_to_the_checked_path(decode_kernel) -
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_decode_gets_the_same_bits_alone_as_beside_a_prefill_and_many_decodes(cpu_ops, dtype, threads) -> None:
+@pytest.mark.parametrize("head_dim", [16, 64])
+def test_a_decode_gets_the_same_bits_alone_as_beside_a_prefill_and_many_decodes(
+    cpu_ops, dtype, threads, head_dim
+) -> None:
     """Batch invariance: sequence 1 (a decode of 300 positions) alone and inside a step
-    with a prefill chunk and 40 long decodes, enough work for the kernel's threads."""
+    with a prefill chunk and 40 long decodes, enough work for the kernel's threads; on
+    the C kernel's generic path (16 channels) and its chunked one (64)."""
     lengths = ((11, 4), (300, 1), *((250 + n, 1) for n in range(40)))
-    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(lengths, dtype=dtype)
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(
+        lengths, dtype=dtype, head_dim=head_dim
+    )
     threads_before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -201,6 +209,21 @@ def test_long_decodes_under_a_sliding_window_match_reference(assert_matches_refe
     call = _paged_call(lengths, dtype=cache_dtype, q_heads=8, kv_heads=2, head_dim=64)
     for window in (0, 1, 37, 100):
         assert_matches_reference("paged_attention", *call, scale=0.125, sliding_window=window)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
+@pytest.mark.parametrize("q_heads, kv_heads", [(2, 2), (4, 2), (6, 2), (12, 3), (14, 2)])
+def test_head_sizes_and_groups_of_the_chunked_path_match_reference(
+    assert_matches_reference, cache_dtype, head_dim, q_heads, kv_heads
+) -> None:
+    """Head sizes that are whole chunks of 32 channels (one, the unrolled 64, two and a
+    half-block of values, four) and groups of 1, 2, 3, 4 and 7 queries per kv head (the
+    kernel takes them four, two and one at a time), with contexts off and on its tile of
+    16 positions."""
+    call = _paged_call(MIXED + ((16, 1), (150, 1)), dtype=cache_dtype, q_heads=q_heads, kv_heads=kv_heads,
+                       head_dim=head_dim)
+    assert_matches_reference("paged_attention", *call, scale=head_dim**-0.5)
 
 
 def test_a_head_size_off_the_vector_width_matches_reference(assert_matches_reference) -> None:

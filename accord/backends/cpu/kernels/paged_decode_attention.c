@@ -88,20 +88,46 @@ static inline vfloat exp_lanes(vfloat x) {
     return p * scale;
 }
 
+/* Lane by lane, x where it is greater than y, else y. */
+static inline vfloat max_lanes(vfloat x, vfloat y) {
+    const vint greater = x > y;
+    vint xi, yi;
+    memcpy(&xi, &x, sizeof xi);
+    memcpy(&yi, &y, sizeof yi);
+    xi = (xi & greater) | (yi & ~greater);
+    memcpy(&x, &xi, sizeof x);
+    return x;
+}
+
 /* w[0, n) = e^(w - top) / their sum, in place (n >= 1). */
 static void softmax(float *w, long n) {
-    float top = w[0];
-    for (long t = 1; t < n; ++t) top = w[t] > top ? w[t] : top;
+    /* The maximum lane by lane, then of the lanes (a chain of scalar maxima would cost
+     * as much as the exponentials). */
+    vfloat tops = (vfloat){0} + w[0];
+    long t = 0;
+    for (; t + LANES <= n; t += LANES) {
+        vfloat x;
+        memcpy(&x, w + t, sizeof x);
+        tops = max_lanes(x, tops);
+    }
+    float top = tops[0];
+    for (int j = 1; j < LANES; ++j) top = tops[j] > top ? tops[j] : top;
+    for (; t < n; ++t) top = w[t] > top ? w[t] : top;
     vfloat total = {0};
-    for (long t = 0; t < n; t += LANES) {
-        const long lanes = n - t < LANES ? n - t : LANES;
-        vfloat x = (vfloat){0} + top; /* padding lanes give e^0, left out of the sum */
-        memcpy(&x, w + t, lanes * sizeof(float));
-        vfloat e = exp_lanes(x - top);
-        if (lanes < LANES)
-            for (long j = lanes; j < LANES; ++j) e[j] = 0.0f;
+    for (t = 0; t + LANES <= n; t += LANES) {
+        vfloat x;
+        memcpy(&x, w + t, sizeof x);
+        const vfloat e = exp_lanes(x - top);
         total += e;
-        memcpy(w + t, &e, lanes * sizeof(float));
+        memcpy(w + t, &e, sizeof e);
+    }
+    if (t < n) {
+        vfloat x = (vfloat){0} + top; /* the padding lanes give e^0, left out of the sum */
+        memcpy(&x, w + t, (n - t) * sizeof(float));
+        vfloat e = exp_lanes(x - top);
+        for (long j = n - t; j < LANES; ++j) e[j] = 0.0f;
+        total += e;
+        memcpy(w + t, &e, (n - t) * sizeof(float));
     }
     const float inv = 1.0f / lane_sum(total);
     for (long t = 0; t < n; ++t) w[t] *= inv;
@@ -233,6 +259,193 @@ static inline __attribute__((always_inline)) void attend_head(
     }
 }
 
+/* The chunked path, for key and value widths that are multiples of CHUNK (64, 128, 256,
+ * MLA's 576 and 512; other widths take attend_head above). A chunk is CHUNK channels in
+ * two vectors. A bf16 chunk is read as LANES 32-bit lanes of two channels each: shifted
+ * left by 16 they are the even channels, masked to their high half the odd ones, both
+ * exact fp32 and with no shuffle. So queries and accumulators are kept in that order
+ * (`reorder_chunks`), and each key and value row is read and widened once per kv head,
+ * for up to QUERY_TILE queries of its group at a time. */
+#define CHUNK (2 * LANES)
+#define QUERY_TILE 4
+
+_Static_assert(LANES == 16, "lane_sums' merges are written for 16 lanes");
+
+/* A row of fp32 channels (dim a multiple of CHUNK) into chunk order in place, or back
+ * (`back`): a bf16 chunk holds its even channels then its odd ones, an fp32 chunk its
+ * channels in order. */
+static void reorder_chunks(float *row, long dim, int kv_dtype, int back) {
+    if (kv_dtype != BF16) return;
+    for (long i = 0; i < dim; i += CHUNK) {
+        vfloat a, b, first, second;
+        memcpy(&a, row + i, sizeof a);
+        memcpy(&b, row + i + LANES, sizeof b);
+        if (back) {
+            first = __builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            second = __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        } else {
+            first = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            second = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        }
+        memcpy(row + i, &first, sizeof first);
+        memcpy(row + i + LANES, &second, sizeof second);
+    }
+}
+
+/* The chunk at element i of a row of `dtype`, as two fp32 vectors in chunk order. */
+static inline __attribute__((always_inline)) void load_chunk(const char *row, long i, const int dtype, vfloat *first,
+                                                            vfloat *second) {
+    if (dtype == BF16) {
+        vuint pairs;
+        memcpy(&pairs, (const uint16_t *)row + i, sizeof pairs);
+        const vuint even = pairs << 16, odd = pairs & 0xffff0000u;
+        memcpy(first, &even, sizeof *first);
+        memcpy(second, &odd, sizeof *second);
+    } else {
+        memcpy(first, (const float *)row + i, sizeof *first);
+        memcpy(second, (const float *)row + i + LANES, sizeof *second);
+    }
+}
+
+/* Two vectors of partial sums merged into one: every group of 2b lanes of x and of y
+ * (one part's partial sums) becomes b lanes (its halves added), x's group then y's. */
+#define MERGE8(x, y) \
+    (__builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + \
+     __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+#define MERGE4(x, y) \
+    (__builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) + \
+     __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+#define MERGE2(x, y) \
+    (__builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) + \
+     __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+#define MERGE1(x, y) \
+    (__builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) + \
+     __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+
+/* Where part p goes in lane_sums' input so that its sum comes out in lane p: the merge
+ * tree sends input slot s to lane bit_reverse(s). */
+static const int MERGE_SLOT[LANES] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+/* The lane sums of LANES parts (stored at their MERGE_SLOT) as one vector, lane p the
+ * sum of part p: every part's lanes are added in one fixed tree, as in lane_sum, at
+ * about two shuffles per part instead of five. */
+static inline __attribute__((always_inline)) vfloat lane_sums(const vfloat *slots) {
+    vfloat eights[8], fours[4], twos[2];
+    for (int k = 0; k < 8; ++k) eights[k] = MERGE8(slots[2 * k], slots[2 * k + 1]);
+    for (int k = 0; k < 4; ++k) fours[k] = MERGE4(eights[2 * k], eights[2 * k + 1]);
+    for (int k = 0; k < 2; ++k) twos[k] = MERGE2(fours[2 * k], fours[2 * k + 1]);
+    return MERGE1(twos[0], twos[1]);
+}
+
+/* scores[g * stride + p] = scale * (query g . key of position p) for the LANES
+ * positions at offsets and the tile's gq queries (q: gq rows of kd, chunk order), each
+ * dot product in one order: chunks ascending, one chain per lane, then lane_sums. The
+ * keys of the next tile are prefetched when `next` is set. */
+static inline __attribute__((always_inline)) void score_tile(const struct cache *c, const int kv_dtype,
+                                                            const long kd, const long *offsets, int next,
+                                                            const float *q, const int gq, float scale,
+                                                            float *scores, long stride) {
+    const long esize = kv_dtype == BF16 ? 2 : 4;
+    const char *keys = (const char *)c->keys;
+    vfloat slots[QUERY_TILE][LANES];
+    for (int p = 0; p < LANES; ++p) {
+        if (next) prefetch_row(keys + offsets[LANES + p] * esize, kd * esize);
+        const char *key = keys + offsets[p] * esize;
+        vfloat acc[QUERY_TILE] = {{0}};
+        for (long i = 0; i < kd; i += CHUNK) {
+            vfloat first, second;
+            load_chunk(key, i, kv_dtype, &first, &second);
+            for (int g = 0; g < gq; ++g) {
+                acc[g] += load_lanes(q + g * kd, i, FP32) * first;
+                acc[g] += load_lanes(q + g * kd, i + LANES, FP32) * second;
+            }
+        }
+        for (int g = 0; g < gq; ++g) slots[g][MERGE_SLOT[p]] = acc[g];
+    }
+    for (int g = 0; g < gq; ++g) {
+        const vfloat s = lane_sums(slots[g]) * scale;
+        memcpy(scores + g * stride, &s, sizeof s);
+    }
+}
+
+/* acc[g * vd + i + k * LANES ...] = the weighted sum over the n positions of the value
+ * rows' `chunks` chunks (1 or 2) at channel i, weights w[g * stride + t], for the tile's
+ * gq queries: one chain per lane, positions ascending. */
+static inline __attribute__((always_inline)) void weigh_values(const struct cache *c, const int kv_dtype,
+                                                              const long *offsets, long n, long i, const int chunks,
+                                                              const float *w, long stride, const int gq, float *acc) {
+    const long vd = c->value_dim, esize = kv_dtype == BF16 ? 2 : 4;
+    const char *values = (const char *)c->values;
+    vfloat sums[QUERY_TILE][4] = {{{0}}};
+    for (long t = 0; t < n; ++t) {
+        if (i == 0 && t + PREFETCH_AHEAD < n) prefetch_row(values + offsets[t + PREFETCH_AHEAD] * esize, vd * esize);
+        const char *v = values + offsets[t] * esize;
+        vfloat x[4];
+        for (int k = 0; k < chunks; ++k) load_chunk(v, i + k * CHUNK, kv_dtype, &x[2 * k], &x[2 * k + 1]);
+        for (int g = 0; g < gq; ++g) {
+            const float weight = w[g * stride + t];
+            for (int k = 0; k < 2 * chunks; ++k) sums[g][k] += weight * x[k];
+        }
+    }
+    for (int g = 0; g < gq; ++g)
+        for (int k = 0; k < 2 * chunks; ++k) memcpy(acc + g * vd + i + k * LANES, &sums[g][k], sizeof(vfloat));
+}
+
+/* attend_head's work for gq queries of a group on the chunked path (kv_dtype, kd and
+ * gq are constants where this is inlined): offsets are padded to a multiple of LANES
+ * (the padding repeats a real position, its scores are not used), scores has a row of
+ * `stride` for each query. */
+static inline __attribute__((always_inline)) void attend_queries(const struct cache *c, const int kv_dtype,
+                                                                const long kd, const long *offsets, long n,
+                                                                long stride, const float *q, const int gq,
+                                                                float scale, float *scores, float *acc) {
+    const long vd = c->value_dim;
+    for (long t = 0; t < stride; t += LANES)
+        score_tile(c, kv_dtype, kd, offsets + t, t + LANES < stride, q, gq, scale, scores + t, stride);
+    for (int g = 0; g < gq; ++g) softmax(scores + g * stride, n);
+    long i = 0;
+    for (; i + 2 * CHUNK <= vd; i += 2 * CHUNK) weigh_values(c, kv_dtype, offsets, n, i, 2, scores, stride, gq, acc);
+    if (i < vd) weigh_values(c, kv_dtype, offsets, n, i, 1, scores, stride, gq, acc);
+}
+
+/* attend_queries for a group's queries, QUERY_TILE at a time, then a tile of two and
+ * one of one for what is left (three more instances would cost build time for groups of
+ * 3 or 7 only), each tile in the same order whatever the step holds (kv_dtype and kd
+ * constants where this is inlined). */
+static inline __attribute__((always_inline)) void attend_group(const struct cache *c, const int kv_dtype,
+                                                              const long kd, const long *offsets, long n,
+                                                              long stride, const float *q, long group,
+                                                              float scale, float *scores, float *acc) {
+    const long vd = c->value_dim;
+    for (long g = 0; g < group; g += QUERY_TILE) {
+        const float *qg = q + g * kd;
+        float *sg = scores + g * stride, *ag = acc + g * vd;
+        const long left = group - g;
+        if (left >= QUERY_TILE) {
+            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, QUERY_TILE, scale, sg, ag);
+        } else if (left >= 2) {
+            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 2, scale, sg, ag);
+            g += 2 - QUERY_TILE; /* the next tile starts after these two */
+        } else {
+            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 1, scale, sg, ag);
+        }
+    }
+}
+
+/* attend_head on the chunked path (q and acc in chunk order). Head size 64 with a bf16
+ * cache has its key width as a constant, so that its dot products unroll (~20% of the
+ * call); each such instance costs about a third of a second of build time at a cold
+ * start-up, 128 would cost a second for less. */
+static inline __attribute__((always_inline)) void attend_head_chunked(const struct cache *c, const int kv_dtype,
+                                                                     const long *offsets, long n, long stride,
+                                                                     const float *q, long group, float scale,
+                                                                     float *scores, float *acc) {
+    if (kv_dtype == BF16 && c->key_dim == 64)
+        attend_group(c, kv_dtype, 64, offsets, n, stride, q, group, scale, scores, acc);
+    else
+        attend_group(c, kv_dtype, c->key_dim, offsets, n, stride, q, group, scale, scores, acc);
+}
+
 /* Query rows in, output rows out, in their dtypes. */
 struct rows {
     const void *query;
@@ -246,21 +459,31 @@ struct rows {
 static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
                        int index_bytes, long row, long head, long first, long len, long group, float scale) {
     const long kd = c->key_dim, vd = c->value_dim, n = len - first;
+    const int chunked = kd % CHUNK == 0 && vd % CHUNK == 0;
+    /* The chunked path reads whole tiles of LANES positions: the padding repeats the last. */
+    const long stride = chunked ? (n + LANES - 1) / LANES * LANES : n;
     const long q_size = r->q_dtype == BF16 ? 2 : 4, out_size = r->out_dtype == BF16 ? 2 : 4;
-    long *offsets = malloc(sizeof(long) * n + sizeof(float) * group * (kd + vd + n));
+    long *offsets = malloc(sizeof(long) * stride + sizeof(float) * group * (kd + vd + stride));
     if (offsets == NULL) return -1;
-    float *q = (float *)(offsets + n), *acc = q + group * kd, *scores = acc + group * vd;
+    float *q = (float *)(offsets + stride), *acc = q + group * kd, *scores = acc + group * vd;
     position_offsets(c, table, index_bytes, head, first, len, offsets);
+    for (long t = n; t < stride; ++t) offsets[t] = offsets[n - 1];
     for (long g = 0; g < group; ++g) {
         const char *src = (const char *)r->query + (row * r->q_row_stride + (head * group + g) * r->q_head_stride) * q_size;
         for (long i = 0; i < kd; ++i) q[g * kd + i] = load_one(src, i, r->q_dtype);
+        if (chunked) reorder_chunks(q + g * kd, kd, kv_dtype, 0);
     }
-    if (kv_dtype == BF16)
+    if (chunked && kv_dtype == BF16)
+        attend_head_chunked(c, BF16, offsets, n, stride, q, group, scale, scores, acc);
+    else if (chunked)
+        attend_head_chunked(c, FP32, offsets, n, stride, q, group, scale, scores, acc);
+    else if (kv_dtype == BF16)
         attend_head(c, BF16, offsets, n, q, group, scale, scores, acc);
     else
         attend_head(c, FP32, offsets, n, q, group, scale, scores, acc);
     for (long g = 0; g < group; ++g) {
         char *dst = (char *)r->out + (row * r->out_row_stride + (head * group + g) * r->out_head_stride) * out_size;
+        if (chunked) reorder_chunks(acc + g * vd, vd, kv_dtype, 1);
         for (long i = 0; i < vd; ++i) {
             if (r->out_dtype == BF16)
                 ((uint16_t *)dst)[i] = float_to_bf16(acc[g * vd + i]);
@@ -277,6 +500,30 @@ static void zero_rows(const struct rows *r, long first, long last, long heads, l
     for (long t = first; t < last; ++t)
         for (long h = 0; h < heads; ++h)
             memset((char *)r->out + (t * r->out_row_stride + h * r->out_head_stride) * esize, 0, value_dim * esize);
+}
+
+/* What every (sequence, kv head) task of a call shares. decodes holds (sequence,
+ * query row, first visible position) per decode sequence. */
+struct decode_tasks {
+    const struct cache *cache;
+    const struct rows *rows;
+    int kv_dtype;
+    const long *decodes;
+    long kv_heads;
+    const void *seq_lens, *block_tables;
+    long table_stride;
+    int index_bytes;
+    long group;
+    float scale;
+};
+
+/* attend_task for task number `task` (sequence task / kv_heads, kv head task % kv_heads). */
+static int run_decode_task(const struct decode_tasks *w, long task) {
+    const long *d = w->decodes + 3 * (task / w->kv_heads);
+    const long len = read_index(w->seq_lens, d[0], w->index_bytes);
+    const void *table = (const char *)w->block_tables + d[0] * w->table_stride * w->index_bytes;
+    return attend_task(w->cache, w->kv_dtype, w->rows, table, w->index_bytes, d[1], task % w->kv_heads, d[2], len,
+                       w->group, w->scale) != 0;
 }
 
 /* Below this many (position x kv head) pairs in a step, waking a second thread costs
@@ -347,15 +594,19 @@ long accord_paged_decode_attention(const struct decode_call *call, float scale) 
     if (wanted > tasks) wanted = tasks;
     if (wanted < 1) wanted = 1;
     int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted) if (wanted > 1)
-    for (long task = 0; task < tasks; ++task) {
-        const long *d = decodes + 3 * (task / kv_heads);
-        const long len = read_index(seq_lens, d[0], index_bytes);
-        const void *table = (const char *)block_tables + d[0] * table_stride * index_bytes;
-        if (attend_task(&c, kv_dtype, &r, table, index_bytes, d[1], task % kv_heads, d[2], len, group, scale)) {
+    const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, seq_lens, block_tables, table_stride,
+                                      index_bytes, group, scale};
+    if (wanted > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted)
+        for (long task = 0; task < tasks; ++task)
+            if (run_decode_task(&work, task)) {
 #pragma omp atomic write
-            failed = 1;
-        }
+                failed = 1;
+            }
+    } else {
+        /* Not even a one-thread parallel region: its set-up costs about a microsecond,
+         * a tenth of a small call. */
+        for (long task = 0; task < tasks; ++task) failed |= run_decode_task(&work, task);
     }
     free(decodes);
     return failed ? -1 : prefills;

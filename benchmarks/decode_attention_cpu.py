@@ -1,0 +1,87 @@
+"""Micro-benchmark of the cpu decode attention kernel (paged_decode_attention.c through
+`_native_attention.attend_decodes`) on the 152M bench model's decode shapes: 16 query
+and 4 kv heads of 64, block size 16, blocks scattered over the cache.
+
+    python benchmarks/decode_attention_cpu.py [--baseline OLD.c] [--repeat 7] [--calls 200]
+
+Prints the best of `repeat` runs of `calls` calls per case, in us of the calling
+thread's CPU time per call (the kernel runs in the calling thread at these sizes: on a
+shared machine, time spent waiting for a core is left out; the minimum is the least
+disturbed by other processes' use of the caches), including the Python wrapper (~30 us on a slow host, which a graph replay does not pay). With
+--baseline, another version of the C file (e.g. `git show main:...` saved to a file) is
+built as a second library and timed in the same run, alternating case by case, with
+the largest difference between the two outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import torch
+
+from accord.backends.cpu.kernels import _native, _native_attention
+
+Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 16, 4, 64, 16
+
+
+def _case(seqs: int, positions: int, dtype: torch.dtype) -> tuple[Any, ...]:
+    """attend_decodes' arguments for `seqs` decode rows of `positions` each."""
+    blocks = -(-positions // BLOCK_SIZE)
+    caches = [torch.randn(seqs * blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM).to(dtype) for _ in range(2)]
+    tables = torch.randperm(seqs * blocks, dtype=torch.int32).reshape(seqs, blocks)
+    query = torch.randn(seqs, Q_HEADS, HEAD_DIM)
+    out = torch.empty(seqs, Q_HEADS, HEAD_DIM)
+    seq_lens = torch.full((seqs,), positions, dtype=torch.int32)
+    query_start_loc = torch.arange(seqs + 1, dtype=torch.int32)
+    return query, *caches, tables, seq_lens, query_start_loc, HEAD_DIM**-0.5, 0, out
+
+
+def _time(args: tuple[Any, ...], repeat: int, calls: int) -> float:
+    """Best of `repeat` runs, in us of this thread's CPU time per call."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.thread_time()
+        for _ in range(calls):
+            _native_attention.attend_decodes(*args)
+        best = min(best, (time.thread_time() - start) / calls)
+    return best * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", help="another paged_decode_attention.c to time side by side")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1)
+    opts = parser.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(opts.threads)
+    current = _native_attention._library()
+    libraries = {"this": current}
+    if opts.baseline:
+        libraries["baseline"] = _native.load(opts.baseline, _native_attention.LIBRARY[1])
+    header = f"{'seqs':>4} {'pos':>4} {'cache':>8} " + " ".join(f"{name + ' us':>12}" for name in libraries)
+    print(header + ("  speedup  max|diff|" if opts.baseline else ""))
+    for dtype in (torch.bfloat16, torch.float32):
+        for seqs in (1, 4):
+            for positions in (64, 192, 512):
+                args = _case(seqs, positions, dtype)
+                times, outs = {}, {}
+                for name, library in libraries.items():
+                    # The benchmark swaps which built library the wrapper calls.
+                    _native_attention._library = lambda library=library: library
+                    _time(args, 1, opts.calls)  # warm-up
+                    times[name] = _time(args, opts.repeat, opts.calls)
+                    outs[name] = args[-1].clone()
+                _native_attention._library = lambda: current
+                row = f"{seqs:>4} {positions:>4} {str(dtype)[6:]:>8} " + " ".join(f"{t:12.1f}" for t in times.values())
+                if opts.baseline:
+                    diff = (outs["this"] - outs["baseline"]).abs().max().item()
+                    row += f"  {times['baseline'] / times['this']:6.2f}x  {diff:.2e}"
+                print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
