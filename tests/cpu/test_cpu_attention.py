@@ -202,6 +202,33 @@ def test_a_decode_gets_the_same_bits_alone_as_beside_a_prefill_and_many_decodes(
     assert torch.equal(together[row : row + 1].view(torch.uint8), alone.view(torch.uint8))  # bit for bit
 
 
+#: Runs of like prefill chunks (attended in one SDPA call per run) between other kinds:
+#: three whole prompts, a decode, two chunks with cached context, a lone whole prompt,
+#: two more whole prompts of another length.
+LIKE_RUNS = ((6, 6), (6, 6), (6, 6), (9, 1), (11, 4), (11, 4), (6, 6), (5, 5), (5, 5))
+
+
+@pytest.mark.parametrize("window", [0, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_runs_of_like_prefills_match_reference(assert_matches_reference, window, dtype) -> None:
+    assert_matches_reference("paged_attention", *_paged_call(LIKE_RUNS, dtype=dtype), scale=0.25, sliding_window=window)
+
+
+@pytest.mark.parametrize("lengths", [((16, 16),) * 6 + ((9, 1),), ((20, 4),) * 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_prefill_gets_the_same_bits_alone_as_in_a_run_of_like_prefills(cpu_ops, lengths, dtype) -> None:
+    """Batch invariance: sequence 2 alone, and in the middle of a run of chunks of its
+    shape (one SDPA call for the run)."""
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(lengths, dtype=dtype)
+    together = cpu_ops.paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=0.25)
+    first, last = int(query_start_loc[2]), int(query_start_loc[3])
+    alone = cpu_ops.paged_attention(
+        query[first:last], key_cache, value_cache, block_tables[2:3], seq_lens[2:3],
+        torch.tensor([0, last - first], dtype=query_start_loc.dtype), scale=0.25,
+    )
+    assert torch.equal(together[first:last].view(torch.uint8), alone.view(torch.uint8))  # bit for bit
+
+
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
 def test_long_decodes_under_a_sliding_window_match_reference(assert_matches_reference, cache_dtype) -> None:
     """Windows that start inside a block, over contexts of many blocks."""

@@ -1,7 +1,9 @@
 """`_native.build_ahead`: a library whose build was started ahead is loaded from that
 build (not compiled a second time), a build that fails ahead leaves the torch path with
 the reason logged, and a process that did not start the build (a forked child, which
-has not the threads that finish it) builds for itself instead of waiting on it."""
+has not the threads that finish it) builds for itself instead of waiting on it. The
+build cache: keyed on the sources' text and the library's optimisation level, not on
+where the checkout lies."""
 
 from __future__ import annotations
 
@@ -32,9 +34,9 @@ def builds(tmp_path, monkeypatch):
     built: list[str] = []
     build = _native._build
 
-    def counting_build(compiler, source, unit):
+    def counting_build(compiler, source, unit, optimization):
         built.append(source.name)
-        return build(compiler, source, unit)
+        return build(compiler, source, unit, optimization)
 
     monkeypatch.setattr(_native, "_build", counting_build)
     return kernels, built
@@ -73,3 +75,39 @@ def test_a_process_that_did_not_start_the_build_builds_for_itself(builds, monkey
     library = _native.load("ahead_forked.c", SIGNATURES)
     assert library is not None and library.accord_test_add(4, 5) == 9
     assert built == ["ahead_forked.c", "ahead_forked.c"]  # the child's own call (a cache hit)
+
+
+@needs_compiler
+def test_the_cache_is_keyed_on_the_sources_text_and_the_optimisation_level(builds, tmp_path, monkeypatch):
+    kernels, built = builds
+    (kernels / "keyed.c").write_text(SOURCE)
+    first = _native._build("gcc", kernels / "keyed.c", _native.translation_unit(kernels / "keyed.c", SIGNATURES), "-O2")
+    # The same sources in another checkout: the same build, read from the cache.
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(kernels, elsewhere)
+    monkeypatch.setattr(_native, "KERNEL_DIR", elsewhere)
+    unit = _native.translation_unit(elsewhere / "keyed.c", SIGNATURES)
+    assert _native._build("gcc", elsewhere / "keyed.c", unit, "-O2") == first
+    # Another optimisation level, or other text, is another build.
+    assert _native._build("gcc", elsewhere / "keyed.c", unit, "-O1") != first
+    (elsewhere / "keyed.c").write_text(SOURCE + "int accord_test_other(void) { return 1; }\n")
+    changed = _native._build("gcc", elsewhere / "keyed.c", unit, "-O2")
+    assert changed != first and ctypes.CDLL(str(changed)).accord_test_other() == 1
+
+
+@needs_compiler
+def test_a_library_is_built_at_its_own_optimisation_level(builds, monkeypatch):
+    kernels, built = builds
+    (kernels / "levels.c").write_text(SOURCE)
+    commands: list[list[str]] = []
+    run = _native.subprocess.run
+
+    def recording_run(command, **kwargs):
+        commands.append(command)
+        return run(command, **kwargs)
+
+    monkeypatch.setattr(_native.subprocess, "run", recording_run)
+    library = _native.load("levels.c", SIGNATURES, "-O1")
+    assert library is not None and library.accord_test_add(1, 1) == 2
+    compiles = [command for command in commands if "-shared" in command]
+    assert len(compiles) == 1 and "-O1" in compiles[0] and "-O3" not in compiles[0]

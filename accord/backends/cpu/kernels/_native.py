@@ -34,7 +34,8 @@ from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+#: The flags of every build; each library adds its own optimisation level (`load`).
+FLAGS = ("-march=native", "-fopenmp", "-shared", "-fPIC")
 KERNEL_DIR = Path(__file__).parent
 
 #: The member of the packed-argument union (native_packed.h) each ctypes argument type
@@ -59,14 +60,14 @@ def _cpu_flags() -> str:
     return ""
 
 
-def _build(compiler: str, source: Path, unit: str) -> Path:
-    """The library of the translation unit `unit` (which includes `source`), from the
-    cache or built into it."""
+def _build(compiler: str, source: Path, unit: str, optimization: str) -> Path:
+    """The library of the translation unit `unit` (which includes `source`), built with
+    `optimization` (a -O flag), from the cache or built into it."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     # The headers beside the source (shared helpers it may include) are part of its text.
     headers = [header.read_text() for header in sorted(KERNEL_DIR.glob("*.h"))]
     key = hashlib.sha256(
-        "\0".join([unit, source.read_text(), *headers, " ".join(FLAGS), version, _cpu_flags()]).encode()
+        "\0".join([unit, source.read_text(), *headers, optimization, " ".join(FLAGS), version, _cpu_flags()]).encode()
     )
     library = _cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if library.is_file():
@@ -76,7 +77,7 @@ def _build(compiler: str, source: Path, unit: str) -> Path:
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built, unit_file = Path(scratch) / library.name, Path(scratch) / f"{source.stem}_unit.c"
         unit_file.write_text(unit)
-        command = [compiler, *FLAGS, "-I", str(KERNEL_DIR), "-o", str(built), str(unit_file)]
+        command = [compiler, optimization, *FLAGS, "-I", str(KERNEL_DIR), "-o", str(built), str(unit_file)]
         subprocess.run(command, capture_output=True, text=True, check=True)
         os.replace(built, library)
     return library
@@ -123,7 +124,10 @@ def translation_unit(source: Path, signatures: tuple[Signature, ...]) -> str:
     """The C that is built: `source` itself, then each entry point's packed form, which
     unpacks its arguments from the union array and returns the result as a long (0 for
     a void function)."""
-    lines = [f'#include "{source}"', '#include "native_packed.h"']
+    # By name (the build's include path is KERNEL_DIR), so the unit and with it the cache
+    # key hold the sources' text, not where this checkout lies: another checkout of the
+    # same sources finds the same build.
+    lines = [f'#include "{source.name}"', '#include "native_packed.h"']
     for name, restype, argtypes in signatures:
         call = f"{name}({', '.join(f'args[{i}].{PACKED_MEMBER[t]}' for i, t in enumerate(argtypes))})"
         body = f"{call}; return 0;" if restype is None else f"return (long){call};"
@@ -145,8 +149,8 @@ def _builders() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="accord-cc")
 
 
-def build_ahead(source_name: str, signatures: tuple[Signature, ...]) -> None:
-    """Start building what `load(source_name, signatures)` loads, in the background (a
+def build_ahead(source_name: str, signatures: tuple[Signature, ...], optimization: str = "-O3") -> None:
+    """Start building what `load(source_name, signatures, optimization)` loads, in the background (a
     compiler process of its own), once per process: call it before the first `load`
     (a build that is cached already only reads the cache key). Building the cpu kernels
     one after another at their first use took ~9 s of a cold start-up on a busy 2-core
@@ -155,14 +159,17 @@ def build_ahead(source_name: str, signatures: tuple[Signature, ...]) -> None:
     if compiler is None or source_name in _ahead:
         return
     source = KERNEL_DIR / source_name
-    _ahead[source_name] = (os.getpid(), _builders().submit(_build, compiler, source, translation_unit(source, signatures)))
+    unit = translation_unit(source, signatures)
+    _ahead[source_name] = (os.getpid(), _builders().submit(_build, compiler, source, unit, optimization))
 
 
 @cache
-def load(source_name: str, signatures: tuple[Signature, ...]) -> NativeLibrary | None:
-    """The library built from the C file `source_name` beside this module (built on first
-    use, or by `build_ahead`, then from the cache) with the entry points of
-    `signatures`; None where it cannot be built, with the reason logged."""
+def load(source_name: str, signatures: tuple[Signature, ...], optimization: str = "-O3") -> NativeLibrary | None:
+    """The library built from the C file `source_name` beside this module with
+    `optimization` (a -O flag: each library's own, where a cheaper one builds as fast a
+    kernel in less of a cold start-up) (built on first use, or by `build_ahead`, then from
+    the cache) with the entry points of `signatures`; None where it cannot be built, with
+    the reason logged."""
     compiler = _compiler()
     if compiler is None:
         logger.info("no C compiler found: %s is not built, its torch path runs instead", source_name)
@@ -173,7 +180,7 @@ def load(source_name: str, signatures: tuple[Signature, ...]) -> NativeLibrary |
         if ahead is not None and pid == os.getpid():
             built = ahead.result()
         else:
-            built = _build(compiler, source, translation_unit(source, signatures))
+            built = _build(compiler, source, translation_unit(source, signatures), optimization)
         library = ctypes.CDLL(str(built))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error

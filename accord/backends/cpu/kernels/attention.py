@@ -6,7 +6,7 @@ C compiler) decodes are batched: the blocks of every decoding sequence of simila
 are gathered into one padded tensor and a single scaled_dot_product_attention call
 attends them all under a length mask, each kv head's query group folded into the query
 axis.
-Prefill chunks take one SDPA call per sequence with their causal (and window) mask.
+Prefill chunks take one SDPA call per run of like chunks (same query and cached\nlengths) with their causal (and window) mask.
 Attention runs in fp32 on every host, as the contract's fp32 softmax requires: torch's
 masked bf16 SDPA rounds scores and probabilities to bf16 (on AVX512-BF16 hosts that
 broke the tiny Mixtral's logit parity with transformers).
@@ -52,36 +52,47 @@ def _attend_decodes(
         out.index_copy_(0, batch.rows, attended.to(out.dtype))
 
 
-def _attend_prefill(
+#: The most key positions one prefill SDPA call takes over its sequences together: runs
+#: of like chunks are attended in one call up to this (its gathered, group-repeated keys
+#: and values stay as small as one long sequence's).
+PREFILL_CALL_POSITIONS = 8192
+
+
+def _attend_prefills(
     query: torch.Tensor,
     kv: PagedKV,
-    block_table: torch.Tensor,
-    rows: slice,
+    block_tables: torch.Tensor,
+    first_row: int,
+    q_len: int,
     seq_len: int,
     scale: float,
     sliding_window: int,
     out: torch.Tensor,
 ) -> None:
-    """One sequence's chunk of query rows against its cached positions (SDPA, GQA)."""
-    q_len = rows.stop - rows.start
+    """The chunks of a run of sequences (`block_tables` [n, ...], their rows) alike in
+    shape: q_len query rows each, back to back from `first_row`, against seq_len cached
+    positions each; one SDPA call (GQA). SDPA computes each sequence of its batch as it
+    would alone, bit for bit, so a sequence's result does not depend on its company; one
+    call instead of one per sequence saves the per-call costs (SDPA alone over 128
+    sixteen-token prompts, a profile run's layer: 0.4x the time of 128 calls)."""
+    n = block_tables.shape[0]
     blocks = -(-seq_len // kv.block_size)
-    keys, values = kv.gather(block_table[None, :blocks].long(), query.dtype)
-    q = query[rows].flatten(1, 2).transpose(0, 1)  # [Hq, q_len, Dk]
+    keys, values = kv.gather(block_tables[:, :blocks].long(), query.dtype)
+    rows = slice(first_row, first_row + n * q_len)
+    q = query[rows].flatten(1, 2).unflatten(0, (n, q_len)).transpose(1, 2)  # [n, Hq, q_len, Dk]
     # torch's fused CPU attention takes 4-D inputs with equal head counts only (4-D
     # with enable_gqa falls back to the unfused math path, several times slower), so
     # each kv head is repeated for its query group.
     group = query.shape[2]
-    keys, values = (t[0, :seq_len].repeat_interleave(group, dim=1).transpose(0, 1) for t in (keys, values))
+    keys, values = (t[:, :seq_len].repeat_interleave(group, dim=2).transpose(1, 2) for t in (keys, values))
     # SDPA's is_causal aligns the top-left corner; only a whole-sequence chunk matches.
     full_causal = q_len == seq_len and sliding_window == 0
     mask = None
     if not full_causal:
         query_pos = torch.arange(seq_len - q_len, seq_len)[:, None]
         mask = visible(query_pos, torch.arange(seq_len), torch.tensor(seq_len), sliding_window)
-    attended = F.scaled_dot_product_attention(
-        q[None], keys[None], values[None], attn_mask=mask, is_causal=full_causal, scale=scale
-    )[0]
-    out[rows] = attended.transpose(0, 1)
+    attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=full_causal, scale=scale)
+    out[rows].view(n, q_len, *out.shape[1:]).copy_(attended.transpose(1, 2))
 
 
 def _attend_step(
@@ -106,8 +117,19 @@ def _attend_step(
             out[last:].zero_()
         for batch in plan.decode_batches:
             _attend_decodes(query, kv, batch, scale, out)
-    for b, start, q_len, seq_len in layout.prefills:
-        _attend_prefill(query, kv, block_tables[b], slice(start, start + q_len), seq_len, scale, sliding_window, out)
+    prefills, i = layout.prefills, 0
+    while i < len(prefills):
+        b, start, q_len, seq_len = prefills[i]
+        # The run of next sequences with the same chunk shape, rows back to back.
+        n = 1
+        while (
+            i + n < len(prefills)
+            and prefills[i + n] == (b + n, start + n * q_len, q_len, seq_len)
+            and (n + 1) * seq_len <= PREFILL_CALL_POSITIONS
+        ):
+            n += 1
+        _attend_prefills(query, kv, block_tables[b : b + n], start, q_len, seq_len, scale, sliding_window, out)
+        i += n
 
 
 @KERNELS.register("paged_attention")

@@ -10,24 +10,40 @@
  * (batch invariance); OpenMP splits rows only where the caller passes threads > 1.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 #include "bf16.h"
 
 enum { DTYPE_F32 = 0, DTYPE_BF16 = 1 };
 
-/* Rows split over an OpenMP team only where the caller passes threads > 1; otherwise a
- * plain loop, since even a team of one costs a libgomp parallel region (several
- * microseconds, more than a decode step's rows). */
-#define FOR_ROWS(row, rows, threads, ...)                                      \
-    do {                                                                       \
-        if ((threads) > 1) {                                                   \
-            _Pragma("omp parallel for num_threads(threads) schedule(static)")  \
-            for (long row = 0; row < (rows); row++) __VA_ARGS__                \
-        } else {                                                               \
-            for (long row = 0; row < (rows); row++) __VA_ARGS__                \
-        }                                                                      \
+/* `call` on rows [first_, last_): one contiguous range per thread of an OpenMP team
+ * only where the caller passes threads > 1; otherwise once on every row, since even a
+ * team of one costs a libgomp parallel region (several microseconds, more than a decode
+ * step's rows). `call` is a call of a ROW_RANGE function, which holds the row loop: the
+ * loop is compiled once, not once per branch (the library built in about half the time). */
+#define FOR_ROW_RANGES(rows, threads, call)                                          \
+    do {                                                                             \
+        if ((threads) > 1) {                                                         \
+            _Pragma("omp parallel num_threads(threads)")                             \
+            {                                                                        \
+                long team_ = omp_get_num_threads(), member_ = omp_get_thread_num();  \
+                long first_ = (rows) * member_ / team_, last_ = (rows) * (member_ + 1) / team_; \
+                call;                                                                \
+            }                                                                        \
+        } else {                                                                     \
+            long first_ = 0, last_ = (rows);                                         \
+            call;                                                                    \
+        }                                                                            \
     } while (0)
+#define ROW_RANGE static __attribute__((noinline)) void
+
+/* The loops that carry the arithmetic, vectorised whatever the optimisation level: the
+ * library is built at -O2 (`_native_elementwise.LIBRARY`), whose very cheap cost model
+ * left them scalar (SiLU-and-mul 4x slower); -O3 vectorised them too, but with every
+ * other loop of the file, and its build took ~1.5x the CPU time (3.2 vs 2.2 s, part of
+ * a cold start-up). Each iteration touches only its own elements (in place too). */
+#define SIMD_LOOP _Pragma("omp simd")
 
 /* Row functions are inlined into each entry point's per-dtype branch, so `dtype` is a
  * constant in every loop and the loops vectorise (a dtype test inside one stops that). */
@@ -64,6 +80,7 @@ ROW_FUNCTION double sum_of_squares(const void *row, long hidden, int dtype) {
     double lanes[8] = {0};
     long i = 0;
     for (; i + 8 <= hidden; i += 8)
+        SIMD_LOOP
         for (int j = 0; j < 8; j++) {
             double v = load(row, i + j, dtype);
             lanes[j] += v * v;
@@ -80,28 +97,36 @@ ROW_FUNCTION void rms_norm_row(const void *x, const void *residual, const void *
     const void *source = x;
     if (residual != NULL) {
         /* residual_out = x + residual rounded to the dtype; the norm is of that stored sum. */
+        SIMD_LOOP
         for (long i = 0; i < hidden; i++)
             store(residual_out, i, load(x, i, dtype) + load(residual, i, dtype), dtype);
         source = residual_out;
     }
     float mean_square = (float)(sum_of_squares(source, hidden, dtype) / (double)hidden);
     float inv_rms = 1.0f / sqrtf(mean_square + eps);
+    SIMD_LOOP
     for (long i = 0; i < hidden; i++)
         store(out, i, load(source, i, dtype) * inv_rms * load(weight, i, dtype), dtype);
 }
 
 /* out = rms_norm(x) (residual NULL), or residual_out = x + residual and out =
  * rms_norm(residual_out); [rows, hidden] each, weight [hidden]. */
-void accord_rms_norm(const void *x, const void *residual, const void *weight, void *out, void *residual_out,
-                     long rows, long hidden, float eps, int dtype, int threads) {
+ROW_RANGE rms_norm_rows(const void *x, const void *residual, const void *weight, void *out, void *residual_out,
+                        long first, long last, long hidden, float eps, int dtype) {
     size_t row_bytes = (size_t)hidden * element_size(dtype);
-    FOR_ROWS(r, rows, threads, {
+    for (long r = first; r < last; r++) {
         size_t offset = (size_t)r * row_bytes;
         const void *residual_row = residual ? (const char *)residual + offset : NULL;
         void *residual_out_row = residual_out ? (char *)residual_out + offset : NULL;
         FOR_DTYPE(dtype, rms_norm_row((const char *)x + offset, residual_row, weight, (char *)out + offset,
                                       residual_out_row, hidden, eps, dtype_));
-    });
+    }
+}
+
+void accord_rms_norm(const void *x, const void *residual, const void *weight, void *out, void *residual_out,
+                     long rows, long hidden, float eps, int dtype, int threads) {
+    FOR_ROW_RANGES(rows, threads,
+                   rms_norm_rows(x, residual, weight, out, residual_out, first_, last_, hidden, eps, dtype));
 }
 
 /* ---- rotary embedding ------------------------------------------------------------ */
@@ -109,12 +134,14 @@ void accord_rms_norm(const void *x, const void *residual, const void *weight, vo
 ROW_FUNCTION void rotate_head(const void *src, void *dst, const float *cos, const float *sin, long half,
                               long head_dim, int is_neox, int dtype) {
     if (is_neox) { /* dim i pairs with i + R/2 */
+        SIMD_LOOP
         for (long i = 0; i < half; i++) {
             float a = load(src, i, dtype), b = load(src, i + half, dtype);
             store(dst, i, a * cos[i] - b * sin[i], dtype);
             store(dst, i + half, b * cos[i] + a * sin[i], dtype);
         }
     } else { /* gpt-j: dim 2i pairs with 2i + 1 */
+        SIMD_LOOP
         for (long i = 0; i < half; i++) {
             float a = load(src, 2 * i, dtype), b = load(src, 2 * i + 1, dtype);
             store(dst, 2 * i, a * cos[i] - b * sin[i], dtype);
@@ -141,6 +168,21 @@ static inline long position_at(const void *positions, long t, int index_is_64) {
     return index_is_64 ? ((const int64_t *)positions)[t] : ((const int32_t *)positions)[t];
 }
 
+ROW_RANGE rotary_rows(const void *positions, int index_is_64, const void *query, const void *key,
+                      const float *cos_sin_cache, void *query_out, void *key_out, long first, long last,
+                      long query_heads, long key_heads, long head_dim, long rotary_dim, int is_neox, int dtype) {
+    long half = rotary_dim / 2;
+    size_t head_bytes = (size_t)head_dim * element_size(dtype);
+    for (long t = first; t < last; t++) {
+        const float *cos = cos_sin_cache + position_at(positions, t, index_is_64) * rotary_dim;
+        const float *sin = cos + half;
+        size_t query_offset = (size_t)t * query_heads * head_bytes, key_offset = (size_t)t * key_heads * head_bytes;
+        FOR_DTYPE(dtype, rotate_token((const char *)query + query_offset, (const char *)key + key_offset, cos, sin,
+                                      (char *)query_out + query_offset, (char *)key_out + key_offset, query_heads,
+                                      key_heads, half, head_dim, is_neox, dtype_));
+    }
+}
+
 /* query/key [T, H, D] rotated in their first R dims into query_out/key_out by the row
  * cos_sin_cache[positions[t]] (fp32 [P, R]: cos | sin). Returns -1 (writing nothing)
  * when a position is outside [0, P), 0 otherwise. */
@@ -152,16 +194,9 @@ int accord_rotary_embedding(const void *positions, int index_is_64, const void *
         long position = position_at(positions, t, index_is_64);
         if (position < 0 || position >= max_positions) return -1;
     }
-    long half = rotary_dim / 2;
-    size_t head_bytes = (size_t)head_dim * element_size(dtype);
-    FOR_ROWS(t, tokens, threads, {
-        const float *cos = cos_sin_cache + position_at(positions, t, index_is_64) * rotary_dim;
-        const float *sin = cos + half;
-        size_t query_offset = (size_t)t * query_heads * head_bytes, key_offset = (size_t)t * key_heads * head_bytes;
-        FOR_DTYPE(dtype, rotate_token((const char *)query + query_offset, (const char *)key + key_offset, cos, sin,
-                                      (char *)query_out + query_offset, (char *)key_out + key_offset, query_heads,
-                                      key_heads, half, head_dim, is_neox, dtype_));
-    });
+    FOR_ROW_RANGES(tokens, threads,
+                   rotary_rows(positions, index_is_64, query, key, cos_sin_cache, query_out, key_out, first_, last_,
+                               query_heads, key_heads, head_dim, rotary_dim, is_neox, dtype));
     return 0;
 }
 
@@ -191,6 +226,7 @@ static inline float exp_in_range(float x) {
 
 ROW_FUNCTION void silu_and_mul_row(const void *gate, const void *up, void *out, long intermediate, int dtype) {
     int outside = 0;
+    _Pragma("omp simd reduction(| : outside)")
     for (long i = 0; i < intermediate; i++) {
         float g = load(gate, i, dtype), minus_g = -g;
         float clamped = minus_g > EXP_RANGE ? EXP_RANGE : minus_g < -EXP_RANGE ? -EXP_RANGE : minus_g;
@@ -205,15 +241,19 @@ ROW_FUNCTION void silu_and_mul_row(const void *gate, const void *up, void *out, 
     }
 }
 
-/* out [T, I] = silu(x[:, :I]) * x[:, I:] for x [T, 2I]. */
-void accord_silu_and_mul(const void *x, void *out, long rows, long intermediate, int dtype, int threads) {
+ROW_RANGE silu_and_mul_rows(const void *x, void *out, long first, long last, long intermediate, int dtype) {
     size_t size = element_size(dtype);
-    FOR_ROWS(r, rows, threads, {
+    for (long r = first; r < last; r++) {
         const char *gate = (const char *)x + (size_t)r * 2 * intermediate * size;
         const char *up = gate + (size_t)intermediate * size;
         char *row_out = (char *)out + (size_t)r * intermediate * size;
         FOR_DTYPE(dtype, silu_and_mul_row(gate, up, row_out, intermediate, dtype_));
-    });
+    }
+}
+
+/* out [T, I] = silu(x[:, :I]) * x[:, I:] for x [T, 2I]. */
+void accord_silu_and_mul(const void *x, void *out, long rows, long intermediate, int dtype, int threads) {
+    FOR_ROW_RANGES(rows, threads, silu_and_mul_rows(x, out, first_, last_, intermediate, dtype));
 }
 
 /* ---- KV cache write -------------------------------------------------------------- */
