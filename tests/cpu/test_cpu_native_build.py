@@ -111,3 +111,16 @@ def test_a_library_is_built_at_its_own_optimisation_level(builds, monkeypatch):
     assert library is not None and library.accord_test_add(1, 1) == 2
     compiles = [command for command in commands if "-shared" in command]
     assert len(compiles) == 1 and "-O1" in compiles[0] and "-O3" not in compiles[0]
+
+
+@needs_compiler
+def test_a_source_outside_the_kernel_folder_builds_with_the_kernel_headers(builds, tmp_path):
+    """A benchmark's baseline (another version of a kernel, saved elsewhere) is built
+    from where it lies, still finding the headers beside the kernels."""
+    kernels, built = builds
+    (kernels / "helper.h").write_text("static inline int accord_test_twice(int a) { return 2 * a; }\n")
+    baseline = tmp_path / "baseline" / "old_kernel.c"
+    baseline.parent.mkdir()
+    baseline.write_text('#include "helper.h"\nint accord_test_add(int a, int b) { return accord_test_twice(a) + b; }\n')
+    library = _native.load(str(baseline), SIGNATURES)
+    assert library is not None and library.accord_test_add(2, 3) == 7

@@ -77,7 +77,10 @@ def _build(compiler: str, source: Path, unit: str, optimization: str) -> Path:
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built, unit_file = Path(scratch) / library.name, Path(scratch) / f"{source.stem}_unit.c"
         unit_file.write_text(unit)
-        command = [compiler, optimization, *FLAGS, "-I", str(KERNEL_DIR), "-o", str(built), str(unit_file)]
+        # The source's own folder first: a source from elsewhere (a benchmark's baseline)
+        # is included by name too.
+        include = ("-I", str(source.parent)) if source.parent != KERNEL_DIR else ()
+        command = [compiler, optimization, *FLAGS, *include, "-I", str(KERNEL_DIR), "-o", str(built), str(unit_file)]
         subprocess.run(command, capture_output=True, text=True, check=True)
         os.replace(built, library)
     return library
