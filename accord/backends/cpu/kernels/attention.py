@@ -6,7 +6,8 @@ C compiler) decodes are batched: the blocks of every decoding sequence of simila
 are gathered into one padded tensor and a single scaled_dot_product_attention call
 attends them all under a length mask, each kv head's query group folded into the query
 axis.
-Prefill chunks take one SDPA call per run of like chunks (same query and cached\nlengths) with their causal (and window) mask.
+Prefill chunks take one SDPA call per run of like chunks (same query and cached
+lengths) with their causal (and window) mask.
 Attention runs in fp32 on every host, as the contract's fp32 softmax requires: torch's
 masked bf16 SDPA rounds scores and probabilities to bf16 (on AVX512-BF16 hosts that
 broke the tiny Mixtral's logit parity with transformers).
