@@ -186,11 +186,16 @@ def test_the_batch1_roofline_is_the_median_run_and_each_run_is_held_to_its_own_b
     assert [(run["copy_bandwidth_before"], run["copy_bandwidth_after"]) for run in runs] == [
         (1200.0, 600.0), (600.0, 1200.0), (1200.0, 2400.0),
     ]
+    # The median run's shares: 0.6 of its roofline (the third run), 0.3 of the bf16 one.
+    assert (figures["roofline_share"], figures["roofline_bf16_share"]) == pytest.approx((0.6, 0.3))
     text = bench.render_roofline(figures, torch.float32, spec)
-    assert "median of 3 runs, 4.0 tok/s = 80% of the bandwidth roofline" in text
-    assert "2.0-6.0 tok/s, 20%-40% of the bf16 roofline" in text
+    assert "4.0 tok/s, the median of 3 runs (2.0-6.0)" in text
+    assert "60% (40%-80%) at the torch.float32 weights" in text and "30% (20%-40%) of the bf16 roofline" in text
+    assert "the rooflines are 5.0 and 10.0 tok/s" in text
     single = bench.batch1_figures([4.0], [1200.0, 600.0], 60, 4, spec)
-    assert "median" not in bench.render_roofline(single, torch.float32, spec)
+    assert single["roofline_share"] == pytest.approx(0.8)
+    text = bench.render_roofline(single, torch.float32, spec)
+    assert "median" not in text and "80% of the bandwidth roofline" in text
 
 
 FAKE_VLLM = r"""
@@ -287,7 +292,8 @@ def test_a_bench_run_on_a_tiny_model_reports_every_batch1_run(tiny_model, tmp_pa
     weights = bench.streamed_weights(model)
     shares = [rate * weights * 2 / bandwidth for rate, bandwidth in zip(decode, held)]
     assert [run["roofline_bf16_share"] for run in figures["batch1"]["runs"]] == pytest.approx(shares)
-    assert ("median of 2 runs" in text) is (repeats == 2)
+    assert ("the median of 2 runs" in text) is (repeats == 2)
+    assert figures["batch1"]["roofline_bf16_share"] == pytest.approx(statistics.median(shares))
     assert f"{batch1['output_tokens_per_s']:.1f} tok/s" in text
 
 

@@ -516,11 +516,12 @@ def batch1_figures(
     decode: Sequence[float], measured: Sequence[float], weights: int, compute_bytes: int, spec: DeviceSpec
 ) -> dict[str, object]:
     """`roofline_figures` of the median batch-1 `decode` rate at `spec` (whose copy
-    bandwidth is the median of `run_bandwidths(measured)`), and under "runs" each run's
-    decode rate, the copies measured right before and after it, and its shares of the
-    rooflines at its own bandwidth."""
+    bandwidth is the median of `run_bandwidths(measured)`); under "runs" each run's decode
+    rate, the copies measured right before and after it, and its shares of the rooflines
+    at its own bandwidth; and the median run's shares (the drift of the memory cancels
+    out of each run's share, not out of the median rate against the median bandwidth)."""
     figures: dict[str, object] = dict(roofline_figures(statistics.median(decode), weights, compute_bytes, spec))
-    figures["runs"] = [
+    runs = figures["runs"] = [
         {
             "decode_tokens_per_s": rate,
             "copy_bandwidth_before": before,
@@ -530,6 +531,8 @@ def batch1_figures(
         }
         for rate, before, after, held in zip(decode, measured, measured[1:], run_bandwidths(measured))
     ]
+    for share in ("roofline_share", "roofline_bf16_share"):
+        figures[share] = statistics.median(run[share] for run in runs)
     return figures
 
 
@@ -721,22 +724,30 @@ def render_roofline(batch1: dict[str, object], compute: object, spec: DeviceSpec
     or batch1_figures: then the median of its runs, with each run's range)."""
     decode = batch1["decode_tokens_per_s"]
     runs = batch1.get("runs", [])
-    median = f"median of {len(runs)} runs, " if len(runs) > 1 else ""
-    lines = [
-        f"batch-1 decode on {spec.name}: {median}{decode:.1f} tok/s = {decode / batch1['roofline_tokens_per_s']:.0%} "
-        f"of the bandwidth roofline at the {compute} weights it streams ({batch1['roofline_tokens_per_s']:.1f} tok/s "
-        f"at the measured copy bandwidth, {spec.copy_bandwidth / 1e9:.1f} GB/s); "
-        f"{decode / batch1['roofline_bf16_tokens_per_s']:.0%} of the bf16 roofline "
-        f"({batch1['roofline_bf16_tokens_per_s']:.1f} tok/s)"
-    ]
     if len(runs) > 1:
         rates = [run["decode_tokens_per_s"] for run in runs]
-        shares = [run["roofline_bf16_share"] for run in runs]
-        lines.append(
-            f"  runs: {min(rates):.1f}-{max(rates):.1f} tok/s, {min(shares):.0%}-{max(shares):.0%} of the bf16 "
-            "roofline each at its own bandwidth (the higher copy right before / after it); the median is held to the "
-            "median run's bandwidth"
-        )
+
+        def shares(key: str) -> str:
+            low, high = min(run[key] for run in runs), max(run[key] for run in runs)
+            return f"{batch1[key]:.0%} ({low:.0%}-{high:.0%})"
+
+        lines = [
+            f"batch-1 decode on {spec.name}: {decode:.1f} tok/s, the median of {len(runs)} runs "
+            f"({min(rates):.1f}-{max(rates):.1f}); each run against the bandwidth roofline at the copy bandwidth "
+            f"measured right around it (the higher of before and after), the median run: "
+            f"{shares('roofline_share')} at the {compute} weights it streams, {shares('roofline_bf16_share')} "
+            f"of the bf16 roofline",
+            f"  at the median run's copy bandwidth, {spec.copy_bandwidth / 1e9:.1f} GB/s, the rooflines are "
+            f"{batch1['roofline_tokens_per_s']:.1f} and {batch1['roofline_bf16_tokens_per_s']:.1f} tok/s",
+        ]
+    else:
+        lines = [
+            f"batch-1 decode on {spec.name}: {decode:.1f} tok/s = {decode / batch1['roofline_tokens_per_s']:.0%} "
+            f"of the bandwidth roofline at the {compute} weights it streams ({batch1['roofline_tokens_per_s']:.1f} "
+            f"tok/s at the measured copy bandwidth, {spec.copy_bandwidth / 1e9:.1f} GB/s); "
+            f"{decode / batch1['roofline_bf16_tokens_per_s']:.0%} of the bf16 roofline "
+            f"({batch1['roofline_bf16_tokens_per_s']:.1f} tok/s)"
+        ]
     if "roofline_datasheet_tokens_per_s" in batch1:
         peak = batch1["roofline_datasheet_tokens_per_s"]
         lines.append(
