@@ -680,11 +680,11 @@ def run(args: argparse.Namespace) -> int:
         torch.cuda.empty_cache()
     figures: dict[str, object] = {}
     hf_batch_size = args.hf_batch_size or (32 if gpu else 16)
+    mixed = list(loads)[-1]
+    hf_mix = {mixed: [loads[mixed][0][: args.hf_requests]]}  # transformers is slow: the mix cut to --hf-requests
     if gpu and "transformers" not in args.skip:
-        # On a GPU transformers is the side-by-side engine, over every workload (the mix cut to --hf-requests).
-        mixed = list(loads)[-1]
-        hf_loads = {**loads, mixed: [loads[mixed][0][: args.hf_requests]]}
-        engines["transformers"] = run_transformers(model_dir, hf_loads, hf_batch_size, "cuda")
+        # On a GPU transformers is the side-by-side engine, over every workload.
+        engines["transformers"] = run_transformers(model_dir, loads | hf_mix, hf_batch_size, "cuda")
     elif "vllm" not in args.skip:
         measured = run_vllm(model_dir, loads, args)
         if isinstance(measured, str):
@@ -696,9 +696,7 @@ def run(args: argparse.Namespace) -> int:
         for name, run in engines.items()
     }
     if not gpu and "transformers" not in args.skip:
-        mixed = list(loads)[-1]
-        hf_runs = run_transformers(model_dir, {mixed: [loads[mixed][0][: args.hf_requests]]}, hf_batch_size)
-        hf = hf_runs.results[mixed]
+        hf = run_transformers(model_dir, hf_mix, hf_batch_size).results[mixed]
         requests = hf.runs[0].requests
         print(f"transformers generate, first {requests} mixed requests: {hf.output_tokens_per_s:.1f} out tok/s")
         figures["transformers"] = hf.figures()
@@ -706,12 +704,12 @@ def run(args: argparse.Namespace) -> int:
     accord = next((run for name, run in engines.items() if name.startswith("accord")), None)
     if accord is not None and accord.batch1_decode and accord.batch1_bandwidth:
         compute = get_backend(args.backend).compute_dtype(torch.bfloat16)
-        measured = accord.batch1_bandwidth
-        copies = " / ".join(f"{b / 1e9:.1f}" for b in measured)
+        bandwidths = accord.batch1_bandwidth
+        copies = " / ".join(f"{b / 1e9:.1f}" for b in bandwidths)
         print(f"copy bandwidth before the first batch-1 run and after each: {copies} GB/s")
-        spec = device_spec(device, statistics.median(run_bandwidths(measured)))
+        spec = device_spec(device, statistics.median(run_bandwidths(bandwidths)))
         weights = streamed_weights(model_dir)
-        figures["batch1"] = batch1_figures(accord.batch1_decode, measured, weights, compute.itemsize, spec)
+        figures["batch1"] = batch1_figures(accord.batch1_decode, bandwidths, weights, compute.itemsize, spec)
         figures["device"] = asdict(spec)
         print(render_roofline(figures["batch1"], compute, spec))
     if args.json:
