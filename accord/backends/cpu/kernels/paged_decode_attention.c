@@ -308,19 +308,18 @@ static inline __attribute__((always_inline)) void load_chunk(const char *row, lo
 }
 
 /* Two vectors of partial sums merged into one: every group of 2b lanes of x and of y
- * (one part's partial sums) becomes b lanes (its halves added), x's group then y's. */
-#define MERGE8(x, y) \
-    (__builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + \
-     __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
-#define MERGE4(x, y) \
-    (__builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) + \
-     __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
-#define MERGE2(x, y) \
-    (__builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) + \
-     __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
-#define MERGE1(x, y) \
-    (__builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) + \
-     __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+ * (one part's partial sums) becomes b lanes (its halves added), x's group then y's.
+ * MERGE_LANE is the lane of x:y (x's lanes 0-15, y's 16-31) that goes to output lane k:
+ * its group's lower half (half 0) or upper half (half 1). */
+#define MERGE_LANE(k, b, half) (((k) / (b)) % 2 * LANES + (k) / (2 * (b)) * 2 * (b) + (k) % (b) + (half) * (b))
+#define MERGE_HALF(x, y, b, half)                                                                                  \
+    __builtin_shufflevector(x, y, MERGE_LANE(0, b, half), MERGE_LANE(1, b, half), MERGE_LANE(2, b, half),          \
+                            MERGE_LANE(3, b, half), MERGE_LANE(4, b, half), MERGE_LANE(5, b, half),                \
+                            MERGE_LANE(6, b, half), MERGE_LANE(7, b, half), MERGE_LANE(8, b, half),                \
+                            MERGE_LANE(9, b, half), MERGE_LANE(10, b, half), MERGE_LANE(11, b, half),              \
+                            MERGE_LANE(12, b, half), MERGE_LANE(13, b, half), MERGE_LANE(14, b, half),             \
+                            MERGE_LANE(15, b, half))
+#define MERGE(x, y, b) (MERGE_HALF(x, y, b, 0) + MERGE_HALF(x, y, b, 1))
 
 /* Where part p goes in lane_sums' input so that its sum comes out in lane p: the merge
  * tree sends input slot s to lane bit_reverse(s). */
@@ -331,10 +330,10 @@ static const int MERGE_SLOT[LANES] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3,
  * about two shuffles per part instead of five. */
 static inline __attribute__((always_inline)) vfloat lane_sums(const vfloat *slots) {
     vfloat eights[8], fours[4], twos[2];
-    for (int k = 0; k < 8; ++k) eights[k] = MERGE8(slots[2 * k], slots[2 * k + 1]);
-    for (int k = 0; k < 4; ++k) fours[k] = MERGE4(eights[2 * k], eights[2 * k + 1]);
-    for (int k = 0; k < 2; ++k) twos[k] = MERGE2(fours[2 * k], fours[2 * k + 1]);
-    return MERGE1(twos[0], twos[1]);
+    for (int k = 0; k < 8; ++k) eights[k] = MERGE(slots[2 * k], slots[2 * k + 1], 8);
+    for (int k = 0; k < 4; ++k) fours[k] = MERGE(eights[2 * k], eights[2 * k + 1], 4);
+    for (int k = 0; k < 2; ++k) twos[k] = MERGE(fours[2 * k], fours[2 * k + 1], 2);
+    return MERGE(twos[0], twos[1], 1);
 }
 
 /* scores[g * stride + p] = scale * (query g . key of position p) for the LANES
