@@ -7,10 +7,11 @@ and 4 kv heads of 64, block size 16, blocks scattered over the cache.
 Prints the best of `repeat` runs of `calls` calls per case, in us of the calling
 thread's CPU time per call (the kernel runs in the calling thread at these sizes: on a
 shared machine, time spent waiting for a core is left out; the minimum is the least
-disturbed by other processes' use of the caches), including the Python wrapper (~30 us on a slow host, which a graph replay does not pay). With
---baseline, another version of the C file (e.g. `git show main:...` saved to a file) is
-built as a second library and timed in the same run, alternating case by case, with
-the largest difference between the two outputs.
+disturbed by other processes' use of the caches), including the Python wrapper (~30 us
+on a slow host, which a graph replay does not pay). With --baseline, another version of
+the C file (e.g. `git show main:...` saved to a file) is built as a second library and
+timed in the same run, alternating case by case, with the largest difference between
+the two outputs.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: The flags of every build; each library adds its own optimisation level (`load`).
 FLAGS = ("-march=native", "-fopenmp", "-shared", "-fPIC")
+#: The optimisation level of a library that names none (its `LIBRARY` has no third field).
+DEFAULT_OPTIMIZATION = "-O3"
 KERNEL_DIR = Path(__file__).parent
 
 #: The member of the packed-argument union (native_packed.h) each ctypes argument type
@@ -152,10 +154,12 @@ def _builders() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="accord-cc")
 
 
-def build_ahead(source_name: str, signatures: tuple[Signature, ...], optimization: str = "-O3") -> None:
-    """Start building what `load(source_name, signatures, optimization)` loads, in the background (a
-    compiler process of its own), once per process: call it before the first `load`
-    (a build that is cached already only reads the cache key). Building the cpu kernels
+def build_ahead(
+    source_name: str, signatures: tuple[Signature, ...], optimization: str = DEFAULT_OPTIMIZATION
+) -> None:
+    """Start building what `load(source_name, signatures, optimization)` loads, in the
+    background (a compiler process of its own), once per process: call it before the
+    first `load` (a build that is cached already only reads the cache key). Building the cpu kernels
     one after another at their first use took ~9 s of a cold start-up on a busy 2-core
     host (4.5, 2.9 and 1.5 s); side by side it takes the longest one."""
     compiler = _compiler()
@@ -167,12 +171,14 @@ def build_ahead(source_name: str, signatures: tuple[Signature, ...], optimizatio
 
 
 @cache
-def load(source_name: str, signatures: tuple[Signature, ...], optimization: str = "-O3") -> NativeLibrary | None:
-    """The library built from the C file `source_name` beside this module with
-    `optimization` (a -O flag: each library's own, where a cheaper one builds as fast a
-    kernel in less of a cold start-up) (built on first use, or by `build_ahead`, then from
-    the cache) with the entry points of `signatures`; None where it cannot be built, with
-    the reason logged."""
+def load(
+    source_name: str, signatures: tuple[Signature, ...], optimization: str = DEFAULT_OPTIMIZATION
+) -> NativeLibrary | None:
+    """The library built from the C file `source_name` beside this module (on first use,
+    or by `build_ahead`, then from the cache) with the entry points of `signatures`;
+    None where it cannot be built, with the reason logged. `optimization` is the
+    library's own -O flag: a cheaper one where it builds as fast a kernel in less of a
+    cold start-up."""
     compiler = _compiler()
     if compiler is None:
         logger.info("no C compiler found: %s is not built, its torch path runs instead", source_name)
