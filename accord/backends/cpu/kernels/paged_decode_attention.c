@@ -416,17 +416,19 @@ static inline __attribute__((always_inline)) void attend_group(const struct cach
                                                               long stride, const float *q, long group,
                                                               float scale, float *scores, float *acc) {
     const long vd = c->value_dim;
-    for (long g = 0; g < group; g += QUERY_TILE) {
+    for (long g = 0; g < group;) {
         const float *qg = q + g * kd;
         float *sg = scores + g * stride, *ag = acc + g * vd;
         const long left = group - g;
         if (left >= QUERY_TILE) {
             attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, QUERY_TILE, scale, sg, ag);
+            g += QUERY_TILE;
         } else if (left >= 2) {
             attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 2, scale, sg, ag);
-            g += 2 - QUERY_TILE; /* the next tile starts after these two */
+            g += 2;
         } else {
             attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 1, scale, sg, ag);
+            g += 1;
         }
     }
 }
