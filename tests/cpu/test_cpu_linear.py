@@ -364,8 +364,7 @@ def test_decode_steps_are_captured_on_avx512_whether_bf16_is_native_or_not(monke
 
     if not (_native_gemm.available() and _native_graph.available() and torch.backends.mkldnn.is_available()):
         pytest.skip("the bf16-weight GEMM and the graph replay need a C compiler, and the copies oneDNN")
-    if native:
-        request.getfixturevalue("forced_native_bf16")
+    request.getfixturevalue("forced_native_bf16" if native else "forced_fp32_bf16")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     backend = CpuBackend()
     assert backend.compute_dtype(torch.bfloat16) == (torch.bfloat16 if native else torch.float32)
