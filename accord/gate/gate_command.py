@@ -64,6 +64,8 @@ def run_deploy(
         return _list_deploy(config, ops)
     try:
         report = run_gate(config, ops=ops, say=_say, progress=print_op_progress)
+    except DeployConfigError as error:  # the model cannot be found or read
+        return _error(f"{deploy}: {error}")
     except (UnknownBackendError, BackendUnavailableError) as error:
         return _error(str(error))
     _print_gate(report, verbose)
@@ -74,7 +76,7 @@ def run_deploy(
 
 def _list_deploy(config: DeployConfig, ops: Sequence[str] | None) -> int:
     print(f"deploy gate for {config.engine.model} on backend '{config.engine.backend}':")
-    print("  preflight: block_size, model directory, kv_cache_dtype")
+    print("  model: found and read as `accord serve` finds it; preflight: block_size, record_op_calls, kv_cache_dtype")
     print(f"  profile_run at max_num_seqs={config.engine.max_num_seqs} "
           f"max_num_batched_tokens={config.engine.max_num_batched_tokens}")
     print(f"  greedy comparison with '{config.gate.reference}', {config.gate.max_tokens} tokens per prompt")
