@@ -104,6 +104,7 @@ def test_a_slice_of_q_rows_that_splits_a_head_is_refused(checkpoints) -> None:
         checkpoints(Q.Q8_0).read_slice(f"{Q_PROJ}.weight", 0, 32, 128)
 
 
-def test_a_slice_outside_the_tensor_is_refused(checkpoints) -> None:
-    with pytest.raises(GgufError, match=r"slice \[0:600\] of dim 1 is outside tensor"):
-        checkpoints(Q.F16).read_slice(f"{DOWN}.weight", 1, 0, 600)
+@pytest.mark.parametrize("dim,start,stop", [(1, 0, 600), (2, 0, 1), (0, 64, 64)])
+def test_a_slice_that_is_empty_or_outside_the_tensor_is_refused(dim, start, stop, checkpoints) -> None:
+    with pytest.raises(GgufError, match=rf"slice \[{start}:{stop}\] of dim {dim} is empty or outside tensor"):
+        checkpoints(Q.Q4_K).read_slice(f"{DOWN}.weight", dim, start, stop)

@@ -78,8 +78,10 @@ class GgufCheckpoint:
         blocks that hold them (a tensor-parallel rank's shard), marked as used."""
         tensor = self._tensor(name)
         shape = self.shape(name)
-        if not (0 <= dim < len(shape) and 0 <= start <= stop <= shape[dim]):
-            raise GgufError(f"{self.model_dir}: slice [{start}:{stop}] of dim {dim} is outside tensor {name!r} {shape}")
+        if not (0 <= dim < len(shape) and 0 <= start < stop <= shape[dim]):
+            raise GgufError(
+                f"{self.model_dir}: slice [{start}:{stop}] of dim {dim} is empty or outside tensor {name!r} {shape}"
+            )
         self._read.add(name)
         stored, offset = _covering_blocks(tensor, dim, start, stop)
         values = torch.from_numpy(np.array(gguf.quants.dequantize(stored, tensor.tensor_type), dtype=np.float32))
