@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from gguf_files import Q, build_model, write_gguf
-from processes import wait_until_gone
-from test_executor_mp import PRESSURE, generate, pressure_prompts
+from test_executor_mp import PRESSURE, generate
 from test_shard_loading import RANK1_OF_2, SPLIT
+from test_tp_llm import tp2_mp_greedy_under_pressure
 
 from accord import LLM
 from accord.backends import get_backend
@@ -57,16 +57,5 @@ def test_a_rank_reads_only_its_slices_of_a_gguf_file(tiny_gguf, monkeypatch: pyt
 @pytest.mark.parametrize("tensor_type", [Q.Q4_K, Q.Q8_0], ids=lambda t: t.name)
 def test_tp2_greedy_on_a_quantised_gguf_equals_tp1(tensor_type: Q, tiny_gguf) -> None:
     path = str(tiny_gguf(tensor_type))
-    settings = dict(PRESSURE, dtype="float32")
-    tp2 = LLM(path, tensor_parallel_size=2, distributed_executor_backend="mp", **settings)
-    try:
-        workers = tp2.llm_engine.executor.worker_pids
-        prompts = pressure_prompts(tp2.llm_engine.model_config.vocab_size)
-        tp2_tokens = generate(tp2, prompts)
-        stats = tp2.llm_engine.stats
-        assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0
-    finally:
-        tp2.llm_engine.shutdown()
-    assert wait_until_gone(workers) == []
-    tp1 = LLM(path, **settings)
-    assert tp2_tokens == generate(tp1, prompts)
+    prompts, tp2_tokens = tp2_mp_greedy_under_pressure(path, dtype="float32")
+    assert tp2_tokens == generate(LLM(path, **PRESSURE, dtype="float32"), prompts)
