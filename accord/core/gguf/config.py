@@ -17,9 +17,17 @@ from .reader import GgufError, GgufFile
 #: GGUF `general.architecture` -> the Hugging Face architecture whose graph runs it.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
-#: Tensor types dequantised at load with the `gguf` package's own dequantisation.
+#: Tensor types dequantised at load with the `gguf` package's own dequantisation: the
+#: float types and every type llama.cpp's `llama-quantize` writes for its common
+#: presets (Q2_K, Q3_K_M, Q4_K_S/M, Q5_K_S/M, Q6_K, Q8_0, IQ4_NL, IQ4_XS, the legacy
+#: Q4_0/Q4_1/Q5_0/Q5_1), including the types it falls back to for a tensor whose rows
+#: are not whole 256-wide K-quant blocks (Q5_0, Q5_1, Q8_0, IQ4_NL).
 SUPPORTED_TYPES = tuple(
-    gguf.GGMLQuantizationType[name] for name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+    gguf.GGMLQuantizationType[name]
+    for name in (
+        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+    )
 )
 
 #: The dtype a model runs in by default: the file's float type where it has one; bf16
