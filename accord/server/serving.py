@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import tokenizers
 from jinja2.exceptions import TemplateError
 from pydantic import BaseModel
 
@@ -70,10 +74,12 @@ class OpenAIServing:
         #: Engine requests admitted and still waiting for their first output.
         self.num_waiting = 0
         # Tokenising a long prompt or rendering a template takes long enough to stall
-        # every stream if done on the event loop; the tokenizers release the GIL.
+        # every stream if done on the event loop; Tokenizer.tokenize releases the GIL.
         self._token_bytes_function: Callable[[int], bytes] | None = None
         self._special_ids: frozenset[int] | None = None
-        self._cpu_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accord-tokenize")
+        self._cpu_pool = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="accord-tokenize", initializer=_yield_the_cpu_to_serving
+        )
 
     async def off_loop(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a CPU-heavy call (tokenising, template rendering) in the tokenizer pool."""
@@ -106,16 +112,20 @@ class OpenAIServing:
                 f"{self.model.scheduling_policy!r}", param="priority",
             )
 
-    def max_tokens(self, num_prompt_tokens: int, requested: int | None, param: str) -> int:
-        """The generation budget: `requested`, or all the room the context has left;
-        refuse a prompt or budget that does not fit in max-model-len."""
-        room = self.model.max_model_len - num_prompt_tokens
-        if room < 1:
+    def check_prompt_fits(self, num_prompt_tokens: int, param: str) -> None:
+        """Refuse a prompt that leaves no room in max-model-len for a generated token."""
+        if num_prompt_tokens >= self.model.max_model_len:
             raise OpenAIError(
                 f"the prompt is {num_prompt_tokens} tokens, but this model's context is {self.model.max_model_len} "
                 "tokens and needs room for at least one generated token",
-                param="messages" if param == "max_completion_tokens" else "prompt", code="context_length_exceeded",
+                param=param, code="context_length_exceeded",
             )
+
+    def max_tokens(self, num_prompt_tokens: int, requested: int | None, param: str) -> int:
+        """The generation budget: `requested`, or all the room the context has left;
+        refuse a prompt or budget that does not fit in max-model-len."""
+        self.check_prompt_fits(num_prompt_tokens, "messages" if param == "max_completion_tokens" else "prompt")
+        room = self.model.max_model_len - num_prompt_tokens
         if requested is None:
             return room
         if requested > room:
@@ -126,10 +136,13 @@ class OpenAIServing:
             )
         return requested
 
-    async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """A prompt's token ids (by default with the tokenizer's special tokens, e.g.
-        BOS), tokenised off the event loop."""
-        return list(await self.off_loop(self.engine.tokenizer.encode, text, add_special_tokens=add_special_tokens))
+    async def tokenize(self, text: str, add_special_tokens: bool = True) -> tokenizers.Encoding:
+        """A prompt's tokens (by default with the tokenizer's special tokens, e.g. BOS),
+        made off the event loop and off the GIL, and counted in the tokenizing gauge
+        meanwhile. `len()` counts them; `.ids` is their list (check the length first:
+        building millions of ints holds the GIL)."""
+        with self.metrics.tokenizing():
+            return await self.off_loop(self.engine.tokenizer.tokenize, text, add_special_tokens=add_special_tokens)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """The text of some token ids (special tokens left out)."""
@@ -194,23 +207,22 @@ class OpenAIServing:
 
     async def render_chat(
         self, messages: Sequence[ChatMessage], add_generation_prompt: bool, tools: Sequence[Tool] | None = None
-    ) -> list[int]:
-        """A conversation's prompt token ids, rendered by the model's chat template off
-        the event loop (tool calls, tool results and tool definitions passed to the
-        template as Hugging Face templates expect them)."""
+    ) -> tokenizers.Encoding:
+        """A conversation's prompt tokens (as `tokenize` gives them), rendered by the
+        model's chat template off the event loop (tool calls, tool results and tool
+        definitions passed to the template as Hugging Face templates expect them)."""
         conversation = [message_for_template(m) for m in messages]
         options: dict[str, Any] = {}
         if tools:
             options["tools"] = [tool.model_dump(exclude_none=True) for tool in tools]
         tokenizer = self.engine.tokenizer
         try:
-            token_ids = await self.off_loop(
-                tokenizer.apply_chat_template, conversation, add_generation_prompt=add_generation_prompt,
-                tokenize=True, **options,
+            text = await self.off_loop(
+                tokenizer.apply_chat_template, conversation, add_generation_prompt=add_generation_prompt, **options
             )
         except (ValueError, TemplateError) as error:  # no chat template, or the template refused the messages
             raise OpenAIError(str(error), param="messages") from error
-        return list(token_ids)
+        return await self.tokenize(text, add_special_tokens=False)  # the template writes the special tokens
 
     def sampling_params(
         self, request: SamplingFields, max_tokens: int, logprobs: int | None, **extra: Any
@@ -286,6 +298,20 @@ class OpenAIServing:
                 raise OpenAIError(str(failure)) from failure
             raise engine_failure(failure) from failure
         return streams
+
+
+#: How much lower the tokenizer threads' scheduling priority is than the server's.
+TOKENIZER_NICENESS = 10
+
+
+def _yield_the_cpu_to_serving() -> None:
+    """Lower this (tokenizer pool) thread's CPU priority: a prompt of megabytes keeps a
+    core busy for seconds, and on a small host the engine's step thread and the event
+    loop would otherwise share what is left with it, so every stream would slow down
+    (measured on 2 cores: gaps from 45 ms to 270 ms). Linux schedules each thread by
+    its own niceness; elsewhere setpriority on a thread id would reach a process."""
+    if sys.platform == "linux":
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TOKENIZER_NICENESS)
 
 
 def message_for_template(message: ChatMessage) -> dict[str, Any]:
