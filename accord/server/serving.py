@@ -284,6 +284,9 @@ class OpenAIServing:
         self.num_waiting += len(prompts)
         try:
             firsts = await asyncio.gather(*(anext(g) for g in generators), return_exceptions=True)
+        except asyncio.CancelledError:  # the client went away while its requests waited
+            await self._abort_waiting(ids)
+            raise
         finally:
             self.num_waiting -= len(prompts)
         streams = [
@@ -299,6 +302,13 @@ class OpenAIServing:
             raise engine_failure(failure) from failure
         return streams
 
+    async def _abort_waiting(self, request_ids: Sequence[str]) -> None:
+        """Abort engine requests that never reached a RequestStream, each counted as
+        an abort (as the streams count theirs)."""
+        for request_id in request_ids:
+            await self.engine.abort(request_id)
+            self.metrics.request_ended_early("abort")
+
 
 #: How much lower the tokenizer threads' scheduling priority is than the server's.
 TOKENIZER_NICENESS = 10
@@ -306,10 +316,10 @@ TOKENIZER_NICENESS = 10
 
 def _yield_the_cpu_to_serving() -> None:
     """Lower this (tokenizer pool) thread's CPU priority: a prompt of megabytes keeps a
-    core busy for seconds, and on a small host the engine's step thread and the event
-    loop would otherwise share what is left with it, so every stream would slow down
-    (measured on 2 cores: gaps from 45 ms to 270 ms). Linux schedules each thread by
-    its own niceness; elsewhere setpriority on a thread id would reach a process."""
+    core busy for seconds, and on a host with few cores the engine's step thread and
+    the event loop, whose delays every client sees, should come first. Linux schedules
+    each thread by its own niceness; elsewhere setpriority on a thread id could reach
+    another process."""
     if sys.platform == "linux":
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TOKENIZER_NICENESS)
 
