@@ -91,7 +91,9 @@ def wait_for(condition, what: str) -> None:
 
 
 @pytest.mark.parametrize("route", list(BIG_BODIES))
-def test_a_10mb_prompt_being_tokenised_stalls_neither_health_nor_running_streams(http: httpx.Client, route: str) -> None:
+def test_a_10mb_prompt_being_tokenised_stalls_neither_health_nor_running_streams(
+    http: httpx.Client, route: str
+) -> None:
     assert tokenizing(http) == 0
     streams = Streams(httpx.Client(base_url=str(http.base_url), headers=dict(http.headers), timeout=DEADLINE_S))
     stream_thread = threading.Thread(target=streams.run, daemon=True)
