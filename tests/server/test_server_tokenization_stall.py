@@ -1,8 +1,8 @@
 """A 10 MB prompt is tokenised off the event loop and off the GIL: while the server
 tokenises it (its tokenizing gauge says so), /health still answers within 100 ms and
 the streams already running keep their gaps under 200 ms (issue 26's acceptance
-bounds), on completions, chat and /tokenize alike. The GIL-free call gives the ids the
-library's plain `encode` gives, and /tokenize writes long lists whole."""
+bounds), on completions, chat and /tokenize alike. The GIL-free calls give what the
+library's plain `encode` and `decode` give, and /tokenize writes long lists whole."""
 
 from __future__ import annotations
 
@@ -29,6 +29,14 @@ def test_tokenize_gives_the_ids_of_the_librarys_plain_encode(demo_model, add_spe
     tokens = load_tokenizer(demo_model).tokenize(MIXED_TEXT, add_special_tokens=add_special_tokens)
     expected = reference.encode(MIXED_TEXT, add_special_tokens=add_special_tokens).ids
     assert len(tokens) == len(expected) and tokens.ids == expected
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_decode_gives_the_text_of_the_librarys_plain_decode(demo_model, skip_special_tokens: bool) -> None:
+    reference = tokenizers.Tokenizer.from_file(str(demo_model / "tokenizer.json"))
+    ids = reference.encode(MIXED_TEXT).ids
+    expected = reference.decode(ids, skip_special_tokens=skip_special_tokens)
+    assert load_tokenizer(demo_model).decode(ids, skip_special_tokens=skip_special_tokens) == expected
 
 
 def test_tokenize_of_a_prompt_longer_than_a_piece_returns_every_id_in_order(http: httpx.Client, demo_model) -> None:
