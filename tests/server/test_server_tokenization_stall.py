@@ -98,6 +98,7 @@ def wait_for(condition, what: str) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", list(BIG_BODIES))
 def test_a_10mb_prompt_being_tokenised_stalls_neither_health_nor_running_streams(
     http: httpx.Client, route: str
