@@ -128,7 +128,7 @@ def create_app(
         else:
             raise OpenAIError("send a prompt or messages to tokenize", param="prompt")
         fields = {"count": len(tokens), "max_model_len": model.max_model_len}
-        return token_list_response(fields, "tokens", tokens.ids)
+        return token_list_response(fields, "tokens", tokens)
 
     @app.post("/detokenize", responses=_ERROR_RESPONSES)
     async def detokenize(request: DetokenizeRequest) -> DetokenizeResponse:

@@ -57,7 +57,7 @@ class ChatService:
             max_tokens = serving.max_tokens(len(rendered), request.max_completion_tokens, "max_completion_tokens")
         else:
             max_tokens = serving.max_tokens(len(rendered), request.max_tokens, "max_tokens")
-        prompt = rendered.ids  # built once the prompt is known to fit: its length is bounded
+        prompt = list(rendered)  # once the prompt is known to fit: a long one's ids come packed
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
         constraint = serving.structured_outputs(request)
         if tools and tool_choice != "auto":

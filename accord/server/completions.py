@@ -82,9 +82,9 @@ class CompletionService:
         for item in prompt:
             if isinstance(item, str):
                 tokens = await self.serving.tokenize(item)
-                # Refused before its ids are built: a huge prompt's list would hold the GIL.
+                # Refused before its ids become a list: a long prompt's come packed.
                 self.serving.check_prompt_fits(len(tokens), "prompt")
-                prompts.append(_Prompt(item, tokens.ids))
+                prompts.append(_Prompt(item, list(tokens)))
             else:
                 token_ids = list(item)  # type: ignore[arg-type]
                 self.serving.check_token_ids(token_ids, "prompt")

@@ -11,15 +11,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
-import sys
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import tokenizers
 from jinja2.exceptions import TemplateError
 from pydantic import BaseModel
 
@@ -32,6 +28,7 @@ from .drain import DrainDeadline
 from .errors import OpenAIError
 from .logprobs import LogprobFormat
 from .metrics import ServerMetrics
+from .prompt_tokenizer import PromptTokenizer, yield_the_cpu_to_serving
 from .protocol import ChatMessage, SamplingFields, Tool, Usage
 from .request_stream import RequestStream, abort_all, engine_failure
 
@@ -78,8 +75,9 @@ class OpenAIServing:
         self._token_bytes_function: Callable[[int], bytes] | None = None
         self._special_ids: frozenset[int] | None = None
         self._cpu_pool = ThreadPoolExecutor(
-            max_workers=2, thread_name_prefix="accord-tokenize", initializer=_yield_the_cpu_to_serving
+            max_workers=2, thread_name_prefix="accord-tokenize", initializer=yield_the_cpu_to_serving
         )
+        self._prompts = PromptTokenizer(engine.tokenizer, self._cpu_pool)
 
     async def off_loop(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a CPU-heavy call (tokenising, template rendering) in the tokenizer pool."""
@@ -87,8 +85,9 @@ class OpenAIServing:
         return await loop.run_in_executor(self._cpu_pool, functools.partial(function, *args, **kwargs))
 
     def close(self) -> None:
-        """Stop the tokenizer pool."""
+        """Stop the tokenizer pool and process."""
         self._cpu_pool.shutdown(wait=False, cancel_futures=True)
+        self._prompts.close()
 
     def check_model(self, name: str | None) -> None:
         """Refuse, with 404 as OpenAI and vLLM, a request for a model this server does not serve."""
@@ -136,13 +135,13 @@ class OpenAIServing:
             )
         return requested
 
-    async def tokenize(self, text: str, add_special_tokens: bool = True) -> tokenizers.Encoding:
-        """A prompt's tokens (by default with the tokenizer's special tokens, e.g. BOS),
-        made off the event loop and off the GIL, and counted in the tokenizing gauge
-        meanwhile. `len()` counts them; `.ids` is their list (check the length first:
-        building millions of ints holds the GIL)."""
+    async def tokenize(self, text: str, add_special_tokens: bool = True) -> Sequence[int]:
+        """A prompt's token ids (by default with the tokenizer's special tokens, e.g.
+        BOS), made where they stall nothing (see PromptTokenizer), and counted in the
+        tokenizing gauge meanwhile. A long prompt's come packed: check the length
+        before making them a list."""
         with self.metrics.tokenizing():
-            return await self.off_loop(self.engine.tokenizer.tokenize, text, add_special_tokens=add_special_tokens)
+            return await self._prompts.encode(text, add_special_tokens)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """The text of some token ids (special tokens left out)."""
@@ -207,8 +206,8 @@ class OpenAIServing:
 
     async def render_chat(
         self, messages: Sequence[ChatMessage], add_generation_prompt: bool, tools: Sequence[Tool] | None = None
-    ) -> tokenizers.Encoding:
-        """A conversation's prompt tokens (as `tokenize` gives them), rendered by the
+    ) -> Sequence[int]:
+        """A conversation's prompt token ids (as `tokenize` gives them), rendered by the
         model's chat template off the event loop (tool calls, tool results and tool
         definitions passed to the template as Hugging Face templates expect them)."""
         conversation = [message_for_template(m) for m in messages]
@@ -308,20 +307,6 @@ class OpenAIServing:
         for request_id in request_ids:
             await self.engine.abort(request_id)
             self.metrics.request_ended_early("abort")
-
-
-#: How much lower the tokenizer threads' scheduling priority is than the server's.
-TOKENIZER_NICENESS = 10
-
-
-def _yield_the_cpu_to_serving() -> None:
-    """Lower this (tokenizer pool) thread's CPU priority: a prompt of megabytes keeps a
-    core busy for seconds, and on a host with few cores the engine's step thread and
-    the event loop, whose delays every client sees, should come first. Linux schedules
-    each thread by its own niceness; elsewhere setpriority on a thread id could reach
-    another process."""
-    if sys.platform == "linux":
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TOKENIZER_NICENESS)
 
 
 def message_for_template(message: ChatMessage) -> dict[str, Any]:

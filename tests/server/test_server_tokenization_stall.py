@@ -6,17 +6,21 @@ library's plain `encode` and `decode` give, and /tokenize writes long lists whol
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
 import tokenizers
-from server_harness import scrape_metrics
+from server_harness import ENGINE_FLAGS, ServerProcess, scrape_metrics
 
 from accord.core.tokenizer import load_tokenizer
+from accord.server.prompt_tokenizer import LARGE_PROMPT_CHARS, PromptTokenizer
 from accord.server.token_list_response import PIECE_LENGTH
 
 #: Byte-level BPE across scripts, emoji, whitespace runs and the demo vocabulary's specials.
@@ -39,13 +43,57 @@ def test_decode_gives_the_text_of_the_librarys_plain_decode(demo_model, skip_spe
     assert load_tokenizer(demo_model).decode(ids, skip_special_tokens=skip_special_tokens) == expected
 
 
+@pytest.mark.parametrize("large_prompt_chars", [len(MIXED_TEXT) + 1, len(MIXED_TEXT)], ids=["thread", "process"])
+def test_prompts_get_the_librarys_ids_on_a_thread_and_in_the_tokenizer_process(
+    demo_model, large_prompt_chars: int
+) -> None:
+    reference = tokenizers.Tokenizer.from_file(str(demo_model / "tokenizer.json"))
+
+    async def encode_both_ways() -> list[list[int]]:
+        with ThreadPoolExecutor(1) as threads:
+            prompts = PromptTokenizer(load_tokenizer(demo_model), threads, large_prompt_chars)
+            try:
+                return [list(await prompts.encode(MIXED_TEXT, special)) for special in (True, False)]
+            finally:
+                prompts.close()
+
+    expected = [reference.encode(MIXED_TEXT, add_special_tokens=special).ids for special in (True, False)]
+    assert asyncio.run(encode_both_ways()) == expected
+
+
 def test_tokenize_of_a_prompt_longer_than_a_piece_returns_every_id_in_order(http: httpx.Client, demo_model) -> None:
     reference = tokenizers.Tokenizer.from_file(str(demo_model / "tokenizer.json"))
-    text = MIXED_TEXT * 40
+    text = MIXED_TEXT * (LARGE_PROMPT_CHARS // len(MIXED_TEXT) + 1)  # tokenised in the process: its ids come packed
     expected = reference.encode(text).ids
     assert len(expected) > 2 * PIECE_LENGTH  # several pieces, the last one partial
     body = http.post("/tokenize", json={"prompt": text}).json()
     assert body["tokens"] == expected and body["count"] == len(expected)
+
+
+def children(pid: int) -> set[int]:
+    """The child processes of `pid`."""
+    return {int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()}
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_the_tokenizer_process_starts_for_a_large_prompt_and_stops_with_the_server(cache_dir: Path) -> None:
+    server = ServerProcess(*ENGINE_FLAGS, cache_dir=cache_dir)
+    try:
+        before = children(server.process.pid)
+        body = {"prompt": "x " * LARGE_PROMPT_CHARS}
+        assert httpx.post(f"{server.url}/tokenize", json=body, timeout=DEADLINE_S).json()["count"] >= LARGE_PROMPT_CHARS
+        started = children(server.process.pid) - before  # the process (and multiprocessing's resource tracker)
+        assert started
+    finally:
+        assert server.stop() == 0
+    wait_for(lambda: not any(running(pid) for pid in started), "the tokenizer process to stop")
 
 
 #: 10 MB of ordinary text: under the 16 MiB body limit, millions of tokens.
