@@ -72,7 +72,8 @@ def test_tokenize_of_a_prompt_longer_than_a_piece_returns_every_id_in_order(http
 
 def children(pid: int) -> set[int]:
     """The child processes of `pid`."""
-    return {int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()}
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    return {int(child) for task in tasks for child in (task / "children").read_text().split()}
 
 
 def running(pid: int) -> bool:
