@@ -2,7 +2,8 @@
 tokenises it (its tokenizing gauge says so), /health still answers within 100 ms and
 the streams already running keep their gaps under 200 ms (issue 26's acceptance
 bounds), on completions, chat and /tokenize alike. The GIL-free calls give what the
-library's plain `encode` and `decode` give, and /tokenize writes long lists whole."""
+library's plain `encode` and `decode` give, on a thread and in the tokenizer process
+(which stops with the server), and /tokenize writes long lists whole."""
 
 from __future__ import annotations
 
