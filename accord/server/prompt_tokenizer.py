@@ -56,18 +56,16 @@ class PromptTokenizer:
         self.threads = threads
         self.large_prompt_chars = large_prompt_chars
         self._process: ProcessPoolExecutor | None = None
+        self._starting = asyncio.Lock()
 
     async def encode(self, text: str, add_special_tokens: bool = True) -> Sequence[int]:
         """`text`'s token ids (with the tokenizer's special tokens unless told not to)."""
         loop = asyncio.get_running_loop()
         if len(text) < self.large_prompt_chars:
             return await loop.run_in_executor(self.threads, self._encode_here, text, add_special_tokens)
-        if self._process is None:
-            # Spawned, not forked: the server's threads hold locks a fork would copy.
-            self._process = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_load, initargs=(self.tokenizer.tokenizer.to_str(),),
-            )
+        async with self._starting:  # concurrent first large prompts start one process
+            if self._process is None:
+                self._process = await loop.run_in_executor(self.threads, self._start_process)
         try:
             packed = await loop.run_in_executor(self._process, _encode_packed, text, add_special_tokens)
         except BrokenProcessPool:
@@ -76,6 +74,17 @@ class PromptTokenizer:
         ids = array(PACKED_ID)
         ids.frombytes(packed)
         return ids
+
+    def _start_process(self) -> ProcessPoolExecutor:
+        """The tokenizer process, started and ready (on a thread: starting it takes the
+        event loop's time otherwise). Spawned, not forked: the server's threads hold
+        locks a fork would copy."""
+        process = ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_load, initargs=(self.tokenizer.tokenizer.to_str(),),
+        )
+        process.submit(_encode_packed, "", False).result()
+        return process
 
     def _encode_here(self, text: str, add_special_tokens: bool) -> list[int]:
         return self.tokenizer.tokenize(text, add_special_tokens).ids
