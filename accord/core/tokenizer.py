@@ -59,7 +59,7 @@ class Tokenizer:
         free, `.ids` builds the Python list (which holds the GIL, ~75 ns a token).
 
         The batch call releases the GIL while it encodes; the plain `encode` holds it
-        throughout (a 10 MB prompt: 25 s on a 2-core Sapphire Rapids, every other
+        throughout (a 10 MB prompt: 19-25 s on a loaded 2-core Sapphire Rapids, every other
         thread of the process stopped). Its `_fast` form leaves out the character
         offsets, which nothing here reads."""
         return self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0]
