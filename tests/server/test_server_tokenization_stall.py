@@ -149,6 +149,7 @@ def wait_for(condition, what: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # it bounds the server's response times: another test's CPU use beside it would count
 @pytest.mark.parametrize("route", list(BIG_BODIES))
 def test_a_10mb_prompt_being_tokenised_stalls_neither_health_nor_running_streams(
     http: httpx.Client, route: str
