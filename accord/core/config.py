@@ -150,10 +150,6 @@ class EngineConfig:
         False, help="split MoE layers' routed experts across the ranks (EP size = TP size x DP size) instead of "
         "slicing every expert's intermediate dim",
     )
-    data_parallel_size: int = setting(
-        1, help="data-parallel ranks, each with its own scheduler and KV cache (EP size = TP size x DP size)",
-        aliases=("-dp",), at_least=1,
-    )
     async_scheduling: bool = setting(
         False, help="schedule the next step while the current one runs (vLLM v1's async scheduling), hiding "
         "the host time between steps behind the device; pays where the device runs apart from the host "

@@ -8,7 +8,6 @@ held to a normalised error bound instead (wrongly sliced scales miss it by far).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest

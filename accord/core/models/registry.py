@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any, Callable, Mapping
 
 from ..model_config import ModelConfig
-from .causal_lm import CausalLM, LayerBuilder
+from .causal_lm import CausalLM
 from .weights import WeightLoader
 
 #: architecture -> module (under accord.core.models) holding its `build_layer` (or, for
