@@ -25,7 +25,7 @@ from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
 from ..server.app import create_app
 from ..server.drain import DrainDeadline
-from .commands.serve import engine_config
+from .engine_flags import engine_config
 from ..demo.default_model import (
     DEFAULT_MODEL_DESCRIPTION,
     DEFAULT_MODEL_NAME,

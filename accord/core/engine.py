@@ -56,7 +56,8 @@ from .sequence import Sequence
 from .stats import EngineStats, RequestTimes
 from .structured_output import StructuredOutputManager
 from .token_budget import choose_token_budget
-from .tokenizer import Tokenizer, load_tokenizer
+from .model_source import load_tokenizer
+from .tokenizer import Tokenizer
 from .worker import WorkerInfo
 
 logger = logging.getLogger("accord.engine")

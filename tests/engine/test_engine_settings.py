@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from accord.cli.commands.serve import engine_config
+from accord.cli.engine_flags import engine_config
 from accord.cli.main import build_parser
 from accord.core import config as engine_args
 from accord.core.block_manager import PREFIX_HASH_ALGOS

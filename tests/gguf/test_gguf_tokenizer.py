@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from accord.core.tokenizer import Tokenizer, load_tokenizer
+from accord.core.model_source import load_tokenizer
+from accord.core.tokenizer import Tokenizer
 
 TEXTS = (
     "Hello, world! How are you today?",

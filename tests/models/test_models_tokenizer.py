@@ -13,7 +13,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, processors
 
 from accord.core.loader import CheckpointError
-from accord.core.tokenizer import load_tokenizer
+from accord.core.model_source import load_tokenizer
 
 WORDS = ["<unk>", "<s>", "</s>", "<|end|>", "hello", "world", "how", "are", "you", "user:", "assistant:"]
 CHAT_TEMPLATE = (

@@ -6,17 +6,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, get_args
+from typing import Callable, get_args
 
 import torch
 
 from ...op_contracts import OpDispatcher
-from .. import gguf as gguf_files  # its reader and the gguf package load on first use
 from ..config import Quantization
 from ..distributed import ParallelContext
-from ..gguf import is_gguf
-from ..loader import CheckpointError, SafetensorsCheckpoint, read_json
+from ..loader import CheckpointError
 from ..model_config import DTYPES_BY_NAME, ModelConfig, ModelConfigError
+from ..model_source import model_source
 from .causal_lm import CausalLM
 from .registry import UnsupportedArchitectureError, check_supported, family, supported_architectures
 from .weights import WeightLoader
@@ -51,13 +50,11 @@ def load_model(
     parallel = parallel or ParallelContext.single()
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization {quantization!r} is not supported; choose from {list(QUANTIZATIONS)}")
-    if is_gguf(model_dir):
-        source = gguf_files.open_gguf_model(model_dir)
-        raw, generation, checkpoint = source.config, source.generation, source.checkpoint
-    else:
-        raw, generation = _read_hf_config(Path(model_dir))
-        checkpoint = SafetensorsCheckpoint(Path(model_dir))
+    source = model_source(model_dir)
+    raw, generation = source.configs()
+    # An unknown architecture is the error to report, not missing weights.
     architecture = check_supported(raw)
+    checkpoint = source.checkpoint()
     config = ModelConfig.from_hf(raw, generation)
     run_dtype = _resolve_dtype(dtype, config.dtype)
     if compute_dtype is not None:
@@ -81,19 +78,9 @@ def load_model(
 def read_model_config(model_dir: str | Path) -> ModelConfig:
     """The parsed config of a Hugging Face model directory or GGUF file, without its
     weights (the engine checks the parallel layout against it before starting workers)."""
-    if is_gguf(model_dir):
-        source = gguf_files.open_gguf_model(model_dir)
-        return ModelConfig.from_hf(source.config, source.generation)
-    return ModelConfig.from_hf(*_read_hf_config(Path(model_dir)))
-
-
-def _read_hf_config(model_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """config.json (of a supported architecture) and generation_config.json (or {})."""
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir}: not a directory")
-    raw = read_json(model_dir, "config.json")
-    check_supported(raw)  # an unknown architecture is the error to report, not missing weights
-    return raw, read_json(model_dir, "generation_config.json", required=False)
+    raw, generation = model_source(model_dir).configs()
+    check_supported(raw)
+    return ModelConfig.from_hf(raw, generation)
 
 
 def _resolve_dtype(dtype: torch.dtype | str, checkpoint: torch.dtype) -> torch.dtype:
