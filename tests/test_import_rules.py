@@ -152,6 +152,59 @@ def test_the_rules_catch_the_old_loop_and_a_concrete_backend_in_core() -> None:
     assert {"accord.conformance.runner", "accord.entrypoints"} <= imported_modules(PACKAGE_ROOT / "gate" / "deploy.py")
 
 
+#: Inside core, a folder per role; the roles above may use those below, never the other
+#: way: role -> the core folders it must not import. The step contract
+#: (core.sched.output) is what the scheduler hands the workers, so everyone may read it.
+CORE_ROLES_FORBIDDEN: dict[str, set[str]] = {
+    "engine": set(),
+    "sched": {"engine", "worker", "executor", "model_loader", "models"},
+    "executor": {"engine", "sched"},
+    "worker": {"engine", "sched", "executor"},
+    # The graphs read the parsed config; reading a model from disk is the loader's, above them.
+    "models": {"engine", "sched", "executor", "model_loader.load", "model_loader.source", "model_loader.gguf"},
+    # The loader builds the graph it loads (load.py), so it sits above models.
+    "model_loader": {"engine", "sched", "worker", "executor"},
+    "structured_output": {"engine", "sched", "worker", "executor", "models"},
+    "distributed": {"engine", "sched", "worker", "executor", "models", "model_loader"},
+}
+#: What core keeps outside the role folders: data and settings every role shares.
+CORE_SHARED_MODULES = {"__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats"}
+STEP_CONTRACT = "accord.core.sched.output"
+
+
+def core_role_violations(role: str, imported: set[str]) -> list[str]:
+    """The imports of a module in core's `role` folder that reach a role above it."""
+    broken = []
+    for name in sorted(imported):
+        inner = name.removeprefix("accord.core.")
+        if name == STEP_CONTRACT or not name.startswith("accord.core.") or inner.split(".")[0] == role:
+            continue
+        if any(inner == f or inner.startswith(f + ".") for f in CORE_ROLES_FORBIDDEN[role]):
+            broken.append(f"{name} (core/{role} must not import {sorted(CORE_ROLES_FORBIDDEN[role])})")
+    return broken
+
+
+CORE = PACKAGE_ROOT / "core"
+CORE_ROLE_SOURCES = sorted(p for p in CORE.rglob("*.py") if len(p.relative_to(CORE).parts) > 1)
+
+
+def test_core_holds_role_folders_and_the_shared_modules_only() -> None:
+    folders = {p.name for p in CORE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders == CORE_ROLES_FORBIDDEN.keys()
+    assert {p.stem for p in CORE.glob("*.py")} == CORE_SHARED_MODULES
+
+
+@pytest.mark.parametrize("path", CORE_ROLE_SOURCES, ids=lambda p: str(p.relative_to(CORE)))
+def test_core_roles_import_only_downwards(path: Path) -> None:
+    assert not core_role_violations(path.relative_to(CORE).parts[0], imported_modules(path))
+
+
+def test_the_role_rules_catch_a_scheduler_reaching_up() -> None:
+    assert core_role_violations("sched", {"accord.core.engine.output_processor"})
+    assert core_role_violations("worker", {"accord.core.sched.scheduler"})
+    assert not core_role_violations("worker", {STEP_CONTRACT, "accord.core.outputs"})
+
+
 def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One loop of modules that import each other round it, or None (graphlib's
     topological sort finds it)."""

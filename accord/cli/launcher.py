@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import uvicorn
 
 from ..backends.registry import BackendUnavailableError
-from ..core.async_engine import AsyncLLM
-from ..core.engine import LLMEngine
+from ..core.engine.async_llm import AsyncLLM
+from ..core.engine.llm_engine import LLMEngine
 from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
 from ..server.app import create_app

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Mapping, Sequence, TypeVar
 import torch
 
 from ..backends import Backend, default_registry
-from ..core.engine import LLMEngine
+from ..core.engine.llm_engine import LLMEngine
 from ..core.outputs import CompletionOutput
 from ..op_contracts.recording import read_recordings
 from ..core.sampling_params import SamplingParams

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ..backends import Backend
-from ..core.loader import CheckpointError, read_json
+from ..core.model_loader.hf_checkpoint import CheckpointError, read_json
 from ..op_contracts import CONTRACTS, ContractError, OpDispatcher, dtype_name
 from ..op_contracts.recording import read_recordings
 from ..conformance.case import Case

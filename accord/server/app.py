@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
-from ..core.async_engine import AsyncLLM
+from ..core.engine.async_llm import AsyncLLM
 from .auth import ApiKeyMiddleware
 from .body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, BodyLimitMiddleware
 from .chat import ChatService

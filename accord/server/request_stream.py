@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from ..core.async_engine import AsyncLLM
+from ..core.engine.async_llm import AsyncLLM
 from ..core.outputs import RequestOutput
 from .drain import DrainDeadline
 from .errors import OpenAIError, logger

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from jinja2.exceptions import TemplateError
 from pydantic import BaseModel
 
-from ..core.async_engine import AsyncLLM
+from ..core.engine.async_llm import AsyncLLM
 from ..core.config import SchedulingPolicy
 from ..core.outputs import RequestOutput
 from ..core.sampling_params import SamplingParams

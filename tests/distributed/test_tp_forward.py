@@ -16,7 +16,7 @@ import torch
 from accord.backends import get_backend
 from accord.conformance.ranks import spawn_ranks
 from accord.core.distributed import ParallelContext
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 from single_sequence import SingleSequenceRunner
 from tiny_models import build_tiny_model, fixed_prompt, write_block_fp8

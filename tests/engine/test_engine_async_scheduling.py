@@ -15,10 +15,10 @@ import torch
 from engine_faults import POISON_TOKEN, poison_the_model
 
 from accord import LLM, SamplingParams
-from accord.core.block_manager import BlockManager
+from accord.core.sched.block_manager import BlockManager
 from accord.core.sched.output import ModelRunnerOutput
-from accord.core.scheduler import Scheduler
-from accord.core.sequence import Sequence
+from accord.core.sched.scheduler import Scheduler
+from accord.core.sched.request import Sequence
 from accord.core.structured_output import StructuredOutputsParams
 
 ENGINE_ARGS = dict(backend="cpu", max_model_len=256, max_num_batched_tokens=64, num_gpu_blocks_override=128)

@@ -11,7 +11,7 @@ import torch
 from test_engine_scheduler import make_scheduler, make_seq, run_step
 
 from accord import SamplingParams
-from accord.core.dp_balancer import DataParallelBalancer
+from accord.core.sched.dp_balancer import DataParallelBalancer
 from accord.core.stats import ITERATION_TOKEN_BUCKETS, EngineStats
 
 BLOCK = 4

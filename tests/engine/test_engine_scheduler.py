@@ -6,11 +6,12 @@ from __future__ import annotations
 import itertools
 import pickle
 
-from accord.core.block_manager import BlockManager
+from accord.core.sched.block_manager import BlockManager
 from accord.core.sampling_params import SamplingParams
 from accord.core.sched.output import ModelRunnerOutput, SchedulerOutput
-from accord.core.scheduler import Scheduler, check_stop
-from accord.core.sequence import Sequence, SequenceStatus
+from accord.core.sched.check_stop import check_stop
+from accord.core.sched.scheduler import Scheduler
+from accord.core.sched.request import Sequence, SequenceStatus
 from accord.core.stats import RequestTimes
 
 BLOCK_SIZE = 4

@@ -12,7 +12,7 @@ import torch
 from gguf_files import Q, build_model, write_gguf
 
 from accord import LLM, SamplingParams
-from accord.core.gguf import SUPPORTED_TYPES, open_gguf_model
+from accord.core.model_loader.gguf import SUPPORTED_TYPES, open_gguf_model
 
 #: max |dequantised - written| / max |written| per tensor: half a quantisation step
 #: (Q4_0 clips the side opposite its largest value at 7/8 of it: up to one step).

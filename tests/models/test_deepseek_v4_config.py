@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from accord.core.model_config import ModelConfig, ModelConfigError
+from accord.core.model_loader.model_config import ModelConfig, ModelConfigError
 from accord.core.models.deepseek_v4 import is_unused_tensor
 
 BASE = {

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping
 
-from ..model_config import ModelConfig
+from ..model_loader.model_config import ModelConfig
 from .causal_lm import CausalLM
 from .weights import WeightLoader
 

@@ -16,7 +16,7 @@ from .params import StructuredOutputsParams
 from .tokenizer import ll_tokenizer
 
 if TYPE_CHECKING:
-    from ..tokenizer import Tokenizer
+    from ..model_loader.tokenizer import Tokenizer
 
 logger = logging.getLogger("accord.engine")
 

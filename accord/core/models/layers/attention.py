@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from ....op_contracts import OpDispatcher
-from ...attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ...worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ...distributed.sharding import kv_head_shard, split_evenly
-from ...model_config import ModelConfig
+from ...model_loader.model_config import ModelConfig
 from ..weights import WeightLoader
 from .linear import Linear
 from .norm import RMSNorm

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .detokenizer import Decoder, IncrementalDetokenizer
-from .outputs import CompletionOutput, Logprob, RequestOutput
-from .sequence import Sequence
-from .stats import RequestTimes
+from ..outputs import CompletionOutput, Logprob, RequestOutput
+from ..sched.request import Sequence
+from ..stats import RequestTimes
 
 
 @dataclass

@@ -26,14 +26,14 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .device import BackendFactory
-from .engine import LLMEngine, PromptType
-from .errors import EngineDeadError, RequestFailedError
-from .model_config import ModelConfig
-from .outputs import RequestOutput
-from .sampling_params import SamplingParams
-from .stats import EngineStats
-from .tokenizer import Tokenizer
+from ..device import BackendFactory
+from .llm_engine import LLMEngine, PromptType
+from ..errors import EngineDeadError, RequestFailedError
+from ..model_loader.model_config import ModelConfig
+from ..outputs import RequestOutput
+from ..sampling_params import SamplingParams
+from ..stats import EngineStats
+from ..model_loader.tokenizer import Tokenizer
 
 logger = logging.getLogger("accord.engine")
 

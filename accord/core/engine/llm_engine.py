@@ -38,27 +38,27 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .block_manager import BlockManager
-from .config import EngineConfig
-from .device import BackendFactory
-from .dp_balancer import DataParallelBalancer
-from .errors import EngineDeadError
-from .executor import Executor, executor_class
-from .executor.base import StepSkipped
-from .model_config import ModelConfig
-from .models import read_model_config
+from ..sched.block_manager import BlockManager
+from ..config import EngineConfig
+from ..device import BackendFactory
+from ..sched.dp_balancer import DataParallelBalancer
+from ..errors import EngineDeadError
+from ..executor import Executor, executor_class
+from ..executor.base import StepSkipped
+from ..model_loader.model_config import ModelConfig
+from ..model_loader.load import read_model_config
 from .output_processor import OutputProcessor, Request
-from .outputs import RequestOutput
-from .sampling_params import SamplingParams
-from .sched.output import ModelRunnerOutput, SchedulerOutput
-from .scheduler import Scheduler
-from .sequence import Sequence
-from .stats import EngineStats, RequestTimes
-from .structured_output import StructuredOutputManager
+from ..outputs import RequestOutput
+from ..sampling_params import SamplingParams
+from ..sched.output import ModelRunnerOutput, SchedulerOutput
+from ..sched.scheduler import Scheduler
+from ..sched.request import Sequence
+from ..stats import EngineStats, RequestTimes
+from ..structured_output import StructuredOutputManager
 from .token_budget import choose_token_budget
-from .model_source import load_tokenizer
-from .tokenizer import Tokenizer
-from .worker import WorkerInfo
+from ..model_loader.source import load_tokenizer
+from ..model_loader.tokenizer import Tokenizer
+from ..worker.worker import WorkerInfo
 
 logger = logging.getLogger("accord.engine")
 

@@ -13,7 +13,7 @@ import tokenizers
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .loader import CheckpointError, read_json
+from .hf_checkpoint import CheckpointError, read_json
 
 TEMPLATE_FILE = "chat_template.jinja"
 

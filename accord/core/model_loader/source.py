@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .gguf import is_gguf
-from .loader import CheckpointError, SafetensorsCheckpoint, read_json
+from .hf_checkpoint import CheckpointError, SafetensorsCheckpoint, read_json
 from .tokenizer import Tokenizer, load_hf_tokenizer
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .outputs import Logprob, PromptLogprobs, SampleLogprobs
-from .sampling_params import SamplingParams
-from .stats import RequestTimes
+from ..outputs import Logprob, PromptLogprobs, SampleLogprobs
+from ..sampling_params import SamplingParams
+from ..stats import RequestTimes
 
 
 class SequenceStatus(enum.Enum):
