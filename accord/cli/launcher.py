@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import uvicorn
 
@@ -26,14 +25,8 @@ from ..entrypoints import RegistryBackend
 from ..server.app import create_app
 from ..server.drain import DrainDeadline
 from .engine_flags import engine_config
-from ..demo.default_model import (
-    DEFAULT_MODEL_DESCRIPTION,
-    DEFAULT_MODEL_NAME,
-    ChecksumMismatch,
-    DefaultModelUnavailable,
-    default_model_path,
-)
-from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_DESCRIPTION, DEMO_MODEL_NAME, demo_model_dir
+from ..demo.default_model import ChecksumMismatch
+from ..entrypoints.model_choice import choose_model
 from ..server.serving import ServedModel
 
 
@@ -97,34 +90,6 @@ class GracefulServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-@dataclass(frozen=True)
-class ModelChoice:
-    """The model to serve: where it is, the name the API reports, and its description."""
-
-    path: str
-    name: str
-    description: str | None = None
-
-
-def choose_model(requested: str | None) -> ModelChoice:
-    """--model as given; the default model (SmolLM2, fetched once) when absent, or the
-    random demo model when the default cannot be fetched; the demo model by its name."""
-    if requested is None:
-        try:
-            return ModelChoice(str(default_model_path()), DEFAULT_MODEL_NAME, DEFAULT_MODEL_DESCRIPTION)
-        except DefaultModelUnavailable as why:
-            print(
-                f"accord: the default model {DEFAULT_MODEL_NAME} is not cached and cannot be downloaded ({why}); "
-                f"serving the random-weight demo model {DEMO_MODEL_NAME} instead",
-                file=sys.stderr,
-                flush=True,
-            )
-            requested = DEMO_MODEL_NAME
-    if requested == DEMO_MODEL_NAME:
-        return ModelChoice(str(demo_model_dir()), DEMO_MODEL_NAME, DEMO_MODEL_DESCRIPTION)
-    return ModelChoice(requested, requested)
-
-
 def serve(args: argparse.Namespace) -> int:
     """Serve the model the parsed `accord serve` flags describe; returns the exit code."""
     try:
@@ -147,9 +112,8 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
         return 1
     try:
         settings = engine_config(args, choice.path)
-        if choice.name == DEMO_MODEL_NAME and settings.kv_cache_memory is None:
-            # The engine's CPU default (4 GiB) would dwarf the demo model and slow its start.
-            settings.kv_cache_memory = DEMO_KV_CACHE_BYTES
+        if settings.kv_cache_memory is None:
+            settings.kv_cache_memory = choice.kv_cache_memory
         engine = AsyncLLM(LLMEngine(settings, RegistryBackend(settings.backend)))
     except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError) as error:
         # A wrong directory, flag or backend: say what, without a traceback.

@@ -1,6 +1,10 @@
-"""The printed conformance matrix: one line per (op, dtype combination) with its
-verdict, then the declared tolerance overrides and adapters, the unsupported reasons
-and the failures."""
+"""The printed conformance report. The summary comes first, so a terminal or a CI log
+shows the outcome before anything else: the verdict, each failure, the unsupported
+reasons, and per op the count of cases in each status. Then the matrix, one line per
+(op, dtype combination), the declared tolerance overrides and adapters, and the
+declared determinism and batch-invariance exceptions: one line per op, or one per
+case when verbose. The verdict closes the printout too, where a terminal's last
+screen shows it."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from collections import Counter
 from .results import CaseResult, ConformanceReport, Status
 
 HEADER = ("op", "dtypes", "cases", "result", "worst err / tol", "determ.", "batch-inv.")
+#: The per-op summary's columns: the case count, then one per status.
+SUMMARY_HEADER = ("op", "cases", *(status.value for status in Status))
 #: How each status other than a failure reads in the result column.
 LABELS = {
     Status.PASS: "pass",
@@ -91,26 +97,48 @@ def _declared_notes(report: ConformanceReport) -> list[str]:
     ]
 
 
+def _by_op(results: list[CaseResult]) -> dict[str, list[CaseResult]]:
+    """`results` grouped by op, in run order."""
+    groups: dict[str, list[CaseResult]] = {}
+    for result in results:
+        groups.setdefault(result.op, []).append(result)
+    return groups
+
+
 def _unsupported_notes(report: ConformanceReport) -> list[str]:
     """Per op, how many cases the backend declined and the first reason."""
-    by_op: dict[str, list[CaseResult]] = {}
-    for result in report.results:
-        if result.status is Status.UNSUPPORTED:
-            by_op.setdefault(result.op, []).append(result)
-    lines = [f"  {op}: {len(results)} cases, e.g. {results[0].message}" for op, results in by_op.items()]
+    declined = _by_op([r for r in report.results if r.status is Status.UNSUPPORTED])
+    lines = [f"  {op}: {len(results)} cases, e.g. {results[0].message}" for op, results in declined.items()]
     return _section("unsupported (declared by the backend, not counted as passed):", lines)
 
 
-def _exception_notes(report: ConformanceReport) -> list[str]:
+def _declared_exceptions(results: list[CaseResult]) -> str:
+    """How many of an op's cases made use of a declared exception, or "" when none did."""
+    notes = []
+    for name, flags in (("nondeterministic", [r.deterministic for r in results]),
+                        ("batch-variant", [r.batch_invariant for r in results])):
+        if False in flags:
+            checked = sum(flag is not None for flag in flags)
+            notes.append(f"{name} (declared by the backend) in {flags.count(False)} of {checked} cases")
+    return "; ".join(notes)
+
+
+def _exception_notes(report: ConformanceReport, verbose: bool) -> list[str]:
     """Kernels shared with the reference (nothing was checked), and the ops a backend
-    declares nondeterministic or batch-variant that made use of it."""
+    declares nondeterministic or batch-variant that made use of it: one line per op
+    (how many cases), or with `verbose` one per case naming its rows."""
     shared = dict.fromkeys(r.op for r in report.results if r.status is Status.SHARED)
-    declared = dict.fromkeys(f"  {r.op}: {r.message}" for r in report.results
-                             if r.status is not Status.FAIL and "declared by the backend" in r.message)
+    passed = [r for r in report.results if r.status is not Status.FAIL]
+    if verbose:
+        declared = [f"  {r.op} [{r.combo}] {r.case}: {r.message}" for r in passed
+                    if r.deterministic is False or r.batch_invariant is False]
+    else:
+        folded = {op: _declared_exceptions(results) for op, results in _by_op(passed).items()}
+        declared = [f"  {op}: {notes} (--verbose names each case's rows)" for op, notes in folded.items() if notes]
     return [
         *_section("shared with the reference (the reference's own kernel: not an independent pass):",
                   [f"  {op}" for op in shared]),
-        *_section("declared exceptions (determinism, batch invariance):", list(declared)),
+        *_section("declared exceptions (determinism, batch invariance):", declared),
     ]
 
 
@@ -122,24 +150,51 @@ def _failure_notes(report: ConformanceReport) -> list[str]:
     return _section("failures:", lines)
 
 
-def render(report: ConformanceReport) -> str:
-    """The whole printout: header line, matrix, notes and the summary line."""
+def _op_counts(report: ConformanceReport) -> list[str]:
+    """Per op, how many cases ended in each status."""
+    lines = [SUMMARY_HEADER]
+    for op, results in _by_op(list(report.results)).items():
+        counts = Counter(r.status for r in results)
+        lines.append((op, str(len(results)), *(str(counts[status]) for status in Status)))
+    return _aligned(lines)
+
+
+def verdict_line(report: ConformanceReport) -> str:
+    """`OK:` or `FAILED:`, with the case count per status."""
     counts = report.counts()
-    summary = ", ".join(f"{status.value} {counts[status]}" for status in Status)
+    tally = ", ".join(f"{status.value} {counts[status]}" for status in Status)
     outcome = "FAILED" if report.failed else "OK"
+    return f"{outcome}: {len(report.results)} cases over {len(report.ops())} ops in {report.seconds:.1f}s ({tally})"
+
+
+def summary(report: ConformanceReport) -> list[str]:
+    """What the run found, before the matrix: the verdict, the unsupported headline,
+    each failure, the unsupported reasons and the per-op status counts."""
+    counts = report.counts()
     unsupported = report.unsupported_ops()
     headline = [f"UNSUPPORTED: {counts[Status.UNSUPPORTED]} cases declined, in ops {', '.join(unsupported)} "
                 "(not passed; --require-all fails on them)"] if unsupported else []
+    return [
+        verdict_line(report),
+        *headline,
+        *_failure_notes(report),
+        *_unsupported_notes(report),
+        "",
+        *_op_counts(report),
+    ]
+
+
+def render(report: ConformanceReport, verbose: bool = False) -> str:
+    """The whole printout: header line, summary, matrix, notes, and the verdict again.
+    `verbose` lists each case's declared exceptions instead of one line per op."""
     lines = [
         f"conformance of backend '{report.backend}' against '{report.reference}' (seed {report.seed})",
+        *summary(report),
         "",
         *_aligned([HEADER, *rows(report)]),
         *_declared_notes(report),
-        *_unsupported_notes(report),
-        *_exception_notes(report),
-        *_failure_notes(report),
+        *_exception_notes(report, verbose),
         "",
-        *headline,
-        f"{outcome}: {len(report.results)} cases over {len(report.ops())} ops in {report.seconds:.1f}s ({summary})",
+        verdict_line(report),
     ]
     return "\n".join(lines)

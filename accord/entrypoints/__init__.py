@@ -13,7 +13,7 @@ from typing import Any
 
 from ..backends import Backend, get_backend
 from ..core.engine import async_llm, llm, llm_engine
-from ..demo.model import DEMO_KV_CACHE_BYTES, DEMO_MODEL_NAME, demo_model_dir
+from .model_choice import choose_model
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,14 @@ class LLMEngine(llm_engine.LLMEngine):
 
 class LLM(llm.LLM):
     """vLLM's offline API (`LLM(model=..., backend="cpu", tensor_parallel_size=2, ...)`);
-    `model=DEMO_MODEL_NAME` ("accord-demo-random") is the built-in random demo model, as `accord serve` names it."""
+    `model` is found as `accord serve` finds it (model_choice), so "accord-demo-random" is
+    the built-in random demo model."""
 
     def __init__(self, model: str, **engine_args: Any) -> None:
-        if model == DEMO_MODEL_NAME:
-            model = str(demo_model_dir())
-            engine_args.setdefault("kv_cache_memory", DEMO_KV_CACHE_BYTES)
-        super().__init__(model, RegistryBackend(engine_args.get("backend", "auto")), **engine_args)
+        choice = choose_model(model)
+        if engine_args.get("kv_cache_memory") is None and choice.kv_cache_memory is not None:
+            engine_args["kv_cache_memory"] = choice.kv_cache_memory
+        super().__init__(choice.path, RegistryBackend(engine_args.get("backend", "auto")), **engine_args)
 
 
 class AsyncLLM(async_llm.AsyncLLM):

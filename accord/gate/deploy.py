@@ -23,6 +23,7 @@ from ..entrypoints import LLM
 from ..conformance.case import Case
 from ..conformance.cases import cases_for
 from .deploy_config import DeployConfig, GateSettings
+from .deploy_model import open_deploy_model
 from .preflight import preflight_checks
 from .recording import Recording, recorded_cases
 from .reports import Check, CheckStatus, GateReport
@@ -61,12 +62,16 @@ def run_gate(
     progress: OpProgress | None = None,
 ) -> GateReport:
     """Run the whole gate for `config`; `ops` narrows op conformance (bisecting).
-    Backends come from the default registry, where the engine finds them too."""
+    Backends come from the default registry, where the engine finds them too; the model
+    is found as `accord serve` finds it. Raises DeployConfigError when the model cannot
+    be read, and the registry's errors when a backend cannot be had."""
     registry = default_registry()
     backend = registry.get(config.engine.backend)
     reference = registry.get(config.gate.reference)
+    opened = open_deploy_model(config)
+    config = opened.config
     environment = capture_environment(backend, config.as_dict())
-    checks = preflight_checks(config, backend)
+    checks = preflight_checks(config, backend, opened.model)
     for check in checks:
         say(f"preflight {check.name}: {check.status.value} {check.message}")
     if any(check.status is CheckStatus.FAIL for check in checks):

@@ -18,9 +18,11 @@ from typing import Any, Mapping
 import yaml
 
 from ..core.config import EngineConfig
+from ..entrypoints.model_choice import BUILT_IN_MODEL_NAMES
 
 GATE_SECTION = "gate"
-#: Keys holding paths, taken relative to the YAML file's folder.
+#: Keys holding paths, taken relative to the YAML file's folder (a built-in model's
+#: name, such as accord-demo-random, stays a name).
 PATH_KEYS = ("model", "tokenizer", "record_op_calls")
 
 
@@ -90,10 +92,13 @@ def parse_deploy_config(data: Mapping[str, Any], base_dir: Path, where: str = "d
     _refuse_unknown(gate_data, {f.name for f in dataclasses.fields(GateSettings)}, f"{where}: {GATE_SECTION}")
     engine_data = {k: v for k, v in data.items() if k != GATE_SECTION}
     if "model" not in engine_data:
-        raise DeployConfigError(f"{where}: 'model' (the model directory) is required")
+        raise DeployConfigError(
+            f"{where}: 'model' (a model directory, a .gguf file or {', '.join(BUILT_IN_MODEL_NAMES)}) is required"
+        )
     for key in PATH_KEYS:
-        if engine_data.get(key) is not None:
-            engine_data[key] = str((base_dir / str(engine_data[key])).resolve())
+        value = engine_data.get(key)
+        if value is not None and not (key == "model" and value in BUILT_IN_MODEL_NAMES):
+            engine_data[key] = str((base_dir / str(value)).resolve())
     try:
         return DeployConfig(EngineConfig(**engine_data), GateSettings(**gate_data))
     except (TypeError, ValueError) as error:

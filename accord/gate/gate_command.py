@@ -46,11 +46,12 @@ def run_deploy(
     ops: Sequence[str] | None = None,
     list_only: bool = False,
     require_all: bool = False,
+    verbose: bool = False,
 ) -> int:
     """`accord conformance --deploy deploy.yaml`: `backend` overrides the config's
     (bisecting across backends), `ops` narrows op conformance, `list_only` prints the
     stages and standard cases without running anything, `require_all` turns on
-    gate.require_all_ops."""
+    gate.require_all_ops, `verbose` lists each case's declared exceptions."""
     try:
         config = load_deploy_config(deploy)
         if backend is not None:
@@ -63,9 +64,11 @@ def run_deploy(
         return _list_deploy(config, ops)
     try:
         report = run_gate(config, ops=ops, say=_say, progress=print_op_progress)
+    except DeployConfigError as error:  # the model cannot be found or read
+        return _error(f"{deploy}: {error}")
     except (UnknownBackendError, BackendUnavailableError) as error:
         return _error(str(error))
-    _print_gate(report)
+    _print_gate(report, verbose)
     if report_dir is not None:
         _print_written(write_reports(report, report_dir))
     return EXIT_PASSED if report.passed else EXIT_FAILED
@@ -73,7 +76,7 @@ def run_deploy(
 
 def _list_deploy(config: DeployConfig, ops: Sequence[str] | None) -> int:
     print(f"deploy gate for {config.engine.model} on backend '{config.engine.backend}':")
-    print("  preflight: block_size, model directory, kv_cache_dtype")
+    print("  model: found and read as `accord serve` finds it; preflight: block_size, record_op_calls, kv_cache_dtype")
     print(f"  profile_run at max_num_seqs={config.engine.max_num_seqs} "
           f"max_num_batched_tokens={config.engine.max_num_batched_tokens}")
     print(f"  greedy comparison with '{config.gate.reference}', {config.gate.max_tokens} tokens per prompt")
@@ -88,19 +91,20 @@ def _list_deploy(config: DeployConfig, ops: Sequence[str] | None) -> int:
     return EXIT_PASSED
 
 
-def _print_gate(report: GateReport) -> None:
-    if report.conformance is not None:
-        print(render(report.conformance))
-        print()
+def _print_gate(report: GateReport, verbose: bool) -> None:
+    """The verdict and failures first, then every check, then the op conformance
+    printout; the verdict closes it again, for the terminal's last screen."""
+    verdict_line = f"GATE {'PASSED' if report.passed else 'FAILED'} (backend '{report.backend}')"
+    print("\n".join([verdict_line, *(f"  {line}" for line in report.failures()[:MAX_FAILURE_LINES]), ""]))
     for check in report.checks:
         print(f"[{check.status.value:>7}] {check.group}/{check.name}" + (f": {check.message}" if check.message else ""))
     if report.recorded:
         counts = ", ".join(f"rank {rank}: {sum(s.rank == rank for s in report.recorded)}" for rank in report.ranks)
         print(f"op signatures recorded and replayed: {counts} (report.html lists them per rank)")
-    print(f"\nGATE {'PASSED' if report.passed else 'FAILED'} (backend '{report.backend}')")
-    failures = report.failures()
-    if failures:
-        print("\n".join(f"  {line}" for line in failures[:MAX_FAILURE_LINES]))
+    if report.conformance is not None:
+        print()
+        print(render(report.conformance, verbose))
+    print(f"\n{verdict_line}")
 
 
 def _print_written(paths: Sequence[Path]) -> None:

@@ -1,15 +1,14 @@
 """Checks a deploy config against the backend before anything is loaded or generated:
-the model directory is readable, and the backend serves the configured KV cache dtype
-and block size. A config that fails here fails the gate with the reason, at once."""
+the backend serves the configured KV cache dtype and block size, and a kept recording
+folder is empty. A config that fails here fails the gate with the reason, at once.
+(A model that cannot be read stops the gate earlier, as a bad config: deploy_model.)"""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 
 from ..backends import Backend
-from ..core.model_loader.hf_checkpoint import CheckpointError, read_json
+from ..core.model_loader.model_config import ModelConfig
 from ..op_contracts import CONTRACTS, ContractError, OpDispatcher, dtype_name
 from ..op_contracts.recording import read_recordings
 from ..conformance.case import Case
@@ -24,16 +23,14 @@ CACHE_OPS = {"mla": ("concat_and_cache_mla", "mla_attention"), "gqa": ("reshape_
 ENGINE_INDEX_DTYPE = torch.int32
 
 
-def preflight_checks(config: DeployConfig, backend: Backend) -> list[Check]:
-    """Every preflight check, in order; the gate stops if any fails."""
-    checks = [_block_size(config, backend), _recording_folder(config)]
-    try:
-        model_config = read_json(Path(config.engine.model), "config.json")
-    except CheckpointError as error:
-        return [*checks, Check("model directory", GROUP, CheckStatus.FAIL, str(error))]
-    checks.append(Check("model directory", GROUP, CheckStatus.PASS, config.engine.model))
-    checks.append(_kv_cache_dtype(config, backend, "mla" if "kv_lora_rank" in model_config else "gqa"))
-    return checks
+def preflight_checks(config: DeployConfig, backend: Backend, model: ModelConfig) -> list[Check]:
+    """Every preflight check of `config` for its model's parsed config, in order; the
+    gate stops if any fails."""
+    return [
+        _block_size(config, backend),
+        _recording_folder(config),
+        _kv_cache_dtype(config, backend, "mla" if model.mla is not None else "gqa"),
+    ]
 
 
 def _recording_folder(config: DeployConfig) -> Check:

@@ -10,6 +10,9 @@ import accord.backends.cpu as cpu_backend
 from accord.backends import get_backend
 from accord.op_contracts import CONTRACTS
 
+#: Decides by the CPU's ISA: `.ci/run` reruns it as on each kind of CPU (tests/conftest.py).
+pytestmark = pytest.mark.isa
+
 
 @pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
 def test_half_models_compute_in_fp32_without_native_bf16(monkeypatch, half) -> None:

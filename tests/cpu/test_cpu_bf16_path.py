@@ -19,6 +19,9 @@ from accord.backends import get_backend
 from accord.backends.cpu.kernels._precision import work_dtype
 from accord.conformance import ConformanceRunner, Status, cases_for
 
+#: Decides by the CPU's ISA: `.ci/run` reruns it as on each kind of CPU (tests/conftest.py).
+pytestmark = pytest.mark.isa
+
 REPO = Path(__file__).resolve().parents[2]
 #: The kernels whose arithmetic dtype follows the bf16 path.
 BF16_PATH_OPS = ("paged_attention", "mla_attention", "fused_moe", "linear")

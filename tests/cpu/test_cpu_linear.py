@@ -13,6 +13,9 @@ from accord.backends.cpu.kernels import _native_gemm
 from accord.backends.cpu.kernels.linear import BF16_COPY, BF16_WEIGHT_MAX_ROWS, streams_bf16_weights
 from accord.op_contracts import CONTRACTS, ContractError
 
+#: Decides by the CPU's ISA: `.ci/run` reruns it as on each kind of CPU (tests/conftest.py).
+pytestmark = pytest.mark.isa
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOLERANCE = CONTRACTS["linear"].tolerance
 

@@ -24,6 +24,9 @@ from accord.backends.cpu.kernels import _native_graph
 from accord.backends.cpu.kernels.linear import streams_bf16_weights
 from accord.core.engine.llm import LLM
 
+#: Decides by the CPU's ISA: `.ci/run` reruns it as on each kind of CPU (tests/conftest.py).
+pytestmark = pytest.mark.isa
+
 
 class GraphDoubleCpu(CpuBackend):
     """The cpu backend, claiming a real capture: records every forward's row count and

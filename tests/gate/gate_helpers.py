@@ -1,5 +1,6 @@
 """Shared pieces of the gate's tests: a tiny random model, deploy.yaml files, a small
-op conformance report, and installing the test backend plugin for a subprocess."""
+op conformance report, an earlier run's recorded calls, and installing the test
+backend plugin for a subprocess."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
+from accord.backends import get_backend
 from accord.demo.model import DemoModelShape, write_demo_model
+from accord.op_contracts import OpDispatcher
+from accord.op_contracts.recording import CallRecorder, rank_directory
 
 #: Small enough to load and generate in well under a second on one core.
 TINY_SHAPE = DemoModelShape(
@@ -61,6 +66,14 @@ def write_deploy_yaml(path: Path, model_dir: Path, **overrides: Any) -> Path:
     settings = {**TINY_DEPLOY, "model": str(model_dir), **overrides, "gate": gate}
     path.write_text(yaml.safe_dump(settings))
     return path
+
+
+def record_an_earlier_run(folder: Path) -> Path:
+    """A recording folder holding one rank-0 call, as an earlier gate run leaves it."""
+    ops = OpDispatcher(get_backend("cpu"))
+    ops.add_hook(CallRecorder(rank_directory(folder, 0)))
+    ops.rms_norm(torch.ones(2, 8), torch.ones(8), eps=1e-6)
+    return folder
 
 
 def install_test_plugin(site: Path) -> Path:

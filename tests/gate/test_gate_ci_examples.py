@@ -1,4 +1,5 @@
-"""The example rollout pipeline users copy: the example deploy config is valid, and
+"""The example rollout pipeline users copy: the example deploy config is valid, the
+cpu one passes the real gate on this machine and writes its reports, and
 ci/rollout.sh runs the gate with the config and report folder and fails the rollout
 exactly when the gate does."""
 
@@ -8,10 +9,16 @@ import os
 import subprocess
 from pathlib import Path
 
+import json
+import xml.etree.ElementTree as ET
+
 import pytest
 import yaml
 
+from accord.cli.main import main
+from accord.demo.model import DEMO_MODEL_NAME, demo_model_dir
 from accord.gate.deploy_config import load_deploy_config
+from accord.gate.reports import REPORT_FILES, validate_document
 
 CI = Path(__file__).resolve().parents[2] / "ci"
 
@@ -37,6 +44,25 @@ def rollout(tmp_path: Path, exit_code: int) -> subprocess.CompletedProcess[str]:
 def test_the_example_deploy_config_is_valid() -> None:
     config = load_deploy_config(CI / "deploy.example.yaml")
     assert config.engine.backend == "cuda"
+
+
+def test_the_cpu_deploy_config_names_the_cpu_backend_and_the_demo_model() -> None:
+    engine = load_deploy_config(CI / "deploy.cpu.yaml").engine
+    assert (engine.backend, engine.model) == ("cpu", DEMO_MODEL_NAME)
+
+
+def test_the_cpu_deploy_config_passes_the_gate_and_writes_its_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = tmp_path / "gate-reports"
+    assert main(["conformance", "--deploy", str(CI / "deploy.cpu.yaml"), "--report-dir", str(reports)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "GATE PASSED (backend 'cpu')"
+    assert sorted(path.name for path in reports.iterdir()) == sorted(REPORT_FILES)
+    document = json.loads((reports / "report.json").read_text())
+    validate_document(document)
+    assert document["passed"] and document["environment"]["deploy_config"]["model"] == str(demo_model_dir())
+    assert {check["status"] for check in document["checks"]} <= {"pass", "warn"}
+    assert ET.parse(reports / "junit.xml").getroot().get("failures") == "0"
 
 
 @pytest.mark.parametrize("gate_exit", [0, 1, 2])

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from accord.backends import get_backend
-from accord.backends.cpu import cpu_has_native_bf16
 from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
 from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
@@ -18,11 +17,16 @@ from single_sequence import SingleSequenceRunner
 from test_models_parity import FP32_BOUND, relative_max_diff
 from tiny_models import NEW_TOKENS, PROMPT_LEN, build_tiny_model, fixed_prompt, load_transformers
 
-pytestmark = pytest.mark.skipif(
-    not streams_bf16_weights() or cpu_has_native_bf16(),
-    reason="bf16 weights are streamed on fp32 activations only on AVX512 CPUs computing bf16 in fp32, with oneDNN "
-    "and a C compiler (a CPU with native bf16 computes this checkpoint in bf16)",
-)
+pytestmark = [
+    pytest.mark.isa,
+    pytest.mark.skipif(
+        not streams_bf16_weights(),
+        reason="bf16 weights are streamed on fp32 activations only on AVX512 CPUs, with oneDNN and a C compiler",
+    ),
+    # As on a CPU that computes bf16 in fp32, whatever this host has (one with native bf16
+    # computes this checkpoint in bf16).
+    pytest.mark.usefixtures("forced_fp32_bf16"),
+]
 
 
 @pytest.fixture(scope="module")

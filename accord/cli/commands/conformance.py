@@ -33,6 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="check only this op (repeatable; default: every contract)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated cases (default: 0)")
     parser.add_argument("--list", action="store_true", help="print the cases without running them")
+    parser.add_argument("--verbose", action="store_true",
+                        help="list each case's declared exceptions (the batch-variant rows, say) instead of one line "
+                        "per op")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for the op checks (default 1: the cases are small, and a thread "
                         "pool on a busy host costs more than it gives; --deploy keeps production's threading)")
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.deploy:  # production threading: the thread count can change a reduction's rounding
         return run_deploy(args.deploy, report_dir=args.report_dir, backend=args.backend, ops=args.op,
-                          list_only=args.list, require_all=args.require_all)
+                          list_only=args.list, require_all=args.require_all, verbose=args.verbose)
     ops = args.op or list(CONTRACTS)
     if args.list:
         return _list_cases(ops, args.seed)
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_collectives(results))
         return 1 if any(r.status == "failed" for r in results) else 0
     report = ConformanceRunner(backend, reference, args.seed).run(ops, progress=print_op_progress)
-    print(render(report))
+    print(render(report, verbose=args.verbose))
     if args.report_dir:
         write_op_reports(report, backend, reference, args.report_dir)
     return 1 if report.failed or (args.require_all and report.unsupported_ops()) else 0

@@ -67,9 +67,7 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
         or weight.is_mkldnn
         or not torch.backends.mkldnn.is_available()
         or work_dtype(weight.dtype) != weight.dtype
-        # AVX512-BF16 CPUs without AVX512-FP16 (AMD's) compute fp16 in torch, not oneDNN,
-        # whose fp16 reorder refuses them.
-        or (weight.dtype == torch.float16 and not torch.ops.mkldnn._is_mkldnn_fp16_supported())
+        or not _onednn_computes(weight.dtype)
     ):
         return weight
     weight = weight.contiguous()
@@ -78,6 +76,18 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
     if copy is not None:
         setattr(packed, BF16_COPY, copy)
     return packed
+
+
+def _onednn_computes(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's reorder and GEMM take `dtype` on this CPU. Its half types need
+    AVX512 (bf16) or AVX512-FP16 (fp16): AVX512-BF16 CPUs without AVX512-FP16 (AMD's)
+    compute fp16 in torch, and an AVX2 CPU forced onto the native-bf16 path computes
+    bf16 in torch."""
+    if dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype == torch.float16:
+        return torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return True
 
 
 def streams_bf16_weights() -> bool:
