@@ -205,6 +205,54 @@ def test_the_role_rules_catch_a_scheduler_reaching_up() -> None:
     assert not core_role_violations("worker", {STEP_CONTRACT, "accord.core.outputs"})
 
 
+#: What the server may see of core: the shared data, structured output's request
+#: parameters, and the engine through the EngineClient protocol, nothing below it.
+SERVER_VIEW_OF_CORE = {f"accord.core.{name}" for name in CORE_SHARED_MODULES - {"__init__"}} | {
+    "accord.core.engine.client",
+    "accord.core.structured_output",
+}
+SERVER_SOURCES = sorted((PACKAGE_ROOT / "server").rglob("*.py"))
+
+
+def server_core_violations(imported: set[str]) -> list[str]:
+    """The core modules a server module imports beyond what it may see."""
+    return sorted(
+        name
+        for name in imported
+        if name.startswith("accord.core.")
+        and not any(name == seen or name.startswith(seen + ".") for seen in SERVER_VIEW_OF_CORE)
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SERVER_SOURCES if str(p.relative_to(PACKAGE_ROOT)) not in NOT_YET_MOVED],
+    ids=lambda p: str(p.relative_to(PACKAGE_ROOT)),
+)
+def test_the_server_sees_the_engine_through_engine_client_only(path: Path) -> None:
+    assert not server_core_violations(imported_modules(path))
+
+
+def test_the_server_rule_catches_a_reach_below_the_client() -> None:
+    assert server_core_violations({"accord.core.engine.async_llm", "accord.core.sched.scheduler"})
+    assert not server_core_violations({"accord.core.engine.client", "accord.core.outputs"})
+
+
+#: Who may hold the scheduler's Request: the scheduler's own folder, and the engine
+#: that builds one and hands it to Scheduler.add_request.
+REQUEST_MODULE = "accord.core.sched.request"
+REQUEST_HOLDERS = {"accord.core.engine.llm_engine"}
+
+
+def test_only_the_scheduler_and_the_engine_that_builds_them_see_a_request() -> None:
+    holders = {
+        name
+        for name, path in MODULES.items()
+        if REQUEST_MODULE in imported_modules(path) and not name.startswith("accord.core.sched")
+    }
+    assert holders == REQUEST_HOLDERS
+
+
 def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One loop of modules that import each other round it, or None (graphlib's
     topological sort finds it)."""

@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from ..core.engine.async_llm import AsyncLLM
+from ..core.engine.client import EngineClient
 from ..core.outputs import RequestOutput
 from .drain import DrainDeadline
 from .errors import OpenAIError, logger
@@ -22,7 +22,7 @@ class RequestStream:
 
     def __init__(
         self,
-        engine: AsyncLLM,
+        engine: EngineClient,
         metrics: ServerMetrics,
         request_id: str,
         outputs: AsyncIterator[RequestOutput],

@@ -63,7 +63,7 @@ class AsyncLLM:
     @property
     def errored(self) -> bool:
         """Whether the engine is dead (requests fail with EngineDeadError)."""
-        return self._error is not None or self.engine.executor.dead_reason is not None
+        return self._error is not None or self.engine.dead_reason is not None
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -159,10 +159,10 @@ class AsyncLLM:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self._wake.set)
 
-        self.engine.executor.on_dead = wake
+        self.engine.on_dead(wake)
 
     def _dead_message(self) -> str:
-        reason = self.engine.executor.dead_reason
+        reason = self.engine.dead_reason
         return f"the engine is dead: {reason}" if reason else "the engine loop has failed"
 
     def _abort_soon(self, request_id: str) -> None:
@@ -173,7 +173,7 @@ class AsyncLLM:
         """A step raised: abort every unfinished request (the step may have touched any
         of them) and hand each stream the error; later requests run normally."""
         logger.error("an engine step failed; failing its requests", exc_info=error)
-        failed = list(self.engine.output_processor.requests)
+        failed = self.engine.get_unfinished_request_ids()
         self.engine.abort_request(failed)
         for request_id in failed:
             queue = self._queues.get(request_id)
@@ -189,7 +189,7 @@ class AsyncLLM:
         try:
             while True:
                 await self._wake.wait()
-                if self.engine.executor.dead_reason is not None:
+                if self.engine.dead_reason is not None:
                     raise EngineDeadError(self._dead_message())
                 async with self._lock:
                     outputs = []

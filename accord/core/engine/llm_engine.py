@@ -33,7 +33,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -47,14 +47,14 @@ from ..executor import Executor, executor_class
 from ..executor.base import StepSkipped
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.load import read_model_config
-from .output_processor import OutputProcessor, Request
+from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
-from ..sched.output import ModelRunnerOutput, SchedulerOutput
+from ..sched.output import ModelRunnerOutput, RequestUpdate, SchedulerOutput
 from ..sched.scheduler import Scheduler
-from ..sched.request import Sequence
-from ..stats import EngineStats, RequestTimes
-from ..structured_output import StructuredOutputManager
+from ..sched.request import Request
+from ..stats import EngineStats
+from ..structured_output import GrammarCompiler, StructuredOutputManager
 from .token_budget import choose_token_budget
 from ..model_loader.source import load_tokenizer
 from ..model_loader.tokenizer import Tokenizer
@@ -104,6 +104,9 @@ class LLMEngine:
         self.backend_name = info.backend_name
         self.model_config: ModelConfig = info.model_config
         self.max_model_len = max_model_len
+        #: Compiles structured output constraints (the schedulers' matchers share its
+        #: llguidance tokenizer).
+        self.grammar_compiler = GrammarCompiler(self.tokenizer, info.model_config.vocab_size)
         #: One scheduler (with its own KV block manager) per data-parallel replica.
         self.schedulers = [
             Scheduler(
@@ -115,9 +118,7 @@ class LLMEngine:
                 config.scheduling_policy,
                 max_model_len=max_model_len,
                 eos_token_ids=info.model_config.eos_token_ids,
-                structured_output=StructuredOutputManager(
-                    self.tokenizer, info.model_config.vocab_size, info.model_config.eos_token_ids
-                ),
+                structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
             )
             for _ in range(config.data_parallel_size)
         ]
@@ -178,6 +179,15 @@ class LLMEngine:
         """Each data-parallel replica's gauges and counters, by replica."""
         return [scheduler.stats for scheduler in self.schedulers]
 
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the engine can no longer step (a worker process gone), or None."""
+        return self.executor.dead_reason
+
+    def on_dead(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (from any thread) when the engine dies, even between steps."""
+        self.executor.on_dead = callback
+
     def shutdown(self) -> None:
         """Stop the workers (idempotent)."""
         self.executor.shutdown()
@@ -192,7 +202,7 @@ class LLMEngine:
         priority: int = 0,
     ) -> None:
         """Queue a request; raises ValueError for an unusable prompt or settings."""
-        if request_id in self.output_processor.requests:
+        if request_id in self.output_processor:
             raise ValueError(f"request id {request_id!r} is already in use")
         params = params or SamplingParams()
         text, token_ids = self._tokenize(prompt)
@@ -202,32 +212,22 @@ class LLMEngine:
             if len(self.schedulers) > 1
             else 0
         ]
-        structured_output = scheduler.structured_output
         grammar = None
-        if params.structured_outputs is not None and structured_output is not None:
-            grammar = structured_output.compile(params.structured_outputs)  # ValueError when it does not compile
-        times = RequestTimes(arrival_time=time.monotonic() if arrival_time is None else arrival_time)
+        if params.structured_outputs is not None:
+            grammar = self.grammar_compiler.compile(params.structured_outputs)  # ValueError when it does not compile
+        arrival = time.monotonic() if arrival_time is None else arrival_time
         order = next(self._seq_counter)
-        seqs: list[Sequence] = []
-        for index in range(params.n):
-            seqs.append(
-                Sequence(
-                    seq_id=f"{order}.{index}",
-                    request_id=request_id,
-                    index=index,
-                    prompt_token_ids=token_ids,
-                    params=params.for_child(index, set(self.model_config.eos_token_ids)),
-                    priority=priority,
-                    arrival_order=order,
-                    times=times,
-                    prompt_source=seqs[0] if seqs else None,
-                )
+        eos_token_ids = set(self.model_config.eos_token_ids)
+        samples = [(f"{order}.{index}", params.for_child(index, eos_token_ids)) for index in range(params.n)]
+        self.output_processor.add_request(request_id, text, token_ids, samples, arrival)
+        first: Request | None = None
+        for index, (req_id, sample_params) in enumerate(samples):
+            request = Request(
+                req_id, token_ids, sample_params, index=index, priority=priority, arrival_time=arrival,
+                arrival_order=order, prompt_source=first,
             )
-        self.output_processor.add(Request(request_id, text, token_ids, seqs, times))
-        for seq in seqs:
-            scheduler.add(seq)
-            if grammar is not None:
-                structured_output.add(seq.seq_id, grammar)  # type: ignore[union-attr]
+            first = first or request
+            scheduler.add_request(request, grammar)
 
     def _tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -255,25 +255,26 @@ class LLMEngine:
         """Stop requests now and free all their blocks; return each one's final output
         (finish_reason "abort"). Unknown or already finished ids are ignored."""
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
-        for request_id in ids:
-            request = self.output_processor.requests.get(request_id)
-            for seq in request.seqs if request else ():
-                scheduler = self._scheduler_of(seq)
-                if scheduler is not None:
-                    scheduler.finish(seq, "abort")
-        return self.output_processor.finish_all(ids, time.monotonic())
+        self._finish_in_schedulers(self.output_processor.sample_ids(ids), "abort")
+        return self.output_processor.abort(ids, time.monotonic())
 
     def has_unfinished_requests(self) -> bool:
         """Whether any request is waiting or running."""
-        return bool(self.output_processor.requests)
+        return self.output_processor.num_unfinished > 0
 
     def get_num_unfinished_requests(self) -> int:
         """How many requests are waiting or running."""
-        return len(self.output_processor.requests)
+        return self.output_processor.num_unfinished
 
-    def _scheduler_of(self, seq: Sequence) -> Scheduler | None:
-        """The scheduler holding an unfinished sequence (None once it finished)."""
-        return next((s for s in self.schedulers if seq.seq_id in s.seqs), None)
+    def get_unfinished_request_ids(self) -> list[str]:
+        """The ids of the requests waiting or running, oldest first."""
+        return self.output_processor.request_ids
+
+    def _finish_in_schedulers(self, req_ids: list[str], reason: str) -> None:
+        """Finish these samples in whichever replica's scheduler holds them."""
+        if req_ids:
+            for scheduler in self.schedulers:
+                scheduler.finish_requests(req_ids, reason)
 
     # -- a step --------------------------------------------------------------------
     def step(self, *, final_only: bool = False) -> list[RequestOutput]:
@@ -313,18 +314,16 @@ class LLMEngine:
     def _apply(self, flight: _StepInFlight, final_only: bool) -> list[RequestOutput]:
         """Apply a finished step's results to the schedulers and build the outputs
         (only of finished requests with `final_only`)."""
-        results, failed = self._results(flight)
-        touched: list[Sequence] = []
+        results, updates = self._results(flight)
         for scheduler, step, result in zip(self.schedulers, flight.steps, results):
-            if step.is_empty or result is None:
-                continue
-            replica_touched = scheduler.update_from_output(step, result)
-            for seq, stop_string in self.output_processor.detokenize(replica_touched):
-                scheduler.stop_on_string(seq, stop_string)
-            touched += replica_touched
-        return self.output_processor.make_outputs(failed + touched, time.monotonic(), final_only)
+            if not step.is_empty and result is not None:
+                updates += scheduler.update_from_output(step, result)
+        processed = self.output_processor.process(updates, time.monotonic(), final_only)
+        # Samples whose text completed a stop string: the scheduler frees them.
+        self._finish_in_schedulers(processed.req_ids_to_abort, "stop")
+        return processed.outputs
 
-    def _results(self, flight: _StepInFlight) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
+    def _results(self, flight: _StepInFlight) -> tuple[list[ModelRunnerOutput | None], list[RequestUpdate]]:
         """A step's results; if it raised, fail the requests that make it fail and keep
         the others' results: with one replica the step is re-run in halves until they
         are found; with several (some replicas already advanced their requests) every
@@ -352,15 +351,16 @@ class LLMEngine:
 
     def _isolate_failure(
         self, steps: list[SchedulerOutput], error: Exception
-    ) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
-        """Fail the requests that made `steps` raise `error`; the others' results."""
+    ) -> tuple[list[ModelRunnerOutput | None], list[RequestUpdate]]:
+        """Fail the requests that made `steps` raise `error` (their final updates); the
+        others' results."""
         if len(steps) > 1:
             logger.error("a data-parallel step failed (%s); failing its requests", error)
             message = f"{type(error).__name__}: {error}"
             failed = [
-                seq
+                update
                 for scheduler, step in zip(self.schedulers, steps)
-                for seq in scheduler.fail(step.num_scheduled_tokens, message)
+                for update in scheduler.fail(step.num_scheduled_tokens, message)
             ]
             return [None] * len(steps), failed
         step = steps[0]
@@ -386,9 +386,9 @@ class LLMEngine:
                 else:
                     parts += [part[: len(part) // 2], part[len(part) // 2 :]]
         failed = []
-        for seq_id, seq_error in failures.items():
-            logger.error("request sequence %s failed its step: %s", seq_id, seq_error)
-            failed += self.scheduler.fail([seq_id], f"{type(seq_error).__name__}: {seq_error}")
+        for req_id, req_error in failures.items():
+            logger.error("request sample %s failed its step: %s", req_id, req_error)
+            failed += self.scheduler.fail([req_id], f"{type(req_error).__name__}: {req_error}")
         return [merged], failed
 
 

@@ -1,9 +1,12 @@
-"""Turns the scheduler's sequences into what callers see: incremental text (and stop
-strings found in it), decoded logprob tokens, and cumulative RequestOutputs.
+"""Turns the scheduler's per-request updates into what callers see: incremental text
+(and the stop strings found in it), decoded logprob tokens, and cumulative
+RequestOutputs.
 
-It owns the user-facing request records (prompt text, the n sequences) and each
-sequence's detokenizer; it never changes a sequence itself: a stop string it finds is
-handed back for the scheduler to apply.
+It owns the user-facing state of every request: the prompt, each sample's tokens,
+logprobs, detokeniser and finish reason, and the request's times. It never reads or
+writes the scheduler's requests: it is handed plain `RequestUpdate`s, and the samples
+it finishes itself (a stop string completed) come back as ids for the scheduler to
+abort (vLLM's reqs_to_abort).
 """
 
 from __future__ import annotations
@@ -11,34 +14,65 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .detokenizer import Decoder, IncrementalDetokenizer
-from ..outputs import CompletionOutput, Logprob, RequestOutput
-from ..sched.request import Sequence
+from ..outputs import CompletionOutput, Logprob, PromptLogprobs, RequestOutput, SampleLogprobs
+from ..sampling_params import SamplingParams
+from ..sched.check_stop import stopped_by_token
+from ..sched.output import RequestUpdate
 from ..stats import RequestTimes
+from .detokenizer import Decoder, IncrementalDetokenizer
 
 
 @dataclass
-class Request:
-    """A user request: its prompt and the n sequences sampling it."""
+class _Sample:
+    """One sample of a request as its caller sees it."""
+
+    req_id: str
+    index: int
+    params: SamplingParams
+    #: The prompt then the outputs (the detokeniser reads it).
+    token_ids: list[int]
+    num_prompt_tokens: int
+    detokenizer: IncrementalDetokenizer | None = None
+    #: Sum of the sampled tokens' logprobs; None unless logprobs were asked for (vLLM's
+    #: convention: a greedy step without logprobs computes none).
+    cumulative_logprob: float | None = None
+    logprobs: SampleLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class _RequestState:
+    """A user request: its prompt, its n samples and its times."""
 
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
-    seqs: list[Sequence]
+    samples: list[_Sample]
     times: RequestTimes
+    prompt_logprobs: PromptLogprobs | None = None
+    num_cached_tokens: int = 0
 
     @property
     def finished(self) -> bool:
-        return all(seq.is_finished for seq in self.seqs)
+        return all(sample.finished for sample in self.samples)
 
 
 @dataclass
-class _SeqText:
-    """What has been detokenised of one sequence so far."""
+class ProcessedOutputs:
+    """What one batch of updates gave: the outputs to hand callers, and the samples a
+    stop string finished that the scheduler must abort."""
 
-    detokenizer: IncrementalDetokenizer | None
-    num_output_tokens: int = 0
-    num_prompt_logprobs: int = 0
+    outputs: list[RequestOutput]
+    req_ids_to_abort: list[str]
 
 
 @dataclass
@@ -46,109 +80,162 @@ class OutputProcessor:
     """Detokenises and builds outputs for the requests it was given."""
 
     tokenizer: Decoder
-    requests: dict[str, Request] = field(default_factory=dict)
-    _texts: dict[str, _SeqText] = field(default_factory=dict)
+    _requests: dict[str, _RequestState] = field(default_factory=dict)
+    #: Sample id -> the user request it samples.
+    _request_of: dict[str, _RequestState] = field(default_factory=dict)
 
-    def add(self, request: Request) -> None:
-        """Track a new request (its sequences get detokenizers if they asked for text)."""
-        self.requests[request.request_id] = request
-        for seq in request.seqs:
-            params = seq.params
-            detokenizer = (
-                IncrementalDetokenizer(
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._requests
+
+    @property
+    def num_unfinished(self) -> int:
+        """How many user requests have not finished."""
+        return len(self._requests)
+
+    @property
+    def request_ids(self) -> list[str]:
+        """The unfinished user requests, oldest first."""
+        return list(self._requests)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | None,
+        prompt_token_ids: list[int],
+        samples: list[tuple[str, SamplingParams]],
+        arrival_time: float,
+    ) -> None:
+        """Track a new request whose samples the scheduler runs under the given ids (each
+        gets a detokeniser if it asked for text)."""
+        state = _RequestState(request_id, prompt, prompt_token_ids, [], RequestTimes(arrival_time=arrival_time))
+        for index, (req_id, params) in enumerate(samples):
+            sample = _Sample(req_id, index, params, list(prompt_token_ids), len(prompt_token_ids))
+            if params.detokenize:
+                sample.detokenizer = IncrementalDetokenizer(
                     self.tokenizer,
-                    seq.token_ids,
-                    seq.num_prompt_tokens,
+                    sample.token_ids,
+                    len(prompt_token_ids),
                     params.stop,  # type: ignore[arg-type]
                     params.include_stop_str_in_output,
                     params.skip_special_tokens,
                 )
-                if params.detokenize
-                else None
-            )
-            self._texts[seq.seq_id] = _SeqText(detokenizer)
+            if params.logprobs is not None:
+                sample.logprobs, sample.cumulative_logprob = [], 0.0
+            state.samples.append(sample)
+            self._request_of[req_id] = state
+        if samples and samples[0][1].prompt_logprobs is not None:
+            state.prompt_logprobs = [None]
+        self._requests[request_id] = state
 
-    def detokenize(self, seqs: Iterable[Sequence]) -> list[tuple[Sequence, str]]:
-        """Decode what the sequences gained since the last call (text and logprob
-        tokens); returns the sequences whose new text completed a stop string."""
-        stops = []
-        for seq in seqs:
-            text = self._texts.get(seq.seq_id)
-            if text is None or not seq.params.detokenize:
+    def sample_ids(self, request_ids: Iterable[str]) -> list[str]:
+        """The scheduler's ids of the unfinished samples of these requests (unknown ids
+        are ignored)."""
+        return [
+            sample.req_id
+            for request_id in request_ids
+            if request_id in self._requests
+            for sample in self._requests[request_id].samples
+            if not sample.finished
+        ]
+
+    def process(self, updates: Iterable[RequestUpdate], now: float, final_only: bool = False) -> ProcessedOutputs:
+        """Apply the updates (new tokens, logprobs, finishes), decode what they add, and
+        build a cumulative output for each request they touched (once each, in order;
+        with `final_only` only for the finished ones: vLLM's FINAL_ONLY). Finished
+        requests are reported one last time and forgotten."""
+        touched: dict[str, _RequestState] = {}
+        to_abort: list[str] = []
+        for update in updates:
+            state = self._request_of.get(update.req_id)
+            if state is None:
                 continue
-            if seq.prompt_logprobs is not None:
-                for entry in seq.prompt_logprobs[max(1, text.num_prompt_logprobs) :]:
+            sample = next(s for s in state.samples if s.req_id == update.req_id)
+            if sample.finished:
+                continue  # finished here (a stop string) while the scheduler still ran it
+            if self._apply(state, sample, update, now):
+                to_abort.append(sample.req_id)
+            touched[state.request_id] = state
+        outputs = [
+            self._output(state, now)
+            for state in touched.values()
+            if not final_only or state.finished
+        ]
+        return ProcessedOutputs(outputs, to_abort)
+
+    def abort(self, request_ids: Iterable[str], now: float) -> list[RequestOutput]:
+        """Finish the unfinished samples of these requests with finish_reason "abort"
+        (the caller frees them in the scheduler); their final outputs."""
+        states = [self._requests[rid] for rid in dict.fromkeys(request_ids) if rid in self._requests]
+        for state in states:
+            for sample in state.samples:
+                if not sample.finished:
+                    sample.finish_reason = "abort"
+        return [self._output(state, now) for state in states]
+
+    def _apply(self, state: _RequestState, sample: _Sample, update: RequestUpdate, now: float) -> bool:
+        """Apply one update to one sample; True when a stop string finished it while the
+        scheduler did not."""
+        times = state.times
+        if times.first_scheduled_time is None:
+            times.first_scheduled_time = now
+        state.num_cached_tokens = state.num_cached_tokens if sample.index else update.num_cached_tokens
+        if state.prompt_logprobs is not None and sample.index == 0:
+            state.prompt_logprobs.extend(update.new_prompt_logprobs)
+            if sample.params.detokenize:
+                for entry in update.new_prompt_logprobs:
                     self._decode_logprob_tokens(entry)
-                text.num_prompt_logprobs = len(seq.prompt_logprobs)
-            if seq.num_output_tokens == text.num_output_tokens:
-                continue
-            if seq.logprobs is not None:
-                for entry in seq.logprobs[text.num_output_tokens :]:
-                    self._decode_logprob_tokens(entry)
-            text.num_output_tokens = seq.num_output_tokens
-            assert text.detokenizer is not None
-            stop = text.detokenizer.update(find_stop=seq.num_output_tokens >= seq.params.min_tokens)
-            if stop is not None:
-                stops.append((seq, stop))
-        return stops
+        for token, logprob, top in zip(update.new_token_ids, update.new_logprobs, update.new_top_logprobs):
+            if times.first_token_time is None:
+                times.first_token_time = now
+            times.num_generation_tokens += 1
+            sample.token_ids.append(token)
+            if sample.logprobs is not None and top is not None:
+                sample.cumulative_logprob += logprob  # type: ignore[operator]
+                sample.logprobs.append(top)
+                if sample.params.detokenize:
+                    self._decode_logprob_tokens(top)
+        sample.finish_reason, sample.stop_reason = update.finish_reason, update.stop_reason
+        if not update.new_token_ids or sample.detokenizer is None:
+            return False
+        num_outputs = len(sample.output_token_ids)
+        stop = sample.detokenizer.update(find_stop=num_outputs >= sample.params.min_tokens)
+        # A stop string comes after a stop token and before the length limits (check_stop).
+        if stop is None or stopped_by_token(sample.params, sample.output_token_ids):
+            return False
+        running = not sample.finished
+        sample.finish_reason, sample.stop_reason = "stop", stop
+        return running
 
     def _decode_logprob_tokens(self, entry: dict[int, Logprob] | None) -> None:
         for token_id, logprob in (entry or {}).items():
             logprob.decoded_token = self.tokenizer.decode([token_id])
 
-    def make_outputs(self, seqs: Iterable[Sequence], now: float, final_only: bool = False) -> list[RequestOutput]:
-        """A cumulative output for each request these sequences belong to (once each,
-        in order; with `final_only` only for the finished ones); finished requests are
-        reported one last time and forgotten."""
-        if final_only:
-            # A request is finished only once one of its sequences is.
-            seqs = [seq for seq in seqs if seq.is_finished]
-        requests = [self.requests.get(request_id) for request_id in dict.fromkeys(seq.request_id for seq in seqs)]
-        return [
-            self._output(request, now)
-            for request in requests
-            if request is not None and (not final_only or request.finished)
-        ]
-
-    def finish_all(self, request_ids: Iterable[str], now: float) -> list[RequestOutput]:
-        """Final outputs of requests whose sequences have all been finished (aborted,
-        failed) outside a step."""
-        return [self._output(self.requests[rid], now) for rid in dict.fromkeys(request_ids) if rid in self.requests]
-
-    def _output(self, request: Request, now: float) -> RequestOutput:
-        finished = request.finished
+    def _output(self, state: _RequestState, now: float) -> RequestOutput:
+        finished = state.finished
         completions = [
             CompletionOutput(
-                index=seq.index,
-                text=self._visible_text(seq),
-                token_ids=list(seq.output_token_ids),
-                cumulative_logprob=seq.cumulative_logprob,
-                logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
-                finish_reason=seq.finish_reason,
-                stop_reason=seq.stop_reason,
+                index=sample.index,
+                text=sample.detokenizer.visible_text(sample.finished) if sample.detokenizer is not None else "",
+                token_ids=list(sample.output_token_ids),
+                cumulative_logprob=sample.cumulative_logprob,
+                logprobs=list(sample.logprobs) if sample.logprobs is not None else None,
+                finish_reason=sample.finish_reason,
+                stop_reason=sample.stop_reason,
             )
-            for seq in request.seqs
+            for sample in state.samples
         ]
         if finished:
-            request.times.finished_time = now
-            del self.requests[request.request_id]
-            for seq in request.seqs:
-                self._texts.pop(seq.seq_id, None)
-        first = request.seqs[0]
+            state.times.finished_time = now
+            del self._requests[state.request_id]
+            for sample in state.samples:
+                self._request_of.pop(sample.req_id, None)
         return RequestOutput(
-            request_id=request.request_id,
-            prompt=request.prompt,
-            prompt_token_ids=request.prompt_token_ids,
-            prompt_logprobs=list(first.prompt_logprobs) if first.prompt_logprobs is not None else None,
+            request_id=state.request_id,
+            prompt=state.prompt,
+            prompt_token_ids=state.prompt_token_ids,
+            prompt_logprobs=list(state.prompt_logprobs) if state.prompt_logprobs is not None else None,
             outputs=completions,
             finished=finished,
-            num_cached_tokens=first.num_cached_tokens,
-            metrics=request.times,
+            num_cached_tokens=state.num_cached_tokens,
+            metrics=state.times,
         )
-
-    def _visible_text(self, seq: Sequence) -> str:
-        """The text reported so far (held-back stop-string candidates excluded)."""
-        text = self._texts.get(seq.seq_id)
-        if text is None or text.detokenizer is None:
-            return ""
-        return text.detokenizer.visible_text(seq.is_finished)
