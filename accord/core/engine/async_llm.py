@@ -2,9 +2,12 @@
 
 One background task runs `LLMEngine.step` in a worker thread (torch releases the GIL,
 so the event loop stays responsive) and routes every step's outputs to per-request
-queues. Adding a request waits for the step in flight; aborting never waits: it is
-applied before the next step, so a client that disconnects frees its blocks within
-one step.
+queues. A structured output request's grammar is compiled in another worker thread
+before the request is added, so neither the event loop nor the steps of the requests
+already running wait for it (the first grammar also builds llguidance's tokenizer,
+about a second). Adding a request waits for the step in flight; aborting never waits:
+it is applied before the next step, so a client that disconnects frees its blocks
+within one step.
 
 A request whose step failed because of it ends with RequestFailedError; the others go
 on. If the engine dies (a worker process is gone), every request in flight ends with
@@ -52,6 +55,7 @@ class AsyncLLM:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accord-engine")
+        self._grammar_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accord-grammar")
         self._loop_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
@@ -111,8 +115,13 @@ class AsyncLLM:
         self._queues[request_id] = queue
         finished = False
         try:
+            grammar = None
+            if sampling_params.structured_outputs is not None:
+                grammar = await asyncio.get_running_loop().run_in_executor(
+                    self._grammar_pool, self.engine.compile_grammar, sampling_params
+                )
             async with self._lock:
-                self.engine.add_request(request_id, prompt, sampling_params, priority=priority)
+                self.engine.add_request(request_id, prompt, sampling_params, priority=priority, grammar=grammar)
             self._start_loop()
             self._wake.set()
             while not finished:
@@ -149,6 +158,7 @@ class AsyncLLM:
                 pass
             self._loop_task = None
         self._executor.shutdown(wait=True)
+        self._grammar_pool.shutdown(wait=True)
 
     def watch_engine(self) -> None:
         """Hear of the engine's death between steps too (a worker that dies while idle):

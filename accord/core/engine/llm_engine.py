@@ -200,8 +200,11 @@ class LLMEngine:
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
         priority: int = 0,
+        *,
+        grammar: str | None = None,
     ) -> None:
-        """Queue a request; raises ValueError for an unusable prompt or settings."""
+        """Queue a request; raises ValueError for an unusable prompt or settings.
+        `grammar`, from `compile_grammar`, saves compiling the request's constraint here."""
         if request_id in self.output_processor:
             raise ValueError(f"request id {request_id!r} is already in use")
         params = params or SamplingParams()
@@ -212,9 +215,8 @@ class LLMEngine:
             if len(self.schedulers) > 1
             else 0
         ]
-        grammar = None
-        if params.structured_outputs is not None:
-            grammar = self.grammar_compiler.compile(params.structured_outputs)  # ValueError when it does not compile
+        if grammar is None:
+            grammar = self.compile_grammar(params)  # ValueError when it does not compile
         arrival = time.monotonic() if arrival_time is None else arrival_time
         order = next(self._seq_counter)
         eos_token_ids = set(self.model_config.eos_token_ids)
@@ -228,6 +230,15 @@ class LLMEngine:
             )
             first = first or request
             scheduler.add_request(request, grammar)
+
+    def compile_grammar(self, params: SamplingParams) -> str | None:
+        """The checked grammar `params` constrain generation to (None without a
+        constraint); ValueError when it does not compile. Safe from any thread, so a
+        caller on an event loop runs it in a worker thread: it takes up to seconds (the
+        first one also builds llguidance's tokenizer)."""
+        if params.structured_outputs is None:
+            return None
+        return self.grammar_compiler.compile(params.structured_outputs)
 
     def _tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):

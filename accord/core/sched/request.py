@@ -17,8 +17,6 @@ from ..sampling_params import SamplingParams
 class RequestStatus(enum.Enum):
     """Where a request is in its life (the states docs/architecture.md draws)."""
 
-    #: Its grammar is still compiling: not schedulable yet (vLLM's WAITING_FOR_FSM).
-    WAITING_FOR_GRAMMAR = "waiting_for_grammar"
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
