@@ -21,11 +21,17 @@ class CpuBackend(Backend):
     device_type = "cpu"
     priority = 10
     dist_backend = "gloo"
-    description = "fast CPU kernels (the embedded default)"
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        """What `accord backends` says of it, with the fallback when no compiler is found."""
+        notes = "fast CPU kernels (the embedded default)"
+        return notes if capability.find_compiler() is not None else f"{notes}; {capability.NO_COMPILER_FALLBACK}"
 
     def load_kernels(self) -> KernelSet:
-        from .kernels import KERNELS
+        from .kernels import KERNELS, start_native_builds
 
+        start_native_builds()
         return KERNELS
 
     def batch_variant_ops(self) -> frozenset[str]:

@@ -4,6 +4,7 @@ dtype (a module of its own, so the kernels read it without importing the backend
 from __future__ import annotations
 
 import os
+import shutil
 from functools import cache
 
 
@@ -29,3 +30,13 @@ def cpu_has_native_bf16() -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+#: What runs instead of a native kernel when no C compiler is found (said in the
+#: warning and by `accord backends`).
+NO_COMPILER_FALLBACK = "no C compiler found ($CC, gcc or cc): the native kernels run their torch paths instead"
+
+
+def find_compiler() -> str | None:
+    """The C compiler the native kernels are built with: $CC, else gcc, else cc."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
