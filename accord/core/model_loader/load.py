@@ -14,7 +14,7 @@ from ...op_contracts import OpDispatcher
 from ..config import Quantization
 from ..distributed import ParallelContext
 from ..models.causal_lm import CausalLM
-from ..models.registry import check_supported, family
+from ..models.registry import check_supported, family, parse_model_config
 from ..models.weights import WeightLoader
 from .model_config import DTYPES_BY_NAME, ModelConfig
 from .source import model_source
@@ -54,12 +54,12 @@ def load_model(
     # An unknown architecture is the error to report, not missing weights.
     architecture = check_supported(raw)
     checkpoint = source.checkpoint()
-    config = ModelConfig.from_hf(raw, generation)
+    builder = family(architecture)
+    config = builder.parse_config(raw, ModelConfig.from_hf(raw, generation))
     run_dtype = _resolve_dtype(dtype, config.dtype)
     if compute_dtype is not None:
         run_dtype = compute_dtype(run_dtype)
     config = dataclasses.replace(config, dtype=run_dtype)
-    builder = family(architecture)
     if parallel.tp_size > 1 and not builder.tensor_parallel:
         raise ValueError(
             f"{architecture} has no tensor-parallel graph yet; load it with tensor_parallel_size=1 "
@@ -77,9 +77,7 @@ def load_model(
 def read_model_config(model_dir: str | Path) -> ModelConfig:
     """The parsed config of a Hugging Face model directory or GGUF file, without its
     weights (the engine checks the parallel layout against it before starting workers)."""
-    raw, generation = model_source(model_dir).configs()
-    check_supported(raw)
-    return ModelConfig.from_hf(raw, generation)
+    return parse_model_config(*model_source(model_dir).configs())
 
 
 def _resolve_dtype(dtype: torch.dtype | str, checkpoint: torch.dtype) -> torch.dtype:
