@@ -78,7 +78,8 @@ def row_aligned_outputs(contract: OpContract, call: Mapping[str, Any]) -> set[st
 def dtype_combo(contract: OpContract, call: Mapping[str, Any]) -> str:
     """`x,weight=bf16 ids_dtype=int64`: the dtype of every tensor whose contract allows
     more than one (a dtype group whose members agree prints once), and dtype-valued
-    parameters (output widths). Fixed-dtype tensors add nothing and are left out."""
+    parameters (output widths) the call sets. Fixed-dtype tensors add nothing and are
+    left out."""
     grouped = {name: group for group in contract.dtype_groups for name in group}
     parts, shown = [], set()
     for spec in contract.tensors:
@@ -90,7 +91,11 @@ def dtype_combo(contract: OpContract, call: Mapping[str, Any]) -> str:
             group = [spec.name]
         parts.append(f"{','.join(group)}={dtype_name(value.dtype)}")
         shown.update(group)
-    parts += [f"{p.name}={dtype_name(call[p.name])}" for p in contract.params if p.type is torch.dtype]
+    parts += [
+        f"{p.name}={dtype_name(call[p.name])}"
+        for p in contract.params
+        if p.type is torch.dtype and call.get(p.name) is not None
+    ]
     return " ".join(parts)
 
 

@@ -279,7 +279,7 @@ class OpDispatcher(_TypedOps):
         sizes = replay_sizes(contract, plan.size_steps, call)
         device = call[contract.primary].device
         return {
-            name: self.allocator(tuple(d.evaluate(sizes) for d in dims), _output_dtype(spec, call), device)
+            name: self.allocator(tuple(d.evaluate(sizes) for d in dims), spec.dtype_of(call), device)
             for name, dims, spec in plan.outputs
         }
 
@@ -397,8 +397,7 @@ def fast_path(
             env[f"out_dtype_{number}"] = spec.dtype
             dtype_expr = f"out_dtype_{number}"
         else:
-            source, arg = spec.dtype.split(":", 1)
-            dtype_expr = f"{arg}.dtype" if source == "like" else arg
+            dtype_expr = _dtype_expression(spec.dtype_sources())
         outputs.append(name)
         allocations.append(f"    {name} = {_allocation(dispatcher, contract, plan, spec, shape, dtype_expr, env)}")
     # Only the sizes the allocations read (and the ones solving them needs) are taken.
@@ -455,11 +454,14 @@ def tensor_key(value: torch.Tensor) -> TensorKey:
     return (value.dtype, value.dim(), value.device.type, value.is_contiguous())
 
 
-def _output_dtype(spec: OutputSpec, call: Mapping[str, Any]) -> torch.dtype:
-    if isinstance(spec.dtype, torch.dtype):
-        return spec.dtype
-    source, name = spec.dtype.split(":", 1)
-    return call[name].dtype if source == "like" else call[name]
+def _dtype_expression(sources: tuple[tuple[str, str], ...]) -> str:
+    """An output's dtype over the fast path's locals: `x.dtype`, `out_dtype`, or
+    `(out_dtype if out_dtype is not None else x.dtype)` for a parameter that may be None."""
+    kind, name = sources[0]
+    first = f"{name}.dtype" if kind == "like" else name
+    if len(sources) == 1:
+        return first
+    return f"({first} if {first} is not None else {_dtype_expression(sources[1:])})"
 
 
 __all__ = ["CallHook", "OpDispatcher", "OpHandle", "CallPlan", "empty_allocator", "strict_from_env", "dtype_name"]

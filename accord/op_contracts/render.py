@@ -38,7 +38,8 @@ def render_contract(contract: OpContract) -> str:
         lines.append(f"| `{p.name}` | {p.type.__name__} | | | {notes} |")
     lines += ["", "| output | dtype | shape |", "|---|---|---|"]
     for o in contract.outputs:
-        dtype = dtype_name(o.dtype) if isinstance(o.dtype, torch.dtype) else o.dtype
+        # A dtype with alternatives (`param:out_dtype|like:x`) keeps its bar inside the cell.
+        dtype = dtype_name(o.dtype) if isinstance(o.dtype, torch.dtype) else o.dtype.replace("|", "\\|")
         lines.append(f"| `{o.name}` | {dtype} | {_shape(o.shape)} |")
     if not contract.outputs:
         lines.append("| (none: writes its mutated arguments) | | |")

@@ -95,7 +95,8 @@ class TensorSpec:
 @dataclass(frozen=True)
 class ParamSpec:
     """One scalar parameter. A parameter with `choices` selects a code path, so its
-    value is part of the call signature the dispatcher caches on."""
+    value is part of the call signature the dispatcher caches on. A parameter whose
+    default is None may be left None (an output dtype that follows a tensor's)."""
 
     name: str
     type: type
@@ -112,9 +113,10 @@ class ParamSpec:
 class OutputSpec:
     """One output the dispatcher allocates before the kernel runs.
 
-    `dtype` is a fixed dtype, `"like:ARG"` (the dtype of tensor ARG) or `"param:NAME"`
-    (a dtype-valued parameter), so the width of every output is chosen by the contract
-    and the caller, never inferred by a kernel from a neighbour.
+    `dtype` is a fixed dtype, `"like:ARG"` (the dtype of tensor ARG), `"param:NAME"`
+    (a dtype-valued parameter) or `"param:NAME|like:ARG"` (the parameter, or ARG's dtype
+    where the call leaves it None), so the width of every output is chosen by the
+    contract and the caller, never inferred by a kernel from a neighbour.
     """
 
     name: str
@@ -122,6 +124,23 @@ class OutputSpec:
     dtype: torch.dtype | str
     doc: str = ""
     index: bool = False
+
+    def dtype_sources(self) -> tuple[tuple[str, str], ...]:
+        """`dtype` as its (kind, name) sources, "like" or "param", first one first (a
+        parameter left None passes to the next); empty for a fixed dtype."""
+        if isinstance(self.dtype, torch.dtype):
+            return ()
+        return tuple(tuple(source.split(":", 1)) for source in self.dtype.split("|"))  # type: ignore[misc]
+
+    def dtype_of(self, call: Mapping[str, Any]) -> torch.dtype:
+        """The dtype of this output for a bound call."""
+        if isinstance(self.dtype, torch.dtype):
+            return self.dtype
+        for kind, name in self.dtype_sources():
+            value = call[name].dtype if kind == "like" else call[name]
+            if value is not None:
+                return value
+        raise ValueError(f"output {self.name}: every source of {self.dtype!r} is None")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def _annotation(param: ParamSpec) -> str:
     """A parameter's type: a Literal of its choices for str and int code paths."""
     if param.choices is not None and param.type in (str, int):
         return f"Literal[{', '.join(repr(c) for c in param.choices)}]"
-    return "torch.dtype" if param.type is torch.dtype else param.type.__name__
+    name = "torch.dtype" if param.type is torch.dtype else param.type.__name__
+    return f"{name} | None" if param.default is None else name
 
 
 def _tensor_annotation(spec: TensorSpec) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from .contracts import CONTRACTS
-from .dispatcher import OpDispatcher, _output_dtype
+from .dispatcher import OpDispatcher
 from .spec import OpContract, shape_dims
 from .validate import replay_sizes, validate_call
 
@@ -46,7 +46,8 @@ def schema_of(contract: OpContract) -> str:
     for spec in contract.tensors:
         kind = f"Tensor({next(aliases)}!)" if spec.mutated else "Tensor"
         args.append(f"{kind}{'?' if spec.optional else ''} {spec.name}")
-    args += [f"{_SCHEMA_TYPES[spec.type]} {spec.name}" for spec in contract.params]
+    # A parameter that may be None (an output dtype that follows a tensor's) is optional.
+    args += [f"{_SCHEMA_TYPES[spec.type]}{'?' if spec.default is None else ''} {spec.name}" for spec in contract.params]
     outputs = ", ".join("Tensor" for _ in contract.outputs)
     returns = "Tensor" if len(contract.outputs) == 1 else f"({outputs})"
     return f"({', '.join(args)}) -> {returns}"
@@ -90,7 +91,7 @@ def _fake(contract: OpContract) -> Callable[..., Any]:
         outputs = tuple(
             torch.empty(
                 tuple(d.evaluate(sizes) for d in shape_dims(spec.shape, call)),
-                dtype=_output_dtype(spec, call),
+                dtype=spec.dtype_of(call),
                 device=device,
             )
             for spec in contract.outputs

@@ -92,17 +92,21 @@ class Ops:
         x: torch.Tensor,
         weight: torch.Tensor,
         bias: torch.Tensor | None = None,
+        out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
-        """out = x @ weight^T (+ bias), accumulated in at least fp32 and rounded once to x's dtype.
-        `weight` is what Backend.prepare_linear_weight returned at load: the backend may hold it in
-        an opaque, prepacked layout (oneDNN's blocked format on CPUs), so only the backend that
-        prepared a weight may be handed it; its logical shape and dtype are those of the [N, K]
-        checkpoint matrix.
+        """out = x @ weight^T (+ bias), accumulated in at least fp32 and rounded once to out_dtype: x's
+        dtype, or fp32 from bf16/fp16 operands (the LM head's logits, which sampling, logprobs and
+        token masks read, so a half-precision rounding never ties two tokens). `weight` is what
+        Backend.prepare_linear_weight returned at load: the backend may hold it in an opaque,
+        prepacked layout (oneDNN's blocked format on CPUs), so only the backend that prepared a
+        weight may be handed it; its logical shape and dtype are those of the [N, K] checkpoint
+        matrix.
 
         x: fp32/fp16/bf16 [T, K]: activations, one row per token
         weight: fp32/fp16/bf16 [N, K]: the weight, as the backend prepared it
         bias: fp32/fp16/bf16 [N]: per-output-channel bias
-        returns out: like:x [T, N]
+        out_dtype: the output's, where not x's
+        returns out: param:out_dtype|like:x [T, N]
         """
         raise NotImplementedError  # served by OpDispatcher.__getattr__
 

@@ -123,6 +123,8 @@ def _bind_sizes(contract: OpContract, call: Mapping[str, Any]) -> tuple[SizeStep
 
 
 def _check_param(op: str, spec: ParamSpec, value: Any) -> None:
+    if value is None and spec.default is None:
+        return
     ok = isinstance(value, spec.type)
     if spec.type is int and isinstance(value, bool):
         ok = False

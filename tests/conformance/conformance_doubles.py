@@ -321,10 +321,13 @@ class Bf16CopyReference(PatchedReference):
         prepared.bf16_copy = copy
         return prepared
 
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+    def _linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype | None,
+        out: torch.Tensor,
+    ) -> None:
         copy = getattr(weight, "bf16_copy", None)
         if copy is None or x.shape[0] > 4:
-            reference_fn("linear")(x=x, weight=weight, bias=bias, out=out)
+            reference_fn("linear")(x=x, weight=weight, bias=bias, out_dtype=out_dtype, out=out)
             return
         activations = x.to(torch.bfloat16).float() if self.round_x else x
-        reference_fn("linear")(x=activations, weight=copy.float(), bias=bias, out=out)
+        reference_fn("linear")(x=activations, weight=copy.float(), bias=bias, out_dtype=out_dtype, out=out)

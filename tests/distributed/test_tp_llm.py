@@ -7,6 +7,7 @@ bias and tied head are checked at the logits level in test_tp_forward.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -35,10 +36,11 @@ def save_with_tokenizer(directory: Path, architecture: str, overrides: dict) -> 
     return directory
 
 
-@pytest.mark.parametrize("name,architecture,overrides", VARIANTS, ids=[v[0] for v in VARIANTS])
-def test_tp2_mp_greedy_equals_transformers(name: str, architecture: str, overrides: dict, tmp_path: Path) -> None:
-    model_dir = save_with_tokenizer(tmp_path / name, architecture, overrides)
-    llm = LLM(str(model_dir), tensor_parallel_size=2, distributed_executor_backend="mp", **PRESSURE)
+def tp2_mp_greedy_under_pressure(model: str, **settings: Any) -> tuple[list[list[int]], list[list[int]]]:
+    """(prompts, greedy tokens) of `model` under tp=2 on the mp executor with PRESSURE's
+    budgets (and `settings`), having checked that preemption and prefix-cache hits
+    happened and that the rank processes are gone after shutdown."""
+    llm = LLM(model, tensor_parallel_size=2, distributed_executor_backend="mp", **{**PRESSURE, **settings})
     try:
         workers = llm.llm_engine.executor.worker_pids
         prompts = pressure_prompts(llm.llm_engine.model_config.vocab_size)
@@ -48,5 +50,12 @@ def test_tp2_mp_greedy_equals_transformers(name: str, architecture: str, overrid
     finally:
         llm.llm_engine.shutdown()
     assert wait_until_gone(workers) == []
+    return prompts, tokens
+
+
+@pytest.mark.parametrize("name,architecture,overrides", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_tp2_mp_greedy_equals_transformers(name: str, architecture: str, overrides: dict, tmp_path: Path) -> None:
+    model_dir = save_with_tokenizer(tmp_path / name, architecture, overrides)
+    prompts, tokens = tp2_mp_greedy_under_pressure(str(model_dir))
     with torch.inference_mode():
         assert tokens == hf_greedy(model_dir, prompts, MAX_NEW_TOKENS)

@@ -13,9 +13,18 @@ import torch
 import transformers
 
 Q = gguf.GGMLQuantizationType
-#: K-quants have no quantiser in gguf-py: their blocks are random bytes with small
-#: finite fp16 scales, at the byte offsets ggml's block layouts give them.
-K_QUANT_SCALE_OFFSETS = {Q.Q4_K: ((0, 2e-4), (2, 2e-4)), Q.Q5_K: ((0, 1e-4), (2, 1e-4)), Q.Q6_K: ((208, 3e-5),)}
+#: Types gguf-py cannot quantise (K-quants, i-quants): their blocks are random bytes with
+#: small finite fp16 scales (byte offset, largest scale) where ggml's block layouts
+#: (ggml-common.h) put them, sized so that weights stay within about +-0.2.
+RANDOM_BLOCK_SCALES = {
+    Q.Q2_K: ((80, 2e-3), (82, 2e-3)),  # scales[16], qs[64], d, dmin
+    Q.Q3_K: ((108, 1e-3),),  # hmask[32], qs[64], scales[12], d
+    Q.Q4_K: ((0, 2e-4), (2, 2e-4)),  # d, dmin, scales[12], qs[128]
+    Q.Q5_K: ((0, 1e-4), (2, 1e-4)),  # d, dmin, scales[12], qh[32], qs[128]
+    Q.Q6_K: ((208, 3e-5),),  # ql[128], qh[64], scales[16], d
+    Q.IQ4_NL: ((0, 1e-3),),  # d, qs[16]
+    Q.IQ4_XS: ((0, 3e-5),),  # d, scales_h, scales_l[4], qs[128]
+}
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3}
 #: Multiples of 256 everywhere, so every matrix row holds whole K-quant blocks.
 SHAPE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -98,14 +107,7 @@ def write_gguf(
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             data = llama_cpp_permute(data, heads if "q_proj" in name else kv_heads)
         gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        if data.ndim == 1 or tensor_type == Q.F32:
-            writer.add_tensor(gguf_name, data)
-        elif tensor_type == Q.F16:
-            writer.add_tensor(gguf_name, data.astype(np.float16))
-        elif tensor_type in K_QUANT_SCALE_OFFSETS:
-            writer.add_tensor(gguf_name, random_k_quant_rows(data.shape, tensor_type, rng), raw_dtype=tensor_type)
-        else:
-            writer.add_tensor(gguf_name, gguf.quants.quantize(data, tensor_type), raw_dtype=tensor_type)
+        add_matrix(writer, gguf_name, data, Q.F32 if data.ndim == 1 else tensor_type, rng)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -118,12 +120,26 @@ def llama_cpp_permute(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def random_k_quant_rows(shape: tuple[int, ...], tensor_type: Q, rng: np.random.Generator) -> np.ndarray:
-    """Random K-quant blocks for a [rows, cols] matrix, as the uint8 rows GGUF stores."""
+def add_matrix(writer: gguf.GGUFWriter, name: str, data: np.ndarray, tensor_type: Q, rng: np.random.Generator) -> None:
+    """Add `data` to `writer` stored as `tensor_type`: converted or quantised by gguf-py
+    where it can, else random blocks of that type (RANDOM_BLOCK_SCALES)."""
+    if tensor_type == Q.F32:
+        writer.add_tensor(name, data)
+    elif tensor_type == Q.F16:
+        writer.add_tensor(name, data.astype(np.float16))
+    elif tensor_type in RANDOM_BLOCK_SCALES:
+        writer.add_tensor(name, random_block_rows(data.shape, tensor_type, rng), raw_dtype=tensor_type)
+    else:
+        writer.add_tensor(name, gguf.quants.quantize(data, tensor_type), raw_dtype=tensor_type)
+
+
+def random_block_rows(shape: tuple[int, ...], tensor_type: Q, rng: np.random.Generator) -> np.ndarray:
+    """Random blocks of `tensor_type` for a [rows, cols] matrix, as the uint8 rows GGUF
+    stores, with finite scales."""
     block_size, block_bytes = gguf.GGML_QUANT_SIZES[tensor_type]
     rows, cols = shape
     blocks = rng.integers(0, 256, size=(rows, cols // block_size, block_bytes), dtype=np.uint8)
-    for offset, scale in K_QUANT_SCALE_OFFSETS[tensor_type]:
+    for offset, scale in RANDOM_BLOCK_SCALES[tensor_type]:
         values = rng.uniform(0.5 * scale, scale, size=blocks.shape[:2]).astype(np.float16)
         blocks[:, :, offset : offset + 2] = values.view(np.uint8).reshape(*blocks.shape[:2], 2)
     return blocks.reshape(rows, -1)

@@ -15,8 +15,11 @@ from accord import LLM, SamplingParams
 from accord.core.model_loader.gguf import SUPPORTED_TYPES, open_gguf_model
 
 #: max |dequantised - written| / max |written| per tensor: half a quantisation step
-#: (Q4_0 clips the side opposite its largest value at 7/8 of it: up to one step).
-ROUNDING_BOUND = {Q.F32: 0.0, Q.F16: 1e-3, Q.BF16: 5e-3, Q.Q8_0: 1e-2, Q.Q4_0: 0.13, Q.Q4_1: 0.07}
+#: (Q4_0 and Q5_0 clip the side opposite their largest value at 7/8 and 15/16 of it:
+#: up to one step, 1/8 and 1/16; Q4_1 and Q5_1 span at most 2 max in 15 and 31 steps).
+ROUNDING_BOUND = {
+    Q.F32: 0.0, Q.F16: 1e-3, Q.BF16: 5e-3, Q.Q8_0: 1e-2, Q.Q4_0: 0.13, Q.Q4_1: 0.07, Q.Q5_0: 0.065, Q.Q5_1: 0.035,
+}
 PROMPT = [256, 257, 10, 70, 71, 72, 73, 100, 101, 3, 4, 5]
 NEW_TOKENS = 8
 LOGPROB_TOLERANCE = 1e-3
@@ -43,8 +46,11 @@ def transformers_from_gguf(path: Path) -> torch.nn.Module:
 
 
 def test_the_supported_types_are_the_issue_list() -> None:
+    # Issue 26: what llama-quantize writes for Q2_K, Q3_K_M, Q4_K_S/M, Q5_K_S/M, Q6_K,
+    # Q8_0, IQ4_NL and IQ4_XS, with its fallbacks for rows that are not whole K-blocks.
     assert sorted(t.name for t in SUPPORTED_TYPES) == sorted(
-        ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
+        ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_NL", "IQ4_XS"]
     )
 
 

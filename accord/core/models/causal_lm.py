@@ -95,7 +95,7 @@ class CausalLM:
             lm_head = weights.tensor("lm_head.weight", (vocab, hidden), shard=rows)
         comm = parallel.tp_comm()
         embedding = VocabParallelEmbedding(embed, rows.bounds(vocab)[0], comm)
-        head = ParallelLMHead(DenseLinear(weights.ops, lm_head), rows.extents(vocab), comm)
+        head = ParallelLMHead(DenseLinear(weights.ops, lm_head, out_dtype=torch.float32), rows.extents(vocab), comm)
         return cls(config, weights.ops, embedding, layers, norm, head)
 
     def moe_blocks(self) -> list[RoutedExperts]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, TensorSpec
+import torch
+
+from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, ParamSpec, TensorSpec
 from .common import REDUCTION
 
 LINEAR = OpContract(
     name="linear",
     doc=(
         "out = x @ weight^T (+ bias), accumulated in at least fp32 and rounded once to "
-        "x's dtype. `weight` is what Backend.prepare_linear_weight returned at load: the "
+        "out_dtype: x's dtype, or fp32 from bf16/fp16 operands (the LM head's logits, which "
+        "sampling, logprobs and token masks read, so a half-precision rounding never ties "
+        "two tokens). `weight` is what Backend.prepare_linear_weight returned at load: the "
         "backend may hold it in an opaque, prepacked layout (oneDNN's blocked format on "
         "CPUs), so only the backend that prepared a weight may be handed it; its logical "
         "shape and dtype are those of the [N, K] checkpoint matrix."
@@ -19,10 +23,14 @@ LINEAR = OpContract(
         TensorSpec("weight", FLOAT_DTYPES, ("N", "K"), "the weight, as the backend prepared it"),
         TensorSpec("bias", FLOAT_DTYPES, ("N",), "per-output-channel bias", optional=True),
     ),
-    params=(),
-    outputs=(OutputSpec("out", ("T", "N"), "like:x"),),
+    params=(
+        ParamSpec("out_dtype", torch.dtype, None, choices=(None, torch.float32), doc="the output's, where not x's"),
+    ),
+    outputs=(OutputSpec("out", ("T", "N"), "param:out_dtype|like:x"),),
     primary="x",
     tolerance=REDUCTION,
+    # An fp32 output from half operands is an fp32 sum of exact products: judged at fp32.
+    tolerance_key="out",
     dtype_groups=(("x", "weight", "bias"),),
 )
 

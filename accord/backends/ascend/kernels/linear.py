@@ -10,8 +10,13 @@ import torch.nn.functional as F
 from ....op_contracts import KernelSet
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-    """out = x @ weight^T (+ bias)."""
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype | None, out: torch.Tensor
+) -> None:
+    """out = x @ weight^T (+ bias). An fp32 out from half operands (the LM head's logits)
+    is computed on fp32 copies: aten's half linear rounds its result to the half dtype."""
+    if out.dtype != x.dtype:
+        x, weight, bias = x.float(), weight.float(), None if bias is None else bias.float()
     out.copy_(F.linear(x, weight, bias))
 
 

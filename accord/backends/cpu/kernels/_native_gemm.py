@@ -13,7 +13,7 @@ from . import _native
 
 #: The entry points of bf16_weight_gemm.c.
 SIGNATURES = (
-    ("accord_bf16_weight_gemm", ctypes.c_int, (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 5 + (ctypes.c_int,) * 2),
+    ("accord_bf16_weight_gemm", ctypes.c_int, (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 5 + (ctypes.c_int,) * 3),
     (
         "accord_pack_bf16_weight", ctypes.c_int,
         (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int),
@@ -51,13 +51,13 @@ class Bf16Weight:
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
         """out [M, N] = x [M, K] @ W^T (+ bias) with fp32 accumulation, on torch's thread
-        count: x, bias and out all fp32, or all bf16 (out then rounded once). x and out
-        need unit column strides, bias contiguity; the caller keeps to that and to the
-        one dtype (checking it here would cost each decode projection)."""
+        count: x fp32 or bf16; bias and out both fp32, or both bf16 (out then rounded
+        once). x and out need unit column strides, bias contiguity; the caller keeps to
+        that and to those dtypes (checking them here would cost each decode projection)."""
         if self._gemm(
             x.data_ptr(), self._pointer, None if bias is None else bias.data_ptr(), out.data_ptr(),
             x.shape[0], self._rows, self._depth, x.stride(0), out.stride(0), torch.get_num_threads(),
-            x.dtype is torch.bfloat16,
+            x.dtype is torch.bfloat16, out.dtype is torch.bfloat16,
         ):
             raise MemoryError(f"the bf16-weight GEMM could not widen {tuple(x.shape)} bf16 activations to fp32")
 

@@ -1,11 +1,12 @@
-/* y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]) with bf16 W and x, y, bias all fp32 or all
- * bf16 (`io_bf16`): each weight element is widened to fp32 exactly (a bf16 is the top half
+/* y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]) with bf16 W, x fp32 or bf16 (`x_bf16`), and
+ * bias and y both fp32 or both bf16 (`io_bf16`): each weight element is widened to fp32 exactly (a bf16 is the top half
  * of an fp32), multiplied and accumulated in fp32, so with fp32 activations the result is
  * the fp32 GEMM's up to summation order while the weights stream at half the bytes. With
  * bf16 activations (a CPU that computes bf16 natively) they are widened exactly too, the
  * products are exact in fp32 (8 + 8 significant bits), and the fp32 sum plus bias is
  * rounded once to bf16 (to nearest even): oneDNN's bf16 GEMM's numerics, up to summation
- * order. bf16 x is widened once per call (`fp32_rows`), not in the tile: widened there,
+ * order; or kept in fp32 (bf16 x, fp32 y: the LM head's fp32 logits on such a CPU, which
+ * oneDNN's bf16 GEMM would round to bf16). bf16 x is widened once per call (`fp32_rows`), not in the tile: widened there,
  * once per block of weight rows, it streamed the 152M Llama's decode weights 0.75-0.8x as
  * fast as fp32 x at 4 rows (one thread), alike at 1 row. Made for few rows (decode),
  * where the GEMM is bound by the weight stream; built by _native_gemm.py with
@@ -459,14 +460,15 @@ static void gemm(
     __atomic_store_n(&pool.owner, 0, __ATOMIC_RELEASE);
 }
 
-/* The GEMM on a weight packed by accord_pack_bf16_weight; x, bias and y are fp32
- * (io_bf16 0) or bf16 (1), ldx and ldy their row strides in elements. Returns 0, or 1
- * when bf16 x could not be widened (out of memory: nothing computed). */
+/* The GEMM on a weight packed by accord_pack_bf16_weight; x is fp32 (x_bf16 0) or bf16
+ * (1), bias and y fp32 (io_bf16 0) or bf16 (1), ldx and ldy their row strides in
+ * elements. Returns 0, or 1 when bf16 x could not be widened (out of memory: nothing
+ * computed). */
 int accord_bf16_weight_gemm(
     const void *x, const uint16_t *w, const void *bias, void *y,
-    long M, long N, long K, long ldx, long ldy, int threads, int io_bf16) {
+    long M, long N, long K, long ldx, long ldy, int threads, int x_bf16, int io_bf16) {
     long ld;
-    const float *rows = fp32_rows(x, M, K, ldx, io_bf16, &ld);
+    const float *rows = fp32_rows(x, M, K, ldx, x_bf16, &ld);
     if (!rows) return 1;
     gemm(rows, w, bias, y, M, N, K, ld, ldy, threads, io_bf16);
     return 0;

@@ -112,28 +112,38 @@ def _bf16_copy(weight: torch.Tensor) -> _native_gemm.Bf16Weight | None:
 
 
 @KERNELS.register("linear")
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype | None, out: torch.Tensor
+) -> None:
     """y = x @ W^T (+ bias): the bf16 copy streamed for few rows, else oneDNN on a
     prepacked weight, else torch's GEMM in the work dtype (fp32 for bf16/fp16 without
-    native support), rounded once into out."""
+    native support), rounded once into out. An fp32 out from half x (out_dtype: the LM
+    head's logits) is never rounded to the half dtype on the way: the bf16 copy serves it
+    at every row count (its sum is fp32; oneDNN's bf16 GEMM rounds its result), and a
+    weight without one is computed in fp32."""
+    widened = out.dtype != x.dtype
     if weight.is_mkldnn:
         streamed = getattr(weight, BF16_COPY, None)
-        if streamed is not None and x.shape[0] <= BF16_WEIGHT_MAX_ROWS and out.stride(1) == 1:
-            # x, bias and out share the weight's logical dtype (the contract's dtype
-            # group): fp32, or bf16 where the CPU computes it natively, both of which
-            # the C kernel takes; it wants unit column strides and a contiguous bias.
-            streamed(
-                x if x.stride(1) == 1 else x.contiguous(), None if bias is None else bias.contiguous(), out
-            )
+        if streamed is not None and (widened or x.shape[0] <= BF16_WEIGHT_MAX_ROWS) and out.stride(1) == 1:
+            # x and the weight share a logical dtype (the contract's dtype group): fp32,
+            # or bf16 where the CPU computes it natively, both of which the C kernel
+            # takes, and a bias in out's dtype; it wants unit column strides and a
+            # contiguous bias.
+            if bias is not None:
+                bias = bias.to(out.dtype).contiguous()
+            streamed(x if x.stride(1) == 1 else x.contiguous(), bias, out)
             return
-        # oneDNN's linear has no out= form; the copy is T*N elements, small beside the GEMM.
-        out.copy_(torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""))
-        return
-    compute = work_dtype(x.dtype)
-    if compute == out.dtype:
-        if bias is None:
-            torch.mm(x, weight.t(), out=out)
-        else:
-            torch.addmm(bias, x, weight.t(), out=out)
-        return
-    out.copy_(F.linear(x.to(compute), weight.to(compute), None if bias is None else bias.to(compute)))
+        if not widened:
+            # oneDNN's linear has no out= form; the copy is T*N elements, small beside the GEMM.
+            out.copy_(torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], ""))
+            return
+        weight = weight.to_dense()
+    compute = out.dtype if widened else work_dtype(x.dtype)
+    if x.dtype != compute:
+        x, weight, bias = x.to(compute), weight.to(compute), None if bias is None else bias.to(compute)
+    if compute != out.dtype:
+        out.copy_(F.linear(x, weight, bias))
+    elif bias is None:
+        torch.mm(x, weight.t(), out=out)
+    else:
+        torch.addmm(bias, x, weight.t(), out=out)

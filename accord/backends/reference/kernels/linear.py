@@ -8,7 +8,10 @@ from ._registry import KERNELS
 
 
 @KERNELS.register("linear")
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype | None, out: torch.Tensor
+) -> None:
+    """out = x @ weight^T (+ bias) in fp64, rounded once to out's dtype (out_dtype's)."""
     result = x.double() @ weight.double().t()
     if bias is not None:
         result += bias.double()

@@ -60,8 +60,11 @@ def _linear_kernel(
 
 
 @KERNELS.register("linear")
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> None:
-    """out = x @ weight^T (+ bias), fp32 accumulation, rounded once."""
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype | None, out: torch.Tensor
+) -> None:
+    """out = x @ weight^T (+ bias), fp32 accumulation, rounded once to out's dtype (x's, or
+    fp32 where out_dtype asks: the store then keeps the accumulator as it is)."""
     rows, depth = x.shape
     width = weight.shape[0]
     if rows == 0 or width == 0:

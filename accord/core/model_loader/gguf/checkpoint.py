@@ -71,12 +71,31 @@ class GgufCheckpoint:
 
     def read(self, name: str) -> torch.Tensor:
         """A tensor dequantised to fp32 (F16/BF16 exactly), marked as used."""
+        return self.read_slice(name, 0, 0, self.shape(name)[0])
+
+    def read_slice(self, name: str, dim: int, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of a tensor along `dim`, dequantised to fp32 from only the
+        blocks that hold them (a tensor-parallel rank's shard), marked as used."""
         tensor = self._tensor(name)
+        shape = self.shape(name)
+        if not (0 <= dim < len(shape) and 0 <= start < stop <= shape[dim]):
+            raise GgufError(
+                f"{self.model_dir}: slice [{start}:{stop}] of dim {dim} is empty or outside tensor {name!r} {shape}"
+            )
         self._read.add(name)
-        values = torch.from_numpy(np.array(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32))
-        values = values.reshape(self.shape(name))
+        stored, offset = _covering_blocks(tensor, dim, start, stop)
+        values = torch.from_numpy(np.array(gguf.quants.dequantize(stored, tensor.tensor_type), dtype=np.float32))
+        index = (slice(None),) * dim + (slice(offset, offset + stop - start),)
+        values = values.reshape(*shape[:dim], -1, *shape[dim + 1 :])[index]
         heads = self._heads.get(name.rsplit(".", 2)[-2]) if name.startswith("model.layers.") else None
-        return _unpermute_rotary(values, heads) if heads else values
+        if not heads:
+            return values.contiguous()
+        head_rows = shape[0] // heads
+        if dim == 0 and (start % head_rows or stop % head_rows):
+            raise GgufError(
+                f"{self.model_dir}: rows [{start}:{stop}] of {name!r} do not hold whole heads of {head_rows} rows"
+            )
+        return _unpermute_rotary(values, values.shape[0] // head_rows)
 
     def unread(self) -> list[str]:
         """Names nobody has read yet, sorted."""
@@ -86,6 +105,20 @@ class GgufCheckpoint:
         if name not in self._tensors:
             raise GgufError(f"{self.model_dir}: tensor {name!r} is missing from the GGUF file")
         return self._tensors[name]
+
+
+def _covering_blocks(tensor: gguf.ReaderTensor, dim: int, start: int, stop: int) -> tuple[np.ndarray, int]:
+    """The stored blocks that hold elements [start, stop) of `dim` (PyTorch's order),
+    and where `start` falls in the first of them. Rows are whole blocks, so a slice of
+    any dim but the last is exact; along the last it is widened to block edges."""
+    data = tensor.data
+    if dim < data.ndim - 1:
+        return data[(slice(None),) * dim + (slice(start, stop),)], 0
+    block_size, block_bytes = gguf.GGML_QUANT_SIZES[tensor.tensor_type]
+    # Storage units per block: elements for F32/F16 arrays, bytes for uint8 ones.
+    units = block_bytes // data.itemsize
+    first, end = start // block_size, -(-stop // block_size)
+    return np.ascontiguousarray(data[..., first * units : end * units]), start - first * block_size
 
 
 def _unpermute_rotary(weight: torch.Tensor, num_heads: int) -> torch.Tensor:

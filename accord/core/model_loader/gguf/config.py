@@ -17,14 +17,25 @@ from .reader import GgufError, GgufFile
 #: GGUF `general.architecture` -> the Hugging Face architecture whose graph runs it.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
-#: Tensor types dequantised at load with the `gguf` package's own dequantisation.
+#: Tensor types dequantised at load with the `gguf` package's own dequantisation: the
+#: float types and every type llama.cpp's `llama-quantize` writes for its common
+#: presets (Q2_K, Q3_K_M, Q4_K_S/M, Q5_K_S/M, Q6_K, Q8_0, IQ4_NL, IQ4_XS, the legacy
+#: Q4_0/Q4_1/Q5_0/Q5_1), including the types it falls back to for a tensor whose rows
+#: are not whole 256-wide K-quant blocks (Q5_0, Q5_1, Q8_0, IQ4_NL).
 SUPPORTED_TYPES = tuple(
-    gguf.GGMLQuantizationType[name] for name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+    gguf.GGMLQuantizationType[name]
+    for name in (
+        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+    )
 )
 
-#: The dtype a model runs in by default: the file's float type where it has one; bf16
-#: for quantised files (the compute dtype then follows the backend, e.g. fp32 on CPUs
-#: without bf16 GEMMs).
+#: The dtype a model runs in by default: the file's float type where it has one; fp32
+#: for quantised files. Their weights dequantise to fp32 values (gguf's dequantisation
+#: yields fp32, llama.cpp computes on fp32 activations), which bf16 would round a second
+#: time to 8 significant bits; and the default model (SmolLM2-135M Q4_1) answers the
+#: README's question by a margin bf16 arithmetic does not keep on every CPU kernel
+#: (README, "Quick start"). `--dtype bfloat16` still asks for bf16.
 _DTYPE_BY_TENSOR_TYPE = {
     gguf.GGMLQuantizationType.F32: "float32",
     gguf.GGMLQuantizationType.F16: "float16",
@@ -116,4 +127,4 @@ def _dtype(file: GgufFile) -> str:
     # The type most of the 2-D weights are stored in decides.
     matrices = [t.tensor_type for t in file.tensors() if len(t.shape) == 2]
     common = max(set(matrices), key=matrices.count) if matrices else gguf.GGMLQuantizationType.F32
-    return _DTYPE_BY_TENSOR_TYPE.get(common, "bfloat16")
+    return _DTYPE_BY_TENSOR_TYPE.get(common, "float32")

@@ -53,8 +53,10 @@ class ParallelLMHead:
     """Logits for this rank's vocabulary rows, gathered along the vocabulary so every rank
     (the sampling one included) holds the full fp32 logits; `vocab_sizes` are the ranks'
     row counts in rank order. `local` computes this rank's logits (a dense linear over
-    its rows, so the backend's GEMM serves the head as it serves every projection, on the
-    form its load prepared; the head keeps no other copy of the rows)."""
+    its rows with an fp32 output, so the backend's GEMM serves the head as it serves every
+    projection, on the form its load prepared, and a bf16 model's logits are never
+    rounded to bf16, which ties tokens that differ by less than its ulp; the head keeps
+    no other copy of the rows)."""
 
     def __init__(self, local: Linear, vocab_sizes: list[int], comm: Communicator | None) -> None:
         self.local = local
@@ -62,7 +64,7 @@ class ParallelLMHead:
         self.comm = comm
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.local(hidden).float()
+        logits = self.local(hidden)
         if self.comm is None:
             return logits
         return self.comm.all_gather(logits, dim=-1, sizes=self.vocab_sizes)
