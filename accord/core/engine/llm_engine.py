@@ -22,7 +22,7 @@ before the next is scheduled.
 
 A step that raises because of some of its requests fails only those: the engine runs
 the step again in halves until the failing requests are found, finishes them with
-finish_reason "error" and carries on with the rest (with several replicas, whose other
+finish_reason "error" and carries on with the rest (failure_isolation.py; with several replicas, whose other
 replicas already advanced, the whole step's requests fail instead). A dead executor (a
 worker process gone) raises EngineDeadError.
 """
@@ -47,6 +47,7 @@ from ..executor import Executor, executor_class
 from ..executor.base import StepSkipped
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.load import read_model_config
+from .failure_isolation import isolate_failure
 from .output_processor import OutputProcessor
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
@@ -348,7 +349,7 @@ class LLMEngine:
             # The worker must be idle while the failure is isolated: wait out the skipped steps.
             wait([queued.results for queued in self._in_flight])
             try:
-                return self._isolate_failure(flight.steps, error)
+                return isolate_failure(self.executor, self.schedulers, flight.steps, error)
             finally:
                 self._rerun_skipped()
 
@@ -359,56 +360,6 @@ class LLMEngine:
             if isinstance(queued.results.exception(), StepSkipped):
                 queued.results = self.executor.execute_model_async(queued.steps, after)
             after = queued.results
-
-    def _isolate_failure(
-        self, steps: list[SchedulerOutput], error: Exception
-    ) -> tuple[list[ModelRunnerOutput | None], list[RequestUpdate]]:
-        """Fail the requests that made `steps` raise `error` (their final updates); the
-        others' results."""
-        if len(steps) > 1:
-            logger.error("a data-parallel step failed (%s); failing its requests", error)
-            message = f"{type(error).__name__}: {error}"
-            failed = [
-                update
-                for scheduler, step in zip(self.schedulers, steps)
-                for update in scheduler.fail(step.num_scheduled_tokens, message)
-            ]
-            return [None] * len(steps), failed
-        step = steps[0]
-        if step.is_empty:
-            raise error  # nothing ran for a request: the runner itself failed
-        logger.warning("a step of %d requests failed (%s); isolating the cause", len(step.num_scheduled_tokens), error)
-        merged, failures = ModelRunnerOutput(), {}
-        ids = list(step.num_scheduled_tokens)
-        parts = [ids[: len(ids) // 2], ids[len(ids) // 2 :]] if len(ids) > 1 else []
-        if not parts:
-            failures[ids[0]] = error
-        while parts:
-            part = parts.pop()
-            if not part:
-                continue
-            try:
-                _merge(merged, self.executor.execute_subset(part))
-            except EngineDeadError:
-                raise
-            except Exception as part_error:  # noqa: BLE001
-                if len(part) == 1:
-                    failures[part[0]] = part_error
-                else:
-                    parts += [part[: len(part) // 2], part[len(part) // 2 :]]
-        failed = []
-        for req_id, req_error in failures.items():
-            logger.error("request sample %s failed its step: %s", req_id, req_error)
-            failed += self.scheduler.fail([req_id], f"{type(req_error).__name__}: {req_error}")
-        return [merged], failed
-
-
-def _merge(into: ModelRunnerOutput, part: ModelRunnerOutput) -> None:
-    into.req_ids += part.req_ids
-    into.sampled_token_ids += part.sampled_token_ids
-    into.logprobs += part.logprobs
-    into.top_logprobs += part.top_logprobs
-    into.prompt_logprobs.update(part.prompt_logprobs)
 
 
 def _verify_parallel_layout(config: EngineConfig, backend_factory: BackendFactory) -> None:
