@@ -148,7 +148,7 @@ class TorchCommunicator:
         padded[: moved.shape[0]] = moved
         wire = self._to_wire(padded, adapter)
         out = torch.empty((self.world_size * wire.shape[0], *wire.shape[1:]), dtype=wire.dtype, device=wire.device)
-        dist.all_gather_into_tensor(out, wire, group=self.group)
+        dist.all_gather_single(out, wire, group=self.group)
         gathered = self._from_wire(out, x.dtype, adapter).view(self.world_size, longest, *moved.shape[1:])
         parts = [gathered[r, : extents[r]] for r in range(self.world_size)]
         return torch.cat(parts).movedim(0, dim).contiguous()
@@ -182,7 +182,7 @@ class TorchCommunicator:
             moved = padded.flatten(0, 1)
         wire = self._to_wire(moved.contiguous(), adapter)
         out = torch.empty((longest, *wire.shape[1:]), dtype=wire.dtype, device=wire.device)
-        dist.reduce_scatter_tensor(out, wire, group=self.group)
+        dist.reduce_scatter_single(out, wire, group=self.group)
         mine = self._from_wire(out, x.dtype, adapter)[: extents[self.rank]]
         return mine.movedim(0, dim).contiguous()
 

@@ -37,6 +37,7 @@ from .protocol import (
     TokenizeResponse,
 )
 from .serving import OpenAIServing, ServedModel
+from .token_list_response import token_list_response
 from .tool_parsers import get_tool_parser
 
 #: Documented in the OpenAPI schema for every API route (FastAPI's 422 is replaced:
@@ -115,17 +116,19 @@ def create_app(
 
     app.include_router(api)
 
-    @app.post("/tokenize", responses=_ERROR_RESPONSES)
-    async def tokenize(request: TokenizeRequest) -> TokenizeResponse:
-        """Token ids of a prompt, or of chat messages rendered by the chat template."""
+    @app.post("/tokenize", response_model=TokenizeResponse, responses=_ERROR_RESPONSES)
+    async def tokenize(request: TokenizeRequest) -> StreamingResponse:
+        """Token ids of a prompt, or of chat messages rendered by the chat template
+        (written a piece at a time: a prompt of megabytes has millions)."""
         serving.check_model(request.model)
         if request.messages is not None:
             tokens = await serving.render_chat(request.messages, request.add_generation_prompt)
         elif request.prompt is not None:
-            tokens = await serving.encode(request.prompt, add_special_tokens=request.add_special_tokens)
+            tokens = await serving.tokenize(request.prompt, add_special_tokens=request.add_special_tokens)
         else:
             raise OpenAIError("send a prompt or messages to tokenize", param="prompt")
-        return TokenizeResponse(count=len(tokens), max_model_len=model.max_model_len, tokens=tokens)
+        fields = {"count": len(tokens), "max_model_len": model.max_model_len}
+        return token_list_response(fields, "tokens", tokens)
 
     @app.post("/detokenize", responses=_ERROR_RESPONSES)
     async def detokenize(request: DetokenizeRequest) -> DetokenizeResponse:

@@ -52,11 +52,12 @@ class ChatService:
             raise OpenAIError("top_logprobs needs logprobs=true", param="top_logprobs")
         tool_choice = self._tool_choice(request)
         tools = request.tools if tool_choice != "none" else None
-        prompt = await serving.render_chat(request.messages, request.add_generation_prompt, request.tools)
+        rendered = await serving.render_chat(request.messages, request.add_generation_prompt, request.tools)
         if request.max_completion_tokens is not None:
-            max_tokens = serving.max_tokens(len(prompt), request.max_completion_tokens, "max_completion_tokens")
+            max_tokens = serving.max_tokens(len(rendered), request.max_completion_tokens, "max_completion_tokens")
         else:
-            max_tokens = serving.max_tokens(len(prompt), request.max_tokens, "max_tokens")
+            max_tokens = serving.max_tokens(len(rendered), request.max_tokens, "max_tokens")
+        prompt = list(rendered)  # once the prompt is known to fit: a long one's ids come packed
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
         constraint = serving.structured_outputs(request)
         if tools and tool_choice != "auto":

@@ -81,7 +81,10 @@ class CompletionService:
         prompts = []
         for item in prompt:
             if isinstance(item, str):
-                prompts.append(_Prompt(item, await self.serving.encode(item)))
+                tokens = await self.serving.tokenize(item)
+                # Refused before its ids become a list: a long prompt's come packed.
+                self.serving.check_prompt_fits(len(tokens), "prompt")
+                prompts.append(_Prompt(item, list(tokens)))
             else:
                 token_ids = list(item)  # type: ignore[arg-type]
                 self.serving.check_token_ids(token_ids, "prompt")

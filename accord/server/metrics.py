@@ -10,9 +10,10 @@ once per replica, labelled `engine="<replica>"` as vLLM labels its engine cores.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -60,6 +61,10 @@ class ServerMetrics:
         )
         self._request_failure = counter("request_failure", "Requests the engine or a shutdown failed.", "reason")
         self._request_rejected = counter("request_rejected", "Requests refused before admission (429).", "reason")
+        self._tokenizing = Gauge(
+            "accord:num_prompts_tokenizing", "Prompts (texts or rendered conversations) being tokenised now.", labels,
+            registry=self.registry,
+        )
         self.registry.register(_EngineStatsCollector(model_name, replica_stats))
 
     def request_finished(self, output: RequestOutput, finish_reason: str) -> None:
@@ -87,6 +92,10 @@ class ServerMetrics:
     def request_rejected(self, reason: str) -> None:
         """Record a request refused by admission control."""
         self._request_rejected.labels(self.model_name, reason).inc()
+
+    def tokenizing(self) -> AbstractContextManager[None]:
+        """Counts one prompt in the tokenizing gauge for as long as the block runs."""
+        return self._tokenizing.labels(self.model_name).track_inprogress()
 
     def output_interval(self, seconds_per_token: float) -> None:
         """Record one interval between a request's outputs, per token it brought."""

@@ -28,8 +28,28 @@ def _utf8(text: str) -> str:
     return text
 
 
-#: Text a client sends: a string that is valid Unicode (no lone surrogates).
+def _utf8_json(value: Any) -> Any:
+    # Every string of a JSON value (keys too), walked without recursion: a client picks
+    # the nesting depth.
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            _utf8(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return value
+
+
+#: Text a client sends: a string that is valid Unicode (no lone surrogates). Every
+#: string that reaches the tokenizer or the chat template has this type.
 Text = Annotated[str, AfterValidator(_utf8)]
+#: A JSON object a client sends whose strings reach the chat template (a tool's
+#: parameter schema): each one valid Unicode.
+TextObject = Annotated[dict[str, Any], AfterValidator(_utf8_json)]
 #: A token id: a JSON integer (not a boolean, not 2.0), never negative; the
 #: vocabulary bound is checked against the served model.
 TokenId = Annotated[int, Strict(), Field(ge=0, le=INT64_MAX)]
@@ -139,14 +159,14 @@ class TextContentPart(BaseModel):
 class FunctionCall(BaseModel):
     """A function the model called: its name and its arguments as a JSON string."""
 
-    name: str
-    arguments: str
+    name: Text
+    arguments: Text
 
 
 class ToolCall(BaseModel):
     """One tool call of an assistant message."""
 
-    id: str = Field(default_factory=lambda: random_id("call"))
+    id: Text = Field(default_factory=lambda: random_id("call"))
     type: Literal["function"] = "function"
     function: FunctionCall
 
@@ -155,8 +175,8 @@ class FunctionDefinition(BaseModel):
     """A function the model may call: name, description and a JSON schema of its arguments."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    description: Text | None = None
+    parameters: TextObject = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
 
 
@@ -187,9 +207,9 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextContentPart] | None = None
-    name: str | None = None
+    name: Text | None = None
     tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
+    tool_call_id: Text | None = None
 
     def text(self) -> str:
         """The message's text, its parts concatenated."""

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 from ..core.engine.client import EngineClient
+from ..core.errors import EngineDeadError, RequestFailedError
 from ..core.outputs import RequestOutput
 from .drain import DrainDeadline
 from .errors import OpenAIError, logger
@@ -111,8 +112,13 @@ class RequestStream:
 
 def engine_failure(error: BaseException) -> OpenAIError:
     """The 500 a client gets when the engine fails its request; the cause goes to the
-    log only (its text can name internals)."""
-    logger.error("the engine failed a request", exc_info=error)
+    log only (its text can name internals): one line when the engine logged it already
+    (a dead engine, a failed step: once for every request they take down), else with
+    its traceback."""
+    if isinstance(error, (EngineDeadError, RequestFailedError)):
+        logger.error("the engine failed a request: %s", error)
+    else:
+        logger.error("the engine failed a request", exc_info=error)
     return OpenAIError(
         "the engine failed this request; the server log has the details", status_code=500, code="engine_error"
     )

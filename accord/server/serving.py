@@ -28,6 +28,7 @@ from .drain import DrainDeadline
 from .errors import OpenAIError
 from .logprobs import LogprobFormat
 from .metrics import ServerMetrics
+from .prompt_tokenizer import PromptTokenizer, yield_the_cpu_to_serving
 from .protocol import ChatMessage, SamplingFields, Tool, Usage
 from .request_stream import RequestStream, abort_all, engine_failure
 
@@ -70,10 +71,13 @@ class OpenAIServing:
         #: Engine requests admitted and still waiting for their first output.
         self.num_waiting = 0
         # Tokenising a long prompt or rendering a template takes long enough to stall
-        # every stream if done on the event loop; the tokenizers release the GIL.
+        # every stream if done on the event loop; Tokenizer.tokenize releases the GIL.
         self._token_bytes_function: Callable[[int], bytes] | None = None
         self._special_ids: frozenset[int] | None = None
-        self._cpu_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accord-tokenize")
+        self._cpu_pool = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="accord-tokenize", initializer=yield_the_cpu_to_serving
+        )
+        self._prompts = PromptTokenizer(engine.tokenizer, self._cpu_pool)
 
     async def off_loop(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a CPU-heavy call (tokenising, template rendering) in the tokenizer pool."""
@@ -81,8 +85,9 @@ class OpenAIServing:
         return await loop.run_in_executor(self._cpu_pool, functools.partial(function, *args, **kwargs))
 
     def close(self) -> None:
-        """Stop the tokenizer pool."""
+        """Stop the tokenizer pool and process."""
         self._cpu_pool.shutdown(wait=False, cancel_futures=True)
+        self._prompts.close()
 
     def check_model(self, name: str | None) -> None:
         """Refuse, with 404 as OpenAI and vLLM, a request for a model this server does not serve."""
@@ -106,16 +111,20 @@ class OpenAIServing:
                 f"{self.model.scheduling_policy!r}", param="priority",
             )
 
-    def max_tokens(self, num_prompt_tokens: int, requested: int | None, param: str) -> int:
-        """The generation budget: `requested`, or all the room the context has left;
-        refuse a prompt or budget that does not fit in max-model-len."""
-        room = self.model.max_model_len - num_prompt_tokens
-        if room < 1:
+    def check_prompt_fits(self, num_prompt_tokens: int, param: str) -> None:
+        """Refuse a prompt that leaves no room in max-model-len for a generated token."""
+        if num_prompt_tokens >= self.model.max_model_len:
             raise OpenAIError(
                 f"the prompt is {num_prompt_tokens} tokens, but this model's context is {self.model.max_model_len} "
                 "tokens and needs room for at least one generated token",
-                param="messages" if param == "max_completion_tokens" else "prompt", code="context_length_exceeded",
+                param=param, code="context_length_exceeded",
             )
+
+    def max_tokens(self, num_prompt_tokens: int, requested: int | None, param: str) -> int:
+        """The generation budget: `requested`, or all the room the context has left;
+        refuse a prompt or budget that does not fit in max-model-len."""
+        self.check_prompt_fits(num_prompt_tokens, "messages" if param == "max_completion_tokens" else "prompt")
+        room = self.model.max_model_len - num_prompt_tokens
         if requested is None:
             return room
         if requested > room:
@@ -126,10 +135,13 @@ class OpenAIServing:
             )
         return requested
 
-    async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+    async def tokenize(self, text: str, add_special_tokens: bool = True) -> Sequence[int]:
         """A prompt's token ids (by default with the tokenizer's special tokens, e.g.
-        BOS), tokenised off the event loop."""
-        return list(await self.off_loop(self.engine.tokenizer.encode, text, add_special_tokens=add_special_tokens))
+        BOS), made where they stall nothing (see PromptTokenizer), and counted in the
+        tokenizing gauge meanwhile. A long prompt's come packed: check the length
+        before making them a list."""
+        with self.metrics.tokenizing():
+            return await self._prompts.encode(text, add_special_tokens)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """The text of some token ids (special tokens left out)."""
@@ -194,23 +206,22 @@ class OpenAIServing:
 
     async def render_chat(
         self, messages: Sequence[ChatMessage], add_generation_prompt: bool, tools: Sequence[Tool] | None = None
-    ) -> list[int]:
-        """A conversation's prompt token ids, rendered by the model's chat template off
-        the event loop (tool calls, tool results and tool definitions passed to the
-        template as Hugging Face templates expect them)."""
+    ) -> Sequence[int]:
+        """A conversation's prompt token ids (as `tokenize` gives them), rendered by the
+        model's chat template off the event loop (tool calls, tool results and tool
+        definitions passed to the template as Hugging Face templates expect them)."""
         conversation = [message_for_template(m) for m in messages]
         options: dict[str, Any] = {}
         if tools:
             options["tools"] = [tool.model_dump(exclude_none=True) for tool in tools]
         tokenizer = self.engine.tokenizer
         try:
-            token_ids = await self.off_loop(
-                tokenizer.apply_chat_template, conversation, add_generation_prompt=add_generation_prompt,
-                tokenize=True, **options,
+            text = await self.off_loop(
+                tokenizer.apply_chat_template, conversation, add_generation_prompt=add_generation_prompt, **options
             )
         except (ValueError, TemplateError) as error:  # no chat template, or the template refused the messages
             raise OpenAIError(str(error), param="messages") from error
-        return list(token_ids)
+        return await self.tokenize(text, add_special_tokens=False)  # the template writes the special tokens
 
     def sampling_params(
         self, request: SamplingFields, max_tokens: int, logprobs: int | None, **extra: Any
@@ -272,6 +283,9 @@ class OpenAIServing:
         self.num_waiting += len(prompts)
         try:
             firsts = await asyncio.gather(*(anext(g) for g in generators), return_exceptions=True)
+        except asyncio.CancelledError:  # the client went away while its requests waited
+            await self._abort_waiting(ids)
+            raise
         finally:
             self.num_waiting -= len(prompts)
         streams = [
@@ -286,6 +300,13 @@ class OpenAIServing:
                 raise OpenAIError(str(failure)) from failure
             raise engine_failure(failure) from failure
         return streams
+
+    async def _abort_waiting(self, request_ids: Sequence[str]) -> None:
+        """Abort engine requests that never reached a RequestStream, each counted as
+        an abort (as the streams count theirs)."""
+        for request_id in request_ids:
+            await self.engine.abort(request_id)
+            self.metrics.request_ended_early("abort")
 
 
 def message_for_template(message: ChatMessage) -> dict[str, Any]:

@@ -127,8 +127,32 @@ def test_rank_keeps_its_heads_and_rows(tmp_path: Path) -> None:
     assert model.kv_cache_specs()[0].num_kv_heads == 1
 
 
+def test_heads_that_do_not_divide_are_cut_by_whole_kv_groups(tmp_path: Path) -> None:
+    """SmolLM2-135M's shape: 9 query and 3 key/value heads over 2 ranks. Rank 1 holds kv
+    heads 1-2 with their query heads 3-8, and o_proj's columns of those heads."""
+    head_dim = 16
+    build_tiny_model("llama", hidden_size=9 * head_dim, num_attention_heads=9, num_key_value_heads=3).save_pretrained(
+        tmp_path
+    )
+    full = load_file(tmp_path / "model.safetensors")
+    model = load_model(tmp_path, OpDispatcher(get_backend("cpu")), dtype=torch.float32, parallel=RANK1_OF_2).model
+    prefix = "model.layers.0.self_attn"
+    attention = model.layers[0].attention
+    assert (attention.num_heads, attention.num_kv_heads) == (6, 2)
+    expected_qkv = torch.cat([
+        full[f"{prefix}.q_proj.weight"][3 * head_dim :], full[f"{prefix}.k_proj.weight"][head_dim:],
+        full[f"{prefix}.v_proj.weight"][head_dim:],
+    ])
+    x = torch.randn(3, 9 * head_dim)
+    torch.testing.assert_close(attention.qkv(x), torch.nn.functional.linear(x, expected_qkv))
+    heads_out = torch.randn(3, 6 * head_dim)
+    expected_o = torch.nn.functional.linear(heads_out, full[f"{prefix}.o_proj.weight"][:, 3 * head_dim :])
+    torch.testing.assert_close(attention.o_proj.local(heads_out), expected_o)
+    assert model.kv_cache_specs()[0].num_kv_heads == 2
+
+
 def test_unsplittable_heads_are_refused(tmp_path: Path) -> None:
-    build_tiny_model("llama", num_attention_heads=4, num_key_value_heads=4).save_pretrained(tmp_path)
+    build_tiny_model("llama", num_attention_heads=4, num_key_value_heads=2).save_pretrained(tmp_path)
     three_ranks = ParallelContext(rank=0, world_size=3, tp_rank=0, tp_size=3, communicator=NoCollectives())
     with pytest.raises(ValueError, match="num_attention_heads \\(4\\) is not divisible by tensor_parallel_size 3"):
         load_model(tmp_path, OpDispatcher(get_backend("cpu")), dtype=torch.float32, parallel=three_ranks)

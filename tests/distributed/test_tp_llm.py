@@ -21,6 +21,8 @@ from accord import LLM
 #: (test id, tiny architecture, overrides) for the architectures tests/executor leaves out.
 VARIANTS = [
     ("llama-kv1", "llama", {"num_key_value_heads": 1}),
+    # SmolLM2-135M's head counts: 9 query and 3 key/value heads cut unevenly over 2 ranks.
+    ("llama-9-heads", "llama", {"hidden_size": 144, "num_attention_heads": 9, "num_key_value_heads": 3}),
     ("qwen3", "qwen3", {}),
     ("mixtral", "mixtral", {}),
     ("qwen3_moe", "qwen3_moe", {}),

@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import httpx
 
@@ -21,19 +22,28 @@ FAILING_TOKEN, FAILING_LATE_TOKEN = 13, 14
 MODEL = ServedModel(name="stub", root="/nowhere", max_model_len=64, vocab_size=100)
 
 
+@dataclass(frozen=True)
+class StubTokens:
+    """What Tokenizer.tokenize gives the server: a length and the ids."""
+
+    ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class StubTokenizer:
     """Characters are tokens; records the threads that tokenise."""
 
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+    def tokenize(self, text: str, add_special_tokens: bool = True) -> StubTokens:
         self.threads.append(threading.current_thread())
-        return [ord(char) % 100 for char in text]
+        return StubTokens([ord(char) % 100 for char in text])
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, tokenize: bool = False,
-                            **options) -> list[int]:
-        return self.encode("".join(message["content"] for message in messages))
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **options) -> str:
+        return "".join(message["content"] for message in messages)
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return "".join(chr(token) for token in token_ids)

@@ -91,6 +91,62 @@ def test_lone_surrogates_get_400(http: httpx.Client, route: str, body: str, para
     assert "surrogate" in response.json()["error"]["message"]
 
 
+LONE = "\ud800"  # json.dumps writes it as the escape a client sends: "\\ud800"
+
+
+def _chat(call: dict | None = None, tool: dict | None = None, user: dict | None = None,
+          function: dict | None = None) -> dict:
+    """A conversation (user, assistant tool call, tool result) and a tool, each part
+    with the given fields replaced."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}, **(call or {})}
+    messages = [
+        {"role": "user", "content": "hi", **(user or {})},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "42", "tool_call_id": "call_1", **(tool or {})},
+    ]
+    tools = [{"type": "function", "function": {"name": "f", **(function or {})}}]
+    return {"messages": messages, "tools": tools, "max_tokens": 2}
+
+
+#: Every string of a conversation or tool list that reaches the chat template, as a
+#: request with a lone surrogate there, and where the error must say it is.
+TEMPLATE_STRINGS = {
+    "function name": (lambda t: _chat(call={"function": {"name": t, "arguments": "{}"}}),
+                      "messages.1.tool_calls.0.function.name"),
+    "function arguments": (lambda t: _chat(call={"function": {"name": "f", "arguments": f'{{"x": "{t}"}}'}}),
+                           "messages.1.tool_calls.0.function.arguments"),
+    "tool call id": (lambda t: _chat(call={"id": t}), "messages.1.tool_calls.0.id"),
+    "tool result's call id": (lambda t: _chat(tool={"tool_call_id": t}), "messages.2.tool_call_id"),
+    "message name": (lambda t: _chat(user={"name": t}), "messages.0.name"),
+    "tool description": (lambda t: _chat(function={"description": t}), "tools.0.function.description"),
+    "parameter schema": (
+        lambda t: _chat(function={"parameters": {"type": "object", "properties": {"x": {"description": t}}}}),
+        "tools.0.function.parameters",
+    ),
+    "parameter schema key": (
+        lambda t: _chat(function={"parameters": {"type": "object", "properties": {t: {"type": "string"}}}}),
+        "tools.0.function.parameters",
+    ),
+}
+
+
+@pytest.mark.parametrize(("request_with", "field"), TEMPLATE_STRINGS.values(), ids=TEMPLATE_STRINGS)
+def test_a_lone_surrogate_in_any_string_the_template_reads_gets_400_naming_the_field(
+    http: httpx.Client, request_with, field: str
+) -> None:
+    response = post_raw(http, CHAT, json.dumps(request_with(LONE)))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == field.split(".")[0] and field in error["message"] and "surrogate" in error["message"]
+
+
+@pytest.mark.parametrize("request_with", [case for case, _ in TEMPLATE_STRINGS.values()], ids=TEMPLATE_STRINGS)
+def test_the_same_requests_with_valid_text_are_served(http: httpx.Client, request_with) -> None:
+    # The 400 above is for the surrogate alone.
+    response = post_raw(http, CHAT, json.dumps(request_with("x")))
+    assert response.status_code == 200, response.text
+
+
 # -- finding 6: fields accord does not implement are refused, never ignored ------------
 @pytest.mark.parametrize(
     ("route", "field", "value"),

@@ -3,6 +3,8 @@
 Tensor parallel cuts linears along their output (column-parallel: q/k/v, gate/up,
 vocab rows) or input (row-parallel: o_proj, down) dimension; attention cuts by heads,
 and key/value heads fewer than ranks are replicated (a group of ranks shares one head).
+Heads that do not divide among the ranks are cut by whole key/value groups, unevenly
+(SmolLM2-135M's 9 query and 3 key/value heads over 2 ranks: 6 + 3 query heads).
 """
 
 from __future__ import annotations
@@ -15,14 +17,22 @@ from . import ParallelContext
 @dataclass(frozen=True)
 class Shard:
     """Chunk `index` of `count` chunks along `dim`. Chunks are ceil(extent / count)
-    long, so only the last may be short (vocabularies); count 1 is the whole tensor."""
+    long, so only the last may be short (vocabularies); count 1 is the whole tensor.
+    With `parts`, the extent is `parts` indivisible pieces (key/value head groups),
+    dealt out as evenly as whole pieces go (chunk i holds pieces i*parts//count up to
+    (i+1)*parts//count), so one shard cuts a tensor measured in heads and the same
+    tensor measured in rows (heads x head_dim) at the same heads."""
 
     dim: int
     index: int
     count: int
+    parts: int | None = None
 
     def bounds(self, extent: int) -> tuple[int, int]:
         """[start, stop) of this chunk in a dimension of `extent`."""
+        if self.parts is not None:
+            piece = extent // self.parts
+            return (self.index * self.parts // self.count * piece, (self.index + 1) * self.parts // self.count * piece)
         chunk = -(-extent // self.count)
         start = min(extent, self.index * chunk)
         return start, min(extent, start + chunk)
@@ -34,7 +44,7 @@ class Shard:
 
     def extents(self, full: int) -> list[int]:
         """Every chunk's length, in chunk order (what each rank holds)."""
-        return [Shard(self.dim, i, self.count).extent(full) for i in range(self.count)]
+        return [Shard(self.dim, i, self.count, self.parts).extent(full) for i in range(self.count)]
 
     @property
     def whole(self) -> bool:
@@ -53,17 +63,28 @@ def split_evenly(parallel: ParallelContext, total: int, what: str, dim: int = 0)
     return Shard(dim, parallel.tp_rank, parallel.tp_size)
 
 
-def kv_head_shard(parallel: ParallelContext, num_kv_heads: int) -> Shard:
-    """This rank's key/value heads: an equal share when there are at least as many heads
-    as ranks, else the one head its group of tp_size / num_kv_heads ranks replicates."""
-    if num_kv_heads >= parallel.tp_size:
-        return split_evenly(parallel, num_kv_heads, "num_key_value_heads")
-    if parallel.tp_size % num_kv_heads:
+def head_shards(parallel: ParallelContext, num_heads: int, num_kv_heads: int) -> tuple[Shard, Shard]:
+    """This rank's (query head, key/value head) shards. Query heads split equally, and
+    key/value heads too when there are at least as many as ranks; fewer are replicated
+    (a group of tp_size / num_kv_heads ranks shares one). Where they do not divide, the
+    ranks take whole groups of a key/value head and its query heads, unevenly."""
+    tp = parallel.tp_size
+    if num_heads % tp == 0 and num_kv_heads < tp:
+        if tp % num_kv_heads:
+            raise ValueError(
+                f"tensor_parallel_size {tp} must be a multiple of num_key_value_heads {num_kv_heads} "
+                "to replicate key/value heads"
+            )
+        return Shard(0, parallel.tp_rank, tp), Shard(0, parallel.tp_rank * num_kv_heads // tp, num_kv_heads)
+    if num_heads % tp == 0 and num_kv_heads % tp == 0:
+        return Shard(0, parallel.tp_rank, tp), Shard(0, parallel.tp_rank, tp)
+    if num_kv_heads < tp:
         raise ValueError(
-            f"tensor_parallel_size {parallel.tp_size} must be a multiple of num_key_value_heads {num_kv_heads} "
-            "to replicate key/value heads"
+            f"num_attention_heads ({num_heads}) is not divisible by tensor_parallel_size {tp}, and its "
+            f"{num_kv_heads} key/value heads are too few to give each rank a whole group"
         )
-    return Shard(0, parallel.tp_rank * num_kv_heads // parallel.tp_size, num_kv_heads)
+    by_group = Shard(0, parallel.tp_rank, tp, parts=num_kv_heads)
+    return by_group, by_group
 
 
 def rank_shard(parallel: ParallelContext, dim: int = 0) -> Shard:

@@ -222,6 +222,8 @@ class AsyncLLM:
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # noqa: BLE001 - every waiter must hear of it
+            # The one traceback of the engine's death: each request it fails says only that.
+            logger.error("the engine loop stopped; every request fails from now on", exc_info=error)
             self._error = error
             if not isinstance(error, EngineDeadError):
                 error = EngineDeadError(self._dead_message())

@@ -96,11 +96,14 @@ class WeightLoader:
             return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
         return self._local_linear(self._stacked(parts), biases)
 
-    def row_parallel_linear(self, prefix: str, in_features: int, out_features: int, reduce: bool = True) -> Linear:
+    def row_parallel_linear(
+        self, prefix: str, in_features: int, out_features: int, reduce: bool = True, columns: Shard | None = None
+    ) -> Linear:
         """`prefix.weight` split along its input dim across the ranks (o_proj, down): each
-        rank multiplies its slice of the activations, and the partial products are summed
-        over the ranks (unless `reduce` is False: the caller sums several at once)."""
-        shard = split_evenly(self.parallel, in_features, f"{prefix} input features", dim=1)
+        rank multiplies its slice of the activations (`columns`, where the caller's
+        activations are split otherwise than equally), and the partial products are
+        summed over the ranks (unless `reduce` is False: the caller sums several at once)."""
+        shard = columns or split_evenly(self.parallel, in_features, f"{prefix} input features", dim=1)
         weight = self._read(f"{prefix}.weight", (out_features, in_features), shard)
         if weight.dtype in FP8_DTYPES:
             fp8_weight, scale = self._device_fp8(

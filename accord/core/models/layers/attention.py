@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ....op_contracts import OpDispatcher
 from ...worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
-from ...distributed.sharding import kv_head_shard, split_evenly
+from ...distributed.sharding import head_shards
 from ...model_loader.model_config import ModelConfig
 from ..weights import WeightLoader
 from .linear import Linear
@@ -48,11 +50,11 @@ class GQAAttention:
         cls, weights: WeightLoader, prefix: str, config: ModelConfig, layer: int, rotary: RotaryEmbedding
     ) -> GQAAttention:
         """The attention of decoder layer `layer` from `prefix.{q,k,v,o}_proj` (+ q/k norms).
-        Under tensor parallelism this rank holds heads / tp query heads and their key/value
-        heads (replicated when there are fewer than ranks); o_proj sums over the ranks."""
+        Under tensor parallelism this rank holds its query heads and their key/value heads
+        (replicated when there are fewer than ranks; see head_shards); o_proj sums over
+        the ranks."""
         heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
-        q_shard = split_evenly(weights.parallel, heads, "num_attention_heads")
-        kv_shard = kv_head_shard(weights.parallel, kv_heads)
+        q_shard, kv_shard = head_shards(weights.parallel, heads, kv_heads)
         qkv = weights.linear(
             [f"{prefix}.q_proj", f"{prefix}.k_proj", f"{prefix}.v_proj"],
             config.hidden_size,
@@ -60,7 +62,9 @@ class GQAAttention:
             bias=config.attention_bias,
             shards=[q_shard, kv_shard, kv_shard],
         )
-        o_proj = weights.row_parallel_linear(f"{prefix}.o_proj", heads * head_dim, config.hidden_size)
+        o_proj = weights.row_parallel_linear(
+            f"{prefix}.o_proj", heads * head_dim, config.hidden_size, columns=replace(q_shard, dim=1)
+        )
         q_norm = k_norm = None
         if config.qk_norm:
             q_norm = RMSNorm(weights.ops, weights.tensor(f"{prefix}.q_norm.weight", (head_dim,)), config.rms_norm_eps)
