@@ -14,6 +14,8 @@ from accord.backends import get_backend
 from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 
+pytestmark = pytest.mark.isa
+
 #: (tensor type, dtype on the native bf16 path, dtype on the fp32 path).
 EXPECTED = (
     (Q.Q4_1, torch.float32, torch.float32),

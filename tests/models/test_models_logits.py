@@ -17,6 +17,8 @@ from accord.core.model_loader.load import load_model
 from accord.op_contracts import CONTRACTS, OpDispatcher
 from tiny_models import build_tiny_model, load_transformers
 
+pytestmark = pytest.mark.isa
+
 #: The contract's bound for an fp32 output (a bf16 rounding of the logits exceeds it).
 FP32_LOGITS_BOUND = CONTRACTS["linear"].tolerance[torch.float32]
 ROWS = (1, 4, 33)

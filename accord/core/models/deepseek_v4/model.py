@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from ...worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ...model_loader.hf_checkpoint import SafetensorsCheckpoint
 from ...model_loader.model_config import ModelConfig
-from ..layers import RMSNorm
+from ..layers import DenseLinear, Linear, RMSNorm
 from ..layers.mlp import RoutedExperts
 from ..weights import WeightLoader
 from .attention import V4Attention
@@ -97,7 +97,7 @@ class DeepseekV4:
 
     def __init__(
         self, config: ModelConfig, embed: torch.Tensor, layers: Sequence[V4DecoderLayer], hc_head: HyperHead,
-        norm: RMSNorm, lm_head: torch.Tensor,
+        norm: RMSNorm, lm_head: Linear,
     ) -> None:
         assert config.v4 is not None, "DeepseekV4 always parses its config"
         self.config = config
@@ -134,7 +134,7 @@ class DeepseekV4:
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [N, V] in fp32 for the rows of `hidden` [N, H] that need sampling."""
-        return F.linear(hidden, self.lm_head).float()
+        return self.lm_head(hidden)
 
 
 def load(weights: WeightLoader, config: ModelConfig) -> DeepseekV4:
@@ -165,7 +165,8 @@ def load(weights: WeightLoader, config: ModelConfig) -> DeepseekV4:
         layers,
         hc_head,
         RMSNorm(weights.ops, weights.tensor(names.norm, (hidden,)), eps),
-        weights.tensor("head.weight", (config.vocab_size, hidden)),
+        # fp32 logits, through the contract: a bf16 rounding would tie close tokens.
+        DenseLinear(weights.ops, weights.tensor("head.weight", (config.vocab_size, hidden)), out_dtype=torch.float32),
     )
 
 
