@@ -28,7 +28,6 @@ import time
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from accord.backends.cpu import CpuBackend
 from accord.backends.cpu.kernels import linear as cpu_linear

@@ -24,7 +24,7 @@ import torch
 
 def head_calls(model: str, rounds: int) -> None:
     from accord.backends import get_backend
-    from accord.core.models import load_model
+    from accord.core.model_loader.load import load_model
     from accord.op_contracts import OpDispatcher
 
     backend = get_backend("cpu")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 
-from accord.core.block_manager import PREFIX_HASH_ALGOS, ROOT_KEY
+from accord.core.sched.block_manager import PREFIX_HASH_ALGOS, ROOT_KEY
 
 NUM_BLOCKS = 20_000
 REPEATS = 5

@@ -26,11 +26,11 @@ from pathlib import Path
 
 #: The timed parts of an in-process start-up: (label, module, attribute path).
 PHASES = (
-    ("model load", "accord.core.worker", "load_model"),
-    ("step-budget timing", "accord.core.worker", "Worker.time_step"),
-    ("profile run", "accord.core.worker", "Worker.determine_num_blocks"),
-    ("KV cache + decode graphs", "accord.core.worker", "Worker.initialize_cache"),
-    ("tokenizer", "accord.core.engine", "load_tokenizer"),
+    ("model load", "accord.core.worker.worker", "load_model"),
+    ("step-budget timing", "accord.core.worker.worker", "Worker.time_step"),
+    ("profile run", "accord.core.worker.worker", "Worker.determine_num_blocks"),
+    ("KV cache + decode graphs", "accord.core.worker.worker", "Worker.initialize_cache"),
+    ("tokenizer", "accord.core.engine.llm_engine", "load_tokenizer"),
 )
 
 

@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--model", help="a model directory or GGUF file (default: the demo model)")
     parser.add_argument("--megabytes", type=float, default=10.0)
     args = parser.parse_args()
-    from accord.core.tokenizer import load_tokenizer
+    from accord.core.model_loader.source import load_tokenizer
     from accord.demo.model import demo_model_dir
 
     tokenizer = load_tokenizer(args.model or demo_model_dir())

@@ -189,7 +189,7 @@ class Backend:
 
     def graph_capture(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
         """Capture a no-argument step over persistent buffers into a replay that returns
-        its (static) output (accord.core.graph_capture keeps the books); by default the
+        its (static) output (accord.core.worker.graph_capture keeps the books); by default the
         replay runs the step again, which is what a device without graphs does. Raises
         NotImplementedError (a subclass) for a step this device cannot record, which
         then runs eagerly."""

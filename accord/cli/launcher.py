@@ -18,13 +18,13 @@ from collections.abc import Iterator
 import uvicorn
 
 from ..backends.registry import BackendUnavailableError
-from ..core.async_engine import AsyncLLM
-from ..core.engine import LLMEngine
+from ..core.engine.async_llm import AsyncLLM
+from ..core.engine.llm_engine import LLMEngine
 from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
 from ..server.app import create_app
 from ..server.drain import DrainDeadline
-from .commands.serve import engine_config
+from .engine_flags import engine_config
 from ..demo.default_model import ChecksumMismatch
 from ..entrypoints.model_choice import choose_model
 from ..server.serving import ServedModel
@@ -114,7 +114,8 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
         settings = engine_config(args, choice.path)
         if settings.kv_cache_memory is None:
             settings.kv_cache_memory = choice.kv_cache_memory
-        engine = AsyncLLM(LLMEngine(settings, RegistryBackend(settings.backend)))
+        llm_engine = LLMEngine(settings, RegistryBackend(settings.backend))
+        engine = AsyncLLM(llm_engine)
     except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError) as error:
         # A wrong directory, flag or backend: say what, without a traceback.
         print(f"accord serve: error: {error}", file=sys.stderr)
@@ -135,7 +136,7 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
         )
     except ValueError as error:  # an unknown tool call parser
         print(f"accord serve: error: {error}", file=sys.stderr)
-        engine.engine.shutdown()
+        llm_engine.shutdown()
         return 1
     server_config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
@@ -145,10 +146,10 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
     ranks = ""
     if settings.world_size > 1:
         ranks = f" x{settings.world_size} ranks (TP {settings.tensor_parallel_size} x DP {settings.data_parallel_size})"
-    print(f"accord: serving {model.name} on backend {engine.engine.backend_name}{ranks} at {url}", file=sys.stderr, flush=True)
+    print(f"accord: serving {model.name} on backend {llm_engine.backend_name}{ranks} at {url}", file=sys.stderr, flush=True)
     server = GracefulServer(server_config, engine, drain)
     try:
         server.run(sockets=[listener])
     finally:
-        engine.engine.shutdown()
+        llm_engine.shutdown()
     return server.exit_code

@@ -112,7 +112,7 @@ class EngineConfig:
     max_num_batched_tokens: int | None = setting(
         None, help="most tokens in one step", at_least=1,
         default_help="chosen at start-up from measured step times: the largest power of two from max_num_seqs "
-        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.token_budget)",
+        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.engine.token_budget)",
     )
     enable_prefix_caching: bool = setting(True, help="reuse KV blocks of shared prompt prefixes")
     kv_cache_memory: int | None = setting(
@@ -150,10 +150,6 @@ class EngineConfig:
         False, help="split MoE layers' routed experts across the ranks (EP size = TP size x DP size) instead of "
         "slicing every expert's intermediate dim",
     )
-    data_parallel_size: int = setting(
-        1, help="data-parallel ranks, each with its own scheduler and KV cache (EP size = TP size x DP size)",
-        aliases=("-dp",), at_least=1,
-    )
     async_scheduling: bool = setting(
         False, help="schedule the next step while the current one runs (vLLM v1's async scheduling), hiding "
         "the host time between steps behind the device; pays where the device runs apart from the host "
@@ -171,7 +167,7 @@ class EngineConfig:
     )
     compilation_config: int = setting(
         0, help="torch.compile level of the model forward (vLLM's -O): 0 runs it eagerly, 1-3 compile it with "
-        "inductor, the contract ops opaque (accord.core.compilation; measured figures in docs/performance.md)",
+        "inductor, the contract ops opaque (accord.core.worker.compilation; measured figures in docs/performance.md)",
         flag="--compilation-config", aliases=("-O",), at_least=0, at_most=3,
     )
     record_op_calls: str | None = setting(

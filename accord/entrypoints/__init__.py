@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backends import Backend, get_backend
-from ..core import async_engine, engine, llm
+from ..core.engine import async_llm, llm, llm_engine
 from .model_choice import choose_model
 
 
@@ -27,13 +27,13 @@ class RegistryBackend:
         return get_backend(self.name)
 
 
-class LLMEngine(engine.LLMEngine):
-    """`accord.core.engine.LLMEngine` whose `from_engine_args` takes `backend` by name."""
+class LLMEngine(llm_engine.LLMEngine):
+    """`accord.core.engine.llm_engine.LLMEngine` whose `from_engine_args` takes `backend` by name."""
 
     @classmethod
-    def from_engine_args(cls, model: str, **kwargs: Any) -> engine.LLMEngine:  # type: ignore[override]
+    def from_engine_args(cls, model: str, **kwargs: Any) -> llm_engine.LLMEngine:  # type: ignore[override]
         """Build from keyword engine arguments (vLLM's names, `backend` a registry name)."""
-        return engine.LLMEngine.from_engine_args(model, RegistryBackend(kwargs.get("backend", "auto")), **kwargs)
+        return llm_engine.LLMEngine.from_engine_args(model, RegistryBackend(kwargs.get("backend", "auto")), **kwargs)
 
 
 class LLM(llm.LLM):
@@ -48,7 +48,7 @@ class LLM(llm.LLM):
         super().__init__(choice.path, RegistryBackend(engine_args.get("backend", "auto")), **engine_args)
 
 
-class AsyncLLM(async_engine.AsyncLLM):
+class AsyncLLM(async_llm.AsyncLLM):
     """The asyncio engine front, with `from_engine_args` taking `backend` by name."""
 
     @classmethod

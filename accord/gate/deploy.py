@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Mapping, Sequence, TypeVar
 import torch
 
 from ..backends import Backend, default_registry
-from ..core.engine import LLMEngine
+from ..core.engine.llm_engine import LLMEngine
 from ..core.outputs import CompletionOutput
 from ..op_contracts.recording import read_recordings
 from ..core.sampling_params import SamplingParams
@@ -133,11 +133,11 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
                 checks.append(Check("profile_run", "deploy", CheckStatus.PASS, "", maxima))
                 prompts = _prompts(llm, config)
                 say(f"greedy generation of {len(prompts)} prompts on '{backend.name}', recording op calls")
-                got = _guarded("greedy generation", "deploy", lambda: _greedy(llm, prompts, config.gate.max_tokens))
+                got = _guarded("greedy generation", "deploy", lambda: _greedy(llm, prompts, config.gate.max_tokens))  # noqa: F821 - called at once, before the `del llm` below
                 if config.gate.server_checks:
                     say("server-path checks (first streamed token, terminal EOS, usage)")
                     checks += _guarded("server checks", "server",
-                                       lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))
+                                       lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))  # noqa: F821 - as above
                 else:
                     checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
                 reference = _reference_settings(config, prompts, llm.llm_engine)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..core.models import ModelConfig, read_model_config
+from ..core.model_loader.load import read_model_config
+from ..core.model_loader.model_config import ModelConfig
 from ..entrypoints.model_choice import choose_model
 from .deploy_config import DeployConfig, DeployConfigError
 

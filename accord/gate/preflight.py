@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..backends import Backend
-from ..core.models import ModelConfig
+from ..core.model_loader.model_config import ModelConfig
 from ..op_contracts import CONTRACTS, ContractError, OpDispatcher, dtype_name
 from ..op_contracts.recording import read_recordings
 from ..conformance.case import Case

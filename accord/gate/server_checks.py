@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..core.async_engine import AsyncLLM
-from ..core.engine import LLMEngine
+from ..core.engine.async_llm import AsyncLLM
+from ..core.engine.llm_engine import LLMEngine
 from .reports import Check, CheckStatus
 from .smoke import Prompt
 

@@ -1,4 +1,4 @@
-"""The FastAPI application: OpenAI-compatible routes over one AsyncLLM, plus health,
+"""The FastAPI application: OpenAI-compatible routes over one EngineClient, plus health,
 Prometheus metrics and tokenizer endpoints."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
-from ..core.async_engine import AsyncLLM
+from ..core.engine.client import EngineClient
 from .auth import ApiKeyMiddleware
 from .body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, BodyLimitMiddleware
 from .chat import ChatService
@@ -59,7 +59,7 @@ _STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    engine: AsyncLLM,
+    engine: EngineClient,
     model: ServedModel,
     *,
     api_key: str | None = None,
@@ -68,7 +68,7 @@ def create_app(
     tool_call_parser: str = "hermes",
     drain: DrainDeadline | None = None,
 ) -> FastAPI:
-    """The server application for `engine` (an AsyncLLM), which it shuts down on exit.
+    """The server application for `engine` (an EngineClient), which it shuts down on exit.
     `drain` is expired by the server when a graceful shutdown's window runs out."""
 
     @asynccontextmanager

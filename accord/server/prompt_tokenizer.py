@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import tokenizers
 
 if TYPE_CHECKING:  # the tokenizer process imports this module: it must stay light
-    from ..core.tokenizer import Tokenizer
+    from ..core.model_loader.tokenizer import Tokenizer
 
 #: Characters from which a prompt is tokenised in the process: below, its ids' list
 #: and its encoding's release take a few milliseconds at most.

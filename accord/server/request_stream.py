@@ -9,7 +9,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from ..core.async_engine import AsyncLLM, EngineDeadError, RequestFailedError
+from ..core.engine.client import EngineClient
+from ..core.errors import EngineDeadError, RequestFailedError
 from ..core.outputs import RequestOutput
 from .drain import DrainDeadline
 from .errors import OpenAIError, logger
@@ -22,7 +23,7 @@ class RequestStream:
 
     def __init__(
         self,
-        engine: AsyncLLM,
+        engine: EngineClient,
         metrics: ServerMetrics,
         request_id: str,
         outputs: AsyncIterator[RequestOutput],

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from jinja2.exceptions import TemplateError
 from pydantic import BaseModel
 
-from ..core.async_engine import AsyncLLM
+from ..core.engine.client import EngineClient
 from ..core.config import SchedulingPolicy
 from ..core.outputs import RequestOutput
 from ..core.sampling_params import SamplingParams
@@ -53,11 +53,11 @@ RETRY_AFTER_S = 1
 
 
 class OpenAIServing:
-    """Shared serving logic over one AsyncLLM."""
+    """Shared serving logic over one EngineClient."""
 
     def __init__(
         self,
-        engine: AsyncLLM,
+        engine: EngineClient,
         model: ServedModel,
         metrics: ServerMetrics,
         max_waiting_requests: int | None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import accord.backends.cpu as cpu_backend
+from accord.backends.cpu import capability
 from accord.backends import get_backend
 from accord.op_contracts import CONTRACTS
 
@@ -16,13 +16,13 @@ pytestmark = pytest.mark.isa
 
 @pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
 def test_half_models_compute_in_fp32_without_native_bf16(monkeypatch, half) -> None:
-    monkeypatch.setattr(cpu_backend, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(capability, "cpu_has_native_bf16", lambda: False)
     assert get_backend("cpu").compute_dtype(half) == torch.float32
 
 
 @pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
 def test_half_models_stay_half_with_native_bf16(monkeypatch, half) -> None:
-    monkeypatch.setattr(cpu_backend, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(capability, "cpu_has_native_bf16", lambda: True)
     assert get_backend("cpu").compute_dtype(half) == half
 
 

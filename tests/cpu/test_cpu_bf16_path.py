@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import accord.backends.cpu as cpu_backend
+from accord.backends.cpu import capability
 from accord.backends import get_backend
 from accord.backends.cpu.kernels._precision import work_dtype
 from accord.conformance import ConformanceRunner, Status, cases_for
@@ -29,7 +30,7 @@ BF16_PATH_OPS = ("paged_attention", "mla_attention", "fused_moe", "linear")
 @pytest.fixture
 def native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cpu backend behaves as on a CPU with native bf16 GEMMs."""
-    monkeypatch.setattr(cpu_backend, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(capability, "cpu_has_native_bf16", lambda: True)
 
 
 def test_forcing_puts_the_kernels_on_the_bf16_path(native_bf16: None) -> None:

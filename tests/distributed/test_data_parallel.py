@@ -29,7 +29,7 @@ from accord.cli.main import main as accord_main
 from accord.conformance.ranks import free_port
 from accord.core.distributed import destroy_parallel, init_parallel
 from accord.core.errors import EngineDeadError
-from accord.core.llm import LLM as CoreLLM
+from accord.core.engine.llm import LLM as CoreLLM
 from accord.server.app import create_app
 from accord.server.serving import ServedModel
 

@@ -233,7 +233,7 @@ def v4_rank(comm: TorchCommunicator, model_dir: str) -> dict[tuple[str, int], to
     runs every MoE layer on this rank's tokens (hash layers route by their ids)."""
     import os
 
-    from accord.core.models import load_model
+    from accord.core.model_loader.load import load_model
 
     parallel = ParallelContext(
         rank=comm.rank, world_size=2, tp_rank=0, tp_size=1, expert_parallel=True, dp_rank=comm.rank, dp_size=2,
@@ -254,7 +254,7 @@ def v4_rank(comm: TorchCommunicator, model_dir: str) -> dict[tuple[str, int], to
 def test_deepseek_v4_moe_layers_under_ep_match_one_rank_with_every_expert(tmp_path: Path) -> None:
     from deepseek_v4_models import build_v4_dir
 
-    from accord.core.models import load_model
+    from accord.core.model_loader.load import load_model
 
     model_dir = build_v4_dir(tmp_path / "v4")
     ranks = spawn_ranks(v4_rank, str(model_dir))

@@ -19,12 +19,12 @@ from test_shard_loading import NoCollectives, ReadLog
 from test_tp_llm import save_with_tokenizer
 from tiny_models import build_tiny_model
 
-import accord.core.loader as loader_module
+import accord.core.model_loader.hf_checkpoint as loader_module
 from accord import LLM
 from accord.backends import get_backend
 from accord.core.distributed import ParallelContext
 from accord.core.distributed.expert_dispatch import DISPATCH_ENV, STRATEGIES
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.core.models.layers.mlp import SparseMoE
 from accord.op_contracts import OpDispatcher
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import accord.core.loader as loader_module
+import accord.core.model_loader.hf_checkpoint as loader_module
 from accord.backends import get_backend
 from accord.core.distributed import ParallelContext
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.core.models.layers.parallel import RowParallelLinear
 from accord.op_contracts import OpDispatcher
 from tiny_models import build_tiny_model

@@ -8,7 +8,6 @@ held to a normalised error bound instead (wrongly sliced scales miss it by far).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import torch
 from accord.backends import get_backend
 from accord.conformance.ranks import spawn_ranks
 from accord.core.distributed import ParallelContext
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 from single_sequence import SingleSequenceRunner
 from tiny_models import build_tiny_model, fixed_prompt, write_block_fp8

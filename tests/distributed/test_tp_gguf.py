@@ -15,9 +15,9 @@ from test_tp_llm import tp2_mp_greedy_under_pressure
 
 from accord import LLM
 from accord.backends import get_backend
-from accord.core.gguf import open_gguf_model
-from accord.core.gguf.checkpoint import GgufCheckpoint
-from accord.core.models import load_model
+from accord.core.model_loader.gguf import open_gguf_model
+from accord.core.model_loader.gguf.checkpoint import GgufCheckpoint
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 
 

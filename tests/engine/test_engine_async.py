@@ -94,7 +94,7 @@ def test_abort_ends_the_stream_with_an_abort_output_and_frees_its_blocks(async_l
 def test_a_step_failing_because_of_one_request_fails_only_that_request(
     async_llm: AsyncLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accord.core.async_engine import RequestFailedError
+    from accord.core.engine.async_llm import RequestFailedError
 
     params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
     healthy_prompt = {"prompt_token_ids": [5, 6, 7, 8]}

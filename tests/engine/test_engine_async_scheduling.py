@@ -15,10 +15,10 @@ import torch
 from engine_faults import POISON_TOKEN, poison_the_model
 
 from accord import LLM, SamplingParams
-from accord.core.block_manager import BlockManager
+from accord.core.sched.block_manager import BlockManager
 from accord.core.sched.output import ModelRunnerOutput
-from accord.core.scheduler import Scheduler
-from accord.core.sequence import Sequence
+from accord.core.sched.scheduler import Scheduler
+from accord.core.sched.request import Request
 from accord.core.structured_output import StructuredOutputsParams
 
 ENGINE_ARGS = dict(backend="cpu", max_model_len=256, max_num_batched_tokens=64, num_gpu_blocks_override=128)
@@ -111,7 +111,7 @@ def test_the_next_step_is_scheduled_while_the_current_one_runs(
     monkeypatch.setattr(runner, "forward", held_forward)
     engine.add_request("held", {"prompt_token_ids": random_prompt(10, seed=1)},
                        SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))
-    (seq,) = engine.output_processor.requests["held"].seqs
+    (seq,) = engine.scheduler.requests.values()
     assert engine.step() == []  # the prompt's step is launched, not waited for
     assert running.wait(60)
     second = threading.Thread(target=engine.step)
@@ -187,8 +187,7 @@ def test_a_request_that_breaks_its_step_fails_alone(engines: tuple[LLM, LLM], mo
     assert [o.outputs[0].finish_reason for o in outputs] == ["length", "error", "length"]
     assert "injected kernel failure" in outputs[1].outputs[0].stop_reason
     assert [outputs[0].outputs[0].token_ids, outputs[2].outputs[0].token_ids] == alone[:2]
-    early = pipelined.llm_engine.output_processor.requests.get("early")
-    assert early is None, "the early request did not finish with the batch"
+    assert "early" not in pipelined.llm_engine.output_processor, "the early request did not finish with the batch"
 
 
 def test_grammar_constrained_requests_step_one_at_a_time_and_match(engines: tuple[LLM, LLM]) -> None:
@@ -203,8 +202,8 @@ def test_grammar_constrained_requests_step_one_at_a_time_and_match(engines: tupl
 
 
 # -- the scheduler alone, two steps in flight -----------------------------------------------
-def make_seq(seq_id: str, length: int, **params) -> Sequence:
-    return Sequence(seq_id=seq_id, request_id=seq_id, index=0, prompt_token_ids=list(range(1, length + 1)),
+def make_seq(seq_id: str, length: int, **params) -> Request:
+    return Request(req_id=seq_id, index=0, prompt_token_ids=list(range(1, length + 1)),
                     params=SamplingParams(ignore_eos=True, **params))
 
 
@@ -217,7 +216,7 @@ def result_of(samplers: list[str], token: int) -> ModelRunnerOutput:
 def test_the_scheduler_runs_one_step_ahead_and_never_past_max_tokens() -> None:
     scheduler = Scheduler(BlockManager(32, 4), 64, 8, max_model_len=64)
     seq = make_seq("a", 6, max_tokens=3)
-    scheduler.add(seq)
+    scheduler.add_request(seq)
     first = scheduler.schedule()
     second = scheduler.schedule()  # before the first step's token landed
     assert first.num_scheduled_tokens == {"a": 6} and second.num_scheduled_tokens == {"a": 1}
@@ -237,7 +236,7 @@ def test_a_token_landing_after_its_sequence_stopped_is_dropped() -> None:
     scheduler = Scheduler(BlockManager(32, 4), 64, 8, max_model_len=64, eos_token_ids=[2])
     seq = make_seq("a", 5, max_tokens=10)
     seq.params = SamplingParams(max_tokens=10).for_child(0, {2})
-    scheduler.add(seq)
+    scheduler.add_request(seq)
     first = scheduler.schedule()
     second = scheduler.schedule()
     scheduler.update_from_output(first, result_of(["a"], 2))  # EOS: stops, frees its blocks

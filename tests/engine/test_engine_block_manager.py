@@ -9,7 +9,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from accord.core.block_manager import PREFIX_HASH_ALGOS, ROOT_KEY, BlockManager
+from accord.core.sched.block_manager import PREFIX_HASH_ALGOS, ROOT_KEY, BlockManager
 
 BLOCK_SIZE = 4
 

@@ -14,7 +14,7 @@ from engine_models import hf_greedy
 
 from accord import SamplingParams
 from accord.backends.registry import get_backend
-from accord.core.compilation import _replace_references, compile_forward
+from accord.core.worker.compilation import _replace_references, compile_forward
 from accord.op_contracts import ContractError, OpDispatcher
 
 MAX_NEW_TOKENS = 6

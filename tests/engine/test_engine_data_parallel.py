@@ -11,7 +11,7 @@ import torch
 from test_engine_scheduler import make_scheduler, make_seq, run_step
 
 from accord import SamplingParams
-from accord.core.dp_balancer import DataParallelBalancer
+from accord.core.sched.dp_balancer import DataParallelBalancer
 from accord.core.stats import ITERATION_TOKEN_BUCKETS, EngineStats
 
 BLOCK = 4
@@ -55,8 +55,8 @@ def test_outstanding_tokens_count_uncomputed_prompt_and_allowed_output() -> None
     short, long = make_seq(6), make_seq(20)
     short.params = SamplingParams(max_tokens=3)
     long.params = SamplingParams(max_tokens=5)
-    scheduler.add(short)
-    scheduler.add(long)
+    scheduler.add_request(short)
+    scheduler.add_request(long)
     assert scheduler.outstanding_tokens == (6 + 3) + (20 + 5)
     run_step(scheduler)  # short's prompt (6) and 2 of long's, short samples one token
     assert scheduler.outstanding_tokens == (9 - 6) + (25 - 2)

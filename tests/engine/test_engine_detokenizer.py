@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accord.core.detokenizer import IncrementalDetokenizer
+from accord.core.engine.detokenizer import IncrementalDetokenizer
 from accord.demo.tokenizer import build_demo_tokenizer
 
 

@@ -22,7 +22,7 @@ from accord.backends import get_backend
 from accord.backends.cpu import CpuBackend
 from accord.backends.cpu.kernels import _native_graph
 from accord.backends.cpu.kernels.linear import streams_bf16_weights
-from accord.core.llm import LLM
+from accord.core.engine.llm import LLM
 
 #: Decides by the CPU's ISA: `.ci/run` reruns it as on each kind of CPU (tests/conftest.py).
 pytestmark = pytest.mark.isa
@@ -113,12 +113,12 @@ def test_a_step_the_cpu_backend_cannot_record_runs_eagerly(llama_dir: Path, capl
     # fp32 weights: the projections run in oneDNN, an aten op no native replay repeats
     # (and on a CPU that does not stream bf16 weights the backend captures nothing).
     backend = CpuBackend()
-    with caplog.at_level(logging.INFO, logger="accord.core.model_runner"):
+    with caplog.at_level(logging.INFO, logger="accord.core.worker.model_runner"):
         llm = LLM(str(llama_dir), lambda: backend, **BUDGET)
     assert llm.llm_engine.executor.driver_worker.runner.decode_graphs is None
     if backend.captures_graphs:
         assert "decode graph for batch 1 not captured, its steps run eagerly: CaptureRefused" in caplog.text
-        runner_records = [record for record in caplog.records if record.name == "accord.core.model_runner"]
+        runner_records = [record for record in caplog.records if record.name == "accord.core.worker.model_runner"]
         assert all(record.levelno == logging.INFO for record in runner_records)
 
 

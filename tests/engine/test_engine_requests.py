@@ -10,7 +10,7 @@ import torch
 from engine_faults import POISON_TOKEN, poison_the_model
 
 from accord import LLM, SamplingParams
-from accord.core.sampler import step_seed
+from accord.core.worker.sampler import step_seed
 
 ENGINE_ARGS = dict(backend="cpu", max_model_len=1024, max_num_batched_tokens=256, num_gpu_blocks_override=256)
 

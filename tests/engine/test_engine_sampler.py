@@ -15,7 +15,7 @@ import torch
 
 from accord import SamplingParams
 from accord.backends import get_backend
-from accord.core.sampler import Sampler
+from accord.core.worker.sampler import Sampler
 from accord.op_contracts import OpDispatcher
 
 VOCAB = 50

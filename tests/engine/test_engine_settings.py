@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from accord.cli.commands.serve import engine_config
+from accord.cli.engine_flags import engine_config
 from accord.cli.main import build_parser
 from accord.core import config as engine_args
-from accord.core.block_manager import PREFIX_HASH_ALGOS
+from accord.core.sched.block_manager import PREFIX_HASH_ALGOS
 from accord.core.config import EngineConfig, EngineSetting, engine_settings
 from accord.core.executor.base import EXECUTORS
-from accord.core.model_config import DTYPES_BY_NAME
-from accord.core.models import QUANTIZATIONS
+from accord.core.model_loader.model_config import DTYPES_BY_NAME
+from accord.core.model_loader.load import QUANTIZATIONS
 from accord.gate.deploy_config import PATH_KEYS, DeployConfigError, parse_deploy_config
 
 SETTINGS = {setting.name: setting for setting in engine_settings()}

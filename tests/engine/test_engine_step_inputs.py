@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from accord.core.step_inputs import StepInputs
+from accord.core.worker.step_inputs import StepInputs
 
 BLOCK = 4
 

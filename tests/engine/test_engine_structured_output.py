@@ -11,7 +11,7 @@ import torch
 
 from accord import SamplingParams
 from accord.backends import get_backend
-from accord.core.sampler import Sampler
+from accord.core.worker.sampler import Sampler
 from accord.core.structured_output import GrammarBitmask, StructuredOutputsParams, apply_token_bitmask
 from accord.op_contracts import OpDispatcher
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from accord.core.token_budget import DECODE_REPEATS, candidate_budgets, choose_token_budget
-from accord.core.worker import Worker
+from accord.core.engine.token_budget import DECODE_REPEATS, candidate_budgets, choose_token_budget
+from accord.core.worker.worker import Worker
 
 
 def timed(fixed: float, per_token: float, calls: list[int]):

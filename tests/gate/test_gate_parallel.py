@@ -19,8 +19,8 @@ from gate_helpers import gate_in_subprocess, write_deploy_yaml
 from accord.backends import get_backend
 from accord.core.config import EngineConfig
 from accord.core.distributed import ParallelContext
-from accord.core.model_runner import ModelRunner
-from accord.core.models import load_model
+from accord.core.worker.model_runner import ModelRunner
+from accord.core.model_loader.load import load_model
 from accord.core.models.layers.mlp import worst_case_ids
 from accord.gate.gate_command import EXIT_FAILED, EXIT_PASSED, run_deploy
 from accord.gate.reports import load_report, validate_document

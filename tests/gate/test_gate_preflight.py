@@ -11,7 +11,7 @@ from gate_backends import ReferenceVariant, cache_writers_without_fp8
 from gate_helpers import record_an_earlier_run
 
 from accord.backends import Backend, get_backend
-from accord.core.models import read_model_config
+from accord.core.model_loader.load import read_model_config
 from accord.gate.deploy_config import DeployConfig, parse_deploy_config
 from accord.gate.preflight import preflight_checks
 from accord.gate.reports import Check, CheckStatus

@@ -39,7 +39,7 @@ def test_greedy_generation_matches_the_written_transformers_model(arch: str, tmp
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_config_follows_the_metadata(arch: str, tmp_path) -> None:
-    from accord.core.gguf import open_gguf_model
+    from accord.core.model_loader.gguf import open_gguf_model
 
     model = build_model(arch)
     config = open_gguf_model(write_gguf(tmp_path / f"{arch}.gguf", model, arch)).config

@@ -11,7 +11,7 @@ import torch
 from gguf_files import Q, build_model, write_gguf
 
 from accord.backends import get_backend
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 
 pytestmark = pytest.mark.isa

@@ -12,9 +12,9 @@ import pytest
 import torch
 from gguf_files import Q, add_matrix
 
-from accord.core.gguf import SUPPORTED_TYPES, GgufError
-from accord.core.gguf.checkpoint import GgufCheckpoint
-from accord.core.gguf.reader import open_gguf
+from accord.core.model_loader.gguf import SUPPORTED_TYPES, GgufError
+from accord.core.model_loader.gguf.checkpoint import GgufCheckpoint
+from accord.core.model_loader.gguf.reader import open_gguf
 
 HEADS, KV_HEADS = 4, 2
 ROWS, COLS = 256, 512  # q: 4 heads of 64 rows; two 256-wide K-quant blocks per row

@@ -11,9 +11,9 @@ import pytest
 from gguf_files import Q, build_model, write_gguf
 
 from accord.backends import get_backend
-from accord.core.gguf import GgufError
-from accord.core.models import load_model
-from accord.core.tokenizer import load_tokenizer
+from accord.core.model_loader.gguf import GgufError
+from accord.core.model_loader.load import load_model
+from accord.core.model_loader.source import load_tokenizer
 from accord.op_contracts import OpDispatcher
 
 

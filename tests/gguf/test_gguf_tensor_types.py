@@ -12,7 +12,7 @@ import torch
 from gguf_files import Q, build_model, write_gguf
 
 from accord import LLM, SamplingParams
-from accord.core.gguf import SUPPORTED_TYPES, open_gguf_model
+from accord.core.model_loader.gguf import SUPPORTED_TYPES, open_gguf_model
 
 #: max |dequantised - written| / max |written| per tensor: half a quantisation step
 #: (Q4_0 and Q5_0 clip the side opposite their largest value at 7/8 and 15/16 of it:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from accord.core.tokenizer import Tokenizer, load_tokenizer
+from accord.core.model_loader.source import load_tokenizer
+from accord.core.model_loader.tokenizer import Tokenizer
 
 TEXTS = (
     "Hello, world! How are you today?",

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from accord.backends import get_backend
-from accord.core.graph_capture import DecodeGraphs, InputSpec, bucket_for, capture_sizes
+from accord.core.worker.graph_capture import DecodeGraphs, InputSpec, bucket_for, capture_sizes
 from accord.op_contracts import ContractError, OpDispatcher
 
 

@@ -9,7 +9,7 @@ from typing import Mapping
 import pytest
 import torch
 
-from accord.core.graph_capture import DecodeGraphs, InputSpec, capture_sizes
+from accord.core.worker.graph_capture import DecodeGraphs, InputSpec, capture_sizes
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"

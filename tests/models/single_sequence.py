@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from accord.core.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from accord.core.worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from accord.core.models import CausalLM
 
 BLOCK_SIZE = 16

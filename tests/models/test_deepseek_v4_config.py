@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from accord.core.model_config import ModelConfig, ModelConfigError
+from accord.core.model_loader.model_config import ModelConfig, ModelConfigError
+from accord.core.models.registry import parse_model_config
 from accord.core.models.deepseek_v4 import is_unused_tensor
 
 BASE = {
@@ -17,7 +18,7 @@ BASE = {
 
 
 def parse(**fields) -> ModelConfig:
-    return ModelConfig.from_hf({**BASE, **fields})
+    return parse_model_config({**BASE, **fields})
 
 
 def test_legacy_ratios_and_hash_layer_count_give_the_named_schedules() -> None:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from accord.backends import get_backend
-from accord.core.attention import AttentionMetadata
-from accord.core.models import load_model
+from accord.core.worker.attention import AttentionMetadata
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 from tiny_models import fixed_prompt
 from single_sequence import BLOCK_SIZE, SingleSequenceRunner

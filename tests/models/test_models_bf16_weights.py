@@ -11,7 +11,7 @@ import torch
 
 from accord.backends import get_backend
 from accord.backends.cpu.kernels.linear import BF16_COPY, streams_bf16_weights
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 from single_sequence import SingleSequenceRunner
 from test_models_parity import FP32_BOUND, relative_max_diff

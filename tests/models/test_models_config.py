@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accord.core.model_config import ModelConfig, ModelConfigError
+from accord.core.model_loader.model_config import ModelConfig, ModelConfigError
 
 BASE = dict(
     architectures=["LlamaForCausalLM"], vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=4,

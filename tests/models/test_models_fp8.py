@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from accord.backends import get_backend
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 from tiny_models import build_tiny_model, load_transformers, write_block_fp8
 from single_sequence import SingleSequenceRunner

@@ -10,7 +10,7 @@ import torch
 
 from accord.backends.cpu import CpuBackend
 from accord.backends.triton.device import e4m3fn_to_e4m3fnuz
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 from single_sequence import SingleSequenceRunner
 from test_models_fp8 import (  # noqa: F401  (module fixtures: the tiny checkpoints)

@@ -13,8 +13,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from accord.backends import get_backend
-from accord.core.attention import KVCacheSpec
-from accord.core.models import CheckpointError, UnsupportedArchitectureError, load_model, supported_architectures
+from accord.core.worker.attention import KVCacheSpec
+from accord.core.model_loader.hf_checkpoint import CheckpointError
+from accord.core.model_loader.load import load_model
+from accord.core.models import UnsupportedArchitectureError, supported_architectures
 from accord.op_contracts import OpDispatcher
 from tiny_models import build_tiny_model, fixed_prompt
 from single_sequence import SingleSequenceRunner

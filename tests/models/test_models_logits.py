@@ -13,7 +13,7 @@ import torch
 
 from accord.backends import get_backend
 from accord.conformance.compare import nmse
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import CONTRACTS, OpDispatcher
 from tiny_models import build_tiny_model, load_transformers
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from accord.backends import get_backend
-from accord.core.models import load_model
+from accord.core.model_loader.load import load_model
 from accord.op_contracts import OpDispatcher
 from tiny_models import ARCHITECTURES, NEW_TOKENS, PROMPT_LEN, fixed_prompt
 from single_sequence import SingleSequenceRunner

@@ -8,7 +8,7 @@ import torch
 import transformers
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from accord.core.model_config import ModelConfig, ModelConfigError
+from accord.core.model_loader.model_config import ModelConfig, ModelConfigError
 from accord.core.models.layers.rotary import attention_factor, cos_sin_cache, inverse_frequencies
 
 SCALINGS = {

@@ -12,8 +12,8 @@ from jinja2.exceptions import SecurityError, TemplateError
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, processors
 
-from accord.core.loader import CheckpointError
-from accord.core.tokenizer import load_tokenizer
+from accord.core.model_loader.hf_checkpoint import CheckpointError
+from accord.core.model_loader.source import load_tokenizer
 
 WORDS = ["<unk>", "<s>", "</s>", "<|end|>", "hello", "world", "how", "are", "you", "user:", "assistant:"]
 CHAT_TEMPLATE = (

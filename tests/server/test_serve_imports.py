@@ -24,7 +24,7 @@ def test_the_serve_path_imports_no_suite_gate_gguf_or_gpu_runtime() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     loaded = json.loads(done.stdout.splitlines()[-1])
-    assert "accord.server.app" in loaded and "accord.core.engine" in loaded  # the serving stack itself did load
+    assert "accord.server.app" in loaded and "accord.core.engine.llm_engine" in loaded  # the serving stack itself did load
     unwanted = [name for name in loaded if any(name == p or name.startswith(p + ".") for p in NOT_FOR_SERVING)]
     assert unwanted == []
 
@@ -32,7 +32,7 @@ def test_the_serve_path_imports_no_suite_gate_gguf_or_gpu_runtime() -> None:
 def test_a_gguf_model_still_loads_its_reader_on_use() -> None:
     script = (
         "import json, sys\n"
-        "from accord.core import gguf\n"
+        "from accord.core.model_loader import gguf\n"
         "before = 'gguf' in sys.modules\n"
         "gguf.open_gguf_model, gguf.SUPPORTED_TYPES, gguf.GgufError\n"
         "print(json.dumps([before, 'gguf' in sys.modules, gguf.is_gguf('m/x.GGUF'), gguf.is_gguf('m/dir')]))\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer
 
-from accord.core.tokenizer import load_tokenizer
+from accord.core.model_loader.source import load_tokenizer
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_latency.py"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from accord.cli.main import build_parser
-from accord.cli.commands.serve import engine_config
+from accord.cli.engine_flags import engine_config
 
 VLLM_FLAGS = (
     "--model", "--backend", "--host", "--port", "--api-key", "--max-num-seqs", "--max-num-batched-tokens",

@@ -20,7 +20,7 @@ import pytest
 import tokenizers
 from server_harness import ENGINE_FLAGS, ServerProcess, scrape_metrics
 
-from accord.core.tokenizer import load_tokenizer
+from accord.core.model_loader.source import load_tokenizer
 from accord.server.prompt_tokenizer import LARGE_PROMPT_CHARS, PromptTokenizer
 from accord.server.token_list_response import PIECE_LENGTH
 

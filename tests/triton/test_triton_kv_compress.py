@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accord.op_contracts import FLOAT_DTYPES, INDEX_DTYPES
+from accord.op_contracts import FLOAT_DTYPES
 
 BLOCK, RATE, DIM = 4, 4, 16
 

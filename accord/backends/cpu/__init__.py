@@ -2,38 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from functools import cache
 
 import torch
 
 from ...op_contracts import KernelSet
 from ..base import Backend
+from . import capability
+from .capability import BF16_PATH_VARIABLE, cpu_has_native_bf16
 
-
-#: Overrides the CPU check: `native` forces the bf16 compute path (emulated, slowly,
-#: where the CPU lacks the instructions: what tests use to exercise it on any host),
-#: `fp32` forces the fp32 path; unset or `auto` asks the CPU.
-BF16_PATH_VARIABLE = "ACCORD_CPU_BF16_PATH"
-
-
-@cache
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX); without
-    them torch's bf16 GEMMs are emulated and orders of magnitude slower than fp32.
-    `ACCORD_CPU_BF16_PATH` overrides the answer (see BF16_PATH_VARIABLE)."""
-    forced = os.environ.get(BF16_PATH_VARIABLE, "auto")
-    if forced in ("native", "fp32"):
-        return forced == "native"
-    if forced != "auto":
-        raise ValueError(f"{BF16_PATH_VARIABLE} must be native, fp32 or auto, got {forced!r}")
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = cpuinfo.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+__all__ = ["BF16_PATH_VARIABLE", "CpuBackend", "cpu_has_native_bf16"]
 
 
 class CpuBackend(Backend):
@@ -43,11 +21,17 @@ class CpuBackend(Backend):
     device_type = "cpu"
     priority = 10
     dist_backend = "gloo"
-    description = "fast CPU kernels (the embedded default)"
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        """What `accord backends` says of it, with the fallback when no compiler is found."""
+        notes = "fast CPU kernels (the embedded default)"
+        return notes if capability.find_compiler() is not None else f"{notes}; {capability.NO_COMPILER_FALLBACK}"
 
     def load_kernels(self) -> KernelSet:
-        from .kernels import KERNELS
+        from .kernels import KERNELS, start_native_builds
 
+        start_native_builds()
         return KERNELS
 
     def batch_variant_ops(self) -> frozenset[str]:
@@ -57,7 +41,7 @@ class CpuBackend(Backend):
         return frozenset({"moe_route", "fused_moe", "scaled_mm", "linear"})
 
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
-        if requested in (torch.bfloat16, torch.float16) and not cpu_has_native_bf16():
+        if requested in (torch.bfloat16, torch.float16) and not capability.cpu_has_native_bf16():
             return torch.float32
         return requested
 

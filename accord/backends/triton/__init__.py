@@ -4,7 +4,6 @@ the Triton interpreter (TRITON_INTERPRET=1) for conformance on small shapes."""
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import Mapping
 
 import torch
@@ -12,11 +11,7 @@ import torch
 from ...op_contracts import KernelSet
 from ..base import Availability, Backend, ToleranceOverride
 from .gpu_backend import GpuBackend
-
-
-def triton_interpreter_enabled() -> bool:
-    """Whether TRITON_INTERPRET=1 asks Triton to run kernels on the CPU."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+from .interpreter import triton_interpreter_enabled
 
 
 class TritonBackend(GpuBackend):

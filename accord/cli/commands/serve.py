@@ -1,15 +1,13 @@
-"""`accord serve`: the OpenAI-compatible server. Engine flags are derived from
-`EngineConfig` (accord.core.config): one per field, with vLLM's name, the field's type,
-choices, default and help, so the command line never disagrees with the engine and a
-new engine argument needs no change here."""
+"""`accord serve`: the OpenAI-compatible server's command line (its engine flags come
+from accord.cli.engine_flags)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from ...core.config import EngineConfig, EngineSetting, engine_settings
 from ...server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
+from ..engine_flags import add_engine_flags
 
 #: Environment variable that supplies --api-key (keeps the key out of `ps` output).
 API_KEY_ENV = "ACCORD_API_KEY"
@@ -28,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _add_server_flags(parser.add_argument_group("server"))
-    _add_engine_flags(parser.add_argument_group("engine (vLLM's flag names)"))
+    add_engine_flags(parser.add_argument_group("engine (vLLM's flag names)"))
     parser.set_defaults(func=run)
 
 
@@ -60,39 +58,6 @@ def _add_server_flags(group: argparse._ArgumentGroup) -> None:
         "named choices: hermes (also qwen: <tool_call> JSON blocks) (default: %(default)s)",
     )
     group.add_argument("--uvicorn-log-level", default="warning", help="uvicorn's log level (default: %(default)s)")
-
-
-def _add_engine_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--model", default=None,
-        help="Hugging Face model directory, GGUF file, or accord-demo-random (default: SmolLM2-135M-Instruct)",
-    )
-    for setting in engine_settings():
-        if not setting.required:  # the model: optional here, the launcher picks one
-            group.add_argument(setting.flag, *setting.info.aliases, **engine_flag_options(setting))
-
-
-def engine_flag_options(setting: EngineSetting) -> dict[str, object]:
-    """argparse's options for one engine argument: its type (a boolean is a
-    `--flag/--no-flag` pair), choices, default and help."""
-    default = setting.info.default_help or ("%(default)s" if setting.default is not None else "none")
-    options: dict[str, object] = {
-        "dest": setting.name, "default": setting.default, "help": f"{setting.info.help} (default: {default})",
-    }
-    if setting.kind is bool:
-        options["action"] = argparse.BooleanOptionalAction
-    else:
-        options["type"] = setting.kind
-        options["metavar"] = setting.flag.removeprefix("--").replace("-", "_").upper()
-    if setting.choices is not None:
-        options["choices"] = setting.choices
-    return options
-
-
-def engine_config(args: argparse.Namespace, model_dir: str) -> EngineConfig:
-    """The engine configuration the parsed flags describe, for the model in `model_dir`."""
-    flags = {setting.name: getattr(args, setting.name) for setting in engine_settings() if not setting.required}
-    return EngineConfig(model=model_dir, **flags)
 
 
 def run(args: argparse.Namespace) -> int:

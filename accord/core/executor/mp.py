@@ -228,7 +228,7 @@ def _worker_main(
 ) -> None:
     """A worker process: build the Worker, report ready (or why not), then run the
     engine's calls until told to stop or the engine's end of the pipe closes."""
-    from ..worker import Worker  # imported here: the spawned process starts bare
+    from ..worker.worker import Worker  # imported here: the spawned process starts bare
 
     _die_with_parent()
     # Ctrl-C reaches the whole process group; the engine decides how to stop.

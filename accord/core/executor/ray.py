@@ -109,7 +109,7 @@ class RayWorkerActor:
         """Build the Worker for `rank` (joining torch.distributed and loading its shard).
         Ranks sharing a node share its cores (`ranks_on_node`; None when the engine's
         OMP_NUM_THREADS decides): Ray would hold each actor to one thread."""
-        from ..worker import Worker
+        from ..worker.worker import Worker
 
         if ranks_on_node is not None:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks_on_node))

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..config import EngineConfig
 from ..device import BackendFactory
-from ..worker import Worker
+from ..worker.worker import Worker
 from .base import Executor
 
 

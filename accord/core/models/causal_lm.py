@@ -10,9 +10,9 @@ from typing import Callable, Protocol, Sequence
 import torch
 
 from ...op_contracts import OpDispatcher
-from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ..worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ..distributed.sharding import rank_shard
-from ..model_config import ModelConfig
+from ..model_loader.model_config import ModelConfig
 from .layers import DenseLinear, RMSNorm, RotaryEmbedding
 from .layers.mlp import RoutedExperts, SparseMoE
 from .layers.parallel import ParallelLMHead, VocabParallelEmbedding

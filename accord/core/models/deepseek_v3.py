@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 
 from ...op_contracts import OpDispatcher
-from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ..worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ..distributed.sharding import split_evenly
-from ..model_config import MlaConfig, ModelConfig
+from ..model_loader.model_config import MlaConfig, ModelConfig
 from .causal_lm import DecoderLayer, layer_norms
 from .layers import GatedMLP, Linear, RMSNorm, RotaryEmbedding, SparseMoE
 from .layers.rotary import yarn_mscale

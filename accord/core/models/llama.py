@@ -4,7 +4,7 @@ differences."""
 
 from __future__ import annotations
 
-from ..model_config import ModelConfig
+from ..model_loader.model_config import ModelConfig
 from .causal_lm import DecoderLayer, layer_norms
 from .layers import GatedMLP, GQAAttention, RotaryEmbedding
 from .weights import WeightLoader

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from ..model_config import ModelConfig
+from ..model_loader.model_config import ModelConfig
 from .causal_lm import DecoderLayer, layer_norms
 from .layers import GatedMLP, GQAAttention, RotaryEmbedding, SparseMoE
 from .weights import WeightLoader

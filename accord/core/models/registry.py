@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping
 
-from ..model_config import ModelConfig
-from .causal_lm import CausalLM, LayerBuilder
+from ..model_loader.model_config import ModelConfig
+from .causal_lm import CausalLM
 from .weights import WeightLoader
 
 #: architecture -> module (under accord.core.models) holding its `build_layer` (or, for
 #: a graph that is not the shared decoder skeleton, `load(weights, config)`), and
-#: optionally `is_unused_tensor(name, config)` for tensors it knowingly leaves unread.
+#: optionally `is_unused_tensor(name, config)` for tensors it knowingly leaves unread and
+#: `parse_config(raw, config)` for config.json fields of its own.
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "llama",
@@ -39,7 +40,9 @@ class ModelFamily:
     load: Callable[[WeightLoader, ModelConfig], Any]
     ignores: Callable[[str, ModelConfig], bool]
     #: Whether its graph shards across tensor-parallel ranks (module `TENSOR_PARALLEL`).
-    tensor_parallel: bool = False
+    tensor_parallel: bool
+    #: Adds the family's own config.json fields to the generic ModelConfig.
+    parse_config: Callable[[Mapping[str, Any], ModelConfig], ModelConfig]
 
 
 def supported_architectures() -> list[str]:
@@ -73,4 +76,12 @@ def family(architecture: str) -> ModelFamily:
         return family_ignores is not None and family_ignores(name, config)
 
     load = getattr(module, "load", None) or partial(CausalLM.load, build_layer=module.build_layer)
-    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False))
+    own_fields = getattr(module, "parse_config", None) or (lambda raw, config: config)
+    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False), own_fields)
+
+
+def parse_model_config(raw: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> ModelConfig:
+    """config.json (and generation_config.json) of a supported architecture parsed: the
+    generic fields, then the family's own."""
+    architecture = check_supported(raw)
+    return family(architecture).parse_config(raw, ModelConfig.from_hf(raw, generation))

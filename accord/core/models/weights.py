@@ -22,7 +22,7 @@ from ...op_contracts import FP8_DTYPES, OpDispatcher
 from .. import quantization
 from ..distributed import ParallelContext
 from ..distributed.sharding import WHOLE, Shard, split_evenly
-from ..loader import CheckpointError, SafetensorsCheckpoint
+from ..model_loader.hf_checkpoint import CheckpointError, SafetensorsCheckpoint
 from .layers.linear import DenseLinear, Linear
 from .layers.parallel import RowParallelLinear
 

@@ -1,1 +1,3 @@
-"""The scheduler's side of the core-to-worker contract: the plain data it sends each step."""
+"""The scheduler role: the scheduler, its KV cache manager (block_manager), the
+requests it owns, the stop rule, the data-parallel balancer, and the plain data it
+exchanges with the workers each step (output)."""

@@ -1,5 +1,5 @@
 """What crosses from the scheduler to the workers and back each step: plain, picklable
-data (ids, token ids, block ids, counts; never a live Sequence).
+data (ids, token ids, block ids, counts; never a live Request).
 
 The runner keeps its own copy of every running request (a persistent batch), so a
 request's prompt, settings and blocks are sent once, when it is (re)admitted; after
@@ -86,3 +86,22 @@ class ModelRunnerOutput:
     logprobs: list[float | None] = field(default_factory=list)
     top_logprobs: list[dict[int, Logprob] | None] = field(default_factory=list)
     prompt_logprobs: dict[str, list[dict[int, Logprob]]] = field(default_factory=dict)
+
+
+@dataclass
+class RequestUpdate:
+    """What a step (or an abort, or a failure) did to one request, for the output
+    processor (vLLM's EngineCoreOutput): plain data, never a live Request."""
+
+    req_id: str
+    new_token_ids: list[int] = field(default_factory=list)
+    #: Per new token: its logprob (None when the step computed none) and its top
+    #: candidates (None unless asked).
+    new_logprobs: list[float | None] = field(default_factory=list)
+    new_top_logprobs: list[dict[int, Logprob] | None] = field(default_factory=list)
+    new_prompt_logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+    #: Set when the request finished (vLLM's reasons: stop, length, abort, error).
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    #: Prompt tokens found in the prefix cache when it was first scheduled.
+    num_cached_tokens: int = 0

@@ -1,22 +1,16 @@
-"""The engine-side owner of every sequence's grammar matcher and of the per-step token
-bitmask; and the sampler-side function that applies a bitmask to logits."""
+"""The scheduler-side owner of every request's grammar matcher and of the per-step
+token bitmask; and the sampler-side function that applies a bitmask to logits."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import llguidance
 import torch
 
-from .grammar import grammar_source
-from .params import StructuredOutputsParams
-from .tokenizer import ll_tokenizer
-
-if TYPE_CHECKING:
-    from ..tokenizer import Tokenizer
+from .compiler import GrammarCompiler
 
 logger = logging.getLogger("accord.engine")
 
@@ -49,41 +43,18 @@ def apply_token_bitmask(logits: torch.Tensor, row_of: dict[str, int], mask: Gram
 
 
 class StructuredOutputManager:
-    """Compiles requests' constraints, keeps one matcher per constrained sequence,
+    """Keeps one matcher per constrained request (grammars from a GrammarCompiler),
     advances it as tokens are accepted and fills each step's bitmask."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Sequence[int]) -> None:
-        self._tokenizer = tokenizer
-        self._vocab_size = vocab_size
+    def __init__(self, compiler: GrammarCompiler, eos_token_ids: Sequence[int]) -> None:
+        self._compiler = compiler
         self._eos_token_ids = list(eos_token_ids)
-        self._ll_tokenizer: llguidance.LLTokenizer | None = None
         self._executor: llguidance.LLExecutor | None = None
         self._matchers: dict[str, llguidance.LLMatcher] = {}
 
-    @property
-    def ll_tokenizer(self) -> llguidance.LLTokenizer:
-        """llguidance's view of the tokenizer, built on first use (about a second for
-        a large vocabulary, so servers that never constrain never pay it)."""
-        if self._ll_tokenizer is None:
-            self._ll_tokenizer = ll_tokenizer(self._tokenizer, self._vocab_size)
-            self._executor = llguidance.LLExecutor()
-        return self._ll_tokenizer
-
-    def compile(self, params: StructuredOutputsParams) -> str:
-        """The checked grammar for `params`; ValueError naming the problem when it
-        does not compile (a bad schema, regex or grammar)."""
-        try:
-            source = grammar_source(params)
-        except Exception as error:  # llguidance reports bad input with several exception types
-            raise ValueError(f"the structured output constraint is invalid: {error}") from None
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(source, self.ll_tokenizer)
-        if is_error:
-            raise ValueError(f"the structured output constraint is invalid: {messages[0]}")
-        return source
-
     def add(self, seq_id: str, grammar: str) -> None:
         """Start constraining `seq_id` by a grammar from `compile`."""
-        self._matchers[seq_id] = llguidance.LLMatcher(self.ll_tokenizer, grammar)
+        self._matchers[seq_id] = llguidance.LLMatcher(self._compiler.ll_tokenizer, grammar)
 
     def remove(self, seq_id: str) -> None:
         """Forget `seq_id` (finished or aborted); unknown ids are ignored."""
@@ -116,8 +87,9 @@ class StructuredOutputManager:
         # of every engine's start-up otherwise, constrained requests or not.
         import llguidance.torch as lltorch
 
-        bitmask = lltorch.allocate_token_bitmask(len(constrained), self.ll_tokenizer.vocab_size)
-        assert self._executor is not None
+        bitmask = lltorch.allocate_token_bitmask(len(constrained), self._compiler.ll_tokenizer.vocab_size)
+        if self._executor is None:
+            self._executor = llguidance.LLExecutor()
         pairs = [(self._matchers[seq_id], row) for row, seq_id in enumerate(constrained)]
         lltorch.fill_next_token_bitmask_par(self._executor, pairs, bitmask)
         return GrammarBitmask(constrained, bitmask)

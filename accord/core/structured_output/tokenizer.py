@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import llguidance
 
 if TYPE_CHECKING:
-    from ..tokenizer import Tokenizer
+    from ..model_loader.tokenizer import Tokenizer
 
 _lock = threading.Lock()
 _cache: dict[int, tuple[Tokenizer, llguidance.LLTokenizer]] = {}

@@ -190,7 +190,7 @@ def build_model(directory: Path, shape: dict[str, int] = MODEL_SHAPE, device: st
 
 def bench_model(args: argparse.Namespace) -> tuple[Path, int]:
     """The model to measure (--model, else the random one, built once) and its vocabulary size."""
-    from ...core.gguf import is_gguf, open_gguf_model
+    from ...core.model_loader.gguf import is_gguf, open_gguf_model
 
     if args.model is None:
         shape = GPU_MODEL_SHAPE if on_gpu(args) else MODEL_SHAPE
@@ -294,7 +294,7 @@ def run_transformers(
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM
 
-    from ...core.gguf import is_gguf
+    from ...core.model_loader.gguf import is_gguf
 
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     started = time.perf_counter()
@@ -541,7 +541,7 @@ def checkpoint_shapes(model_dir: Path) -> dict[str, tuple[int, ...]]:
     (or its GGUF file)."""
     from safetensors import safe_open
 
-    from ...core.gguf import is_gguf, open_gguf_model
+    from ...core.model_loader.gguf import is_gguf, open_gguf_model
 
     if is_gguf(model_dir):
         checkpoint = open_gguf_model(model_dir).checkpoint

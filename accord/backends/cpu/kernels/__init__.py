@@ -1,11 +1,17 @@
-"""The cpu kernels, one module per contract family; importing registers them and starts
-building the native libraries they use, side by side, in the background."""
+"""The cpu kernels, one module per contract family; importing registers them (and
+compiles nothing: the backend starts the native builds when it loads its kernels)."""
 
 from ._registry import KERNELS
 from . import attention, cache, compressed, elementwise, fp8, linear, moe, sampling  # noqa: F401  (registers kernels)
 from . import _native, _native_attention, _native_elementwise, _native_gemm
 
-for _library in (_native_gemm.LIBRARY, _native_elementwise.LIBRARY, _native_attention.LIBRARY):
-    _native.build_ahead(*_library)
 
-__all__ = ["KERNELS"]
+
+def start_native_builds() -> None:
+    """Start building the native libraries the kernels use, side by side, in the
+    background (cached, and once per process)."""
+    for library in (_native_gemm.LIBRARY, _native_elementwise.LIBRARY, _native_attention.LIBRARY):
+        _native.build_ahead(*library)
+
+
+__all__ = ["KERNELS", "start_native_builds"]

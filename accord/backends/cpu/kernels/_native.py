@@ -7,10 +7,12 @@ vector code, so the cache key holds the source (with the headers beside it), the
 compiler, its flags and the CPU's flags, and a cache shared between different hosts
 never serves one the other's build.
 `-fopenmp` links torch's own libgomp (already loaded), so there is one OpenMP runtime.
-Without a C compiler (or when a build fails) `load` gives None and callers keep their
-torch path. `build_ahead` starts a library's build in the background, so that a cold
-start-up compiles its kernels side by side (one compiler per library) while it loads
-the weights, instead of one after another at each one's first use.
+Without a C compiler (or when a build fails) `load` gives None, with a WARNING naming
+the fallback, and callers keep their torch path. Nothing is compiled at import:
+`build_ahead` (which the backend calls when it loads its kernels) starts a library's
+build in the background, so that a cold start-up compiles its kernels side by side (one
+compiler per library) while it loads the weights. A build holds a file lock beside its
+cache entry, so processes starting together (the ranks of `-tp N`) build it once.
 
 Each entry point is also built in a packed form, `long NAME__packed(const
 accord_packed_arg *args)`, generated here from its signature: the one calling convention
@@ -21,16 +23,18 @@ in which `_native_graph` replays recorded calls from a C loop. Calls go through
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any, Callable
+
+from .. import capability
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +79,17 @@ def _build(compiler: str, source: Path, unit: str, optimization: str) -> Path:
     if library.is_file():
         return library
     library.parent.mkdir(parents=True, exist_ok=True)
+    # One build per cache entry across processes (the N ranks of `-tp N` start at once):
+    # the first takes the lock beside the entry and builds, the others wait and load it.
+    with open(library.with_name(library.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not library.is_file():
+            _compile(compiler, source, unit, optimization, library)
+    return library
+
+
+def _compile(compiler: str, source: Path, unit: str, optimization: str, library: Path) -> None:
+    """Compile `unit` into `library`."""
     # Build beside the target and rename: concurrent start-ups never load a half-written file.
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built, unit_file = Path(scratch) / library.name, Path(scratch) / f"{source.stem}_unit.c"
@@ -85,7 +100,6 @@ def _build(compiler: str, source: Path, unit: str, optimization: str) -> Path:
         command = [compiler, optimization, *FLAGS, *include, "-I", str(KERNEL_DIR), "-o", str(built), str(unit_file)]
         subprocess.run(command, capture_output=True, text=True, check=True)
         os.replace(built, library)
-    return library
 
 
 #: An entry point's C signature: (name, return type or None, argument types).
@@ -141,7 +155,7 @@ def translation_unit(source: Path, signatures: tuple[Signature, ...]) -> str:
 
 
 def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    return capability.find_compiler()
 
 
 #: Builds `build_ahead` started, by source name, with the pid of the process that started
@@ -181,7 +195,7 @@ def load(
     cold start-up."""
     compiler = _compiler()
     if compiler is None:
-        logger.info("no C compiler found: %s is not built, its torch path runs instead", source_name)
+        logger.warning("%s is not built: %s", source_name, capability.NO_COMPILER_FALLBACK)
         return None
     source = KERNEL_DIR / source_name
     pid, ahead = _ahead.get(source_name, (None, None))

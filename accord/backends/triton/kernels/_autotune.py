@@ -14,7 +14,7 @@ from typing import Sequence
 
 import triton
 
-from .. import triton_interpreter_enabled
+from ..interpreter import triton_interpreter_enabled
 
 
 def tuned(gpu_configs: Sequence[triton.Config], interpreter_config: triton.Config, key: list[str]):

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import triton_interpreter_enabled
+from ..interpreter import triton_interpreter_enabled
 
 
 def dot_in_fp32(dtype: torch.dtype) -> bool:

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ....op_contracts import FP8_DTYPES
-from .. import triton_interpreter_enabled
+from ..interpreter import triton_interpreter_enabled
 from ._autotune import row_class, tuned
 from ._numerics import dot, dot_in_fp32, store_rounded
 from ._registry import KERNELS

@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 
 from ....op_contracts import OpDispatcher
-from ...attention import KVCacheSpec, LayerKVCache
-from ...model_config import DeepseekV4Config, ModelConfig
+from ...worker.attention import KVCacheSpec, LayerKVCache
+from ...model_loader.model_config import ModelConfig
+from .config import DeepseekV4Config
 from ..layers import Linear, RMSNorm
 from ..weights import WeightLoader
 from .compressor import Indexer, KVCompressor, V4Step, write_rows

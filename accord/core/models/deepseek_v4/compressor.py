@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ....op_contracts import OpDispatcher
-from ...attention import AttentionMetadata, KVCacheSpec
+from ...worker.attention import AttentionMetadata, KVCacheSpec
 from ..layers import Linear, RMSNorm
 from ..weights import WeightLoader
 from .rotary import TrailingRotary

@@ -9,9 +9,9 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ...attention import AttentionMetadata, KVCacheSpec, LayerKVCache
-from ...loader import SafetensorsCheckpoint
-from ...model_config import ModelConfig
+from ...worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ...model_loader.hf_checkpoint import SafetensorsCheckpoint
+from ...model_loader.model_config import ModelConfig
 from ..layers import DenseLinear, Linear, RMSNorm
 from ..layers.mlp import RoutedExperts
 from ..weights import WeightLoader

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ....op_contracts import OpDispatcher
 from ...distributed import ParallelContext
-from ...model_config import ModelConfig, MoeConfig
+from ...model_loader.model_config import ModelConfig, MoeConfig
 from ..layers import GatedMLP
 from ..layers.mlp import RoutedExperts
 from ..weights import ExpertWeights, WeightLoader

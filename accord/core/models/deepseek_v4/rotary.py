@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ....op_contracts import OpDispatcher
-from ...model_config import RopeConfig
+from ...model_loader.model_config import RopeConfig
 from ..layers.rotary import cos_sin_cache
 
 

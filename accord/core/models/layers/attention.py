@@ -7,9 +7,9 @@ from dataclasses import replace
 import torch
 
 from ....op_contracts import OpDispatcher
-from ...attention import AttentionMetadata, KVCacheSpec, LayerKVCache
+from ...worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ...distributed.sharding import head_shards
-from ...model_config import ModelConfig
+from ...model_loader.model_config import ModelConfig
 from ..weights import WeightLoader
 from .linear import Linear
 from .norm import RMSNorm

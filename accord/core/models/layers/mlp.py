@@ -12,7 +12,7 @@ from ....op_contracts import OpDispatcher
 from ...distributed import ParallelContext
 from ...distributed.expert_dispatch import expert_dispatch
 from ...distributed.sharding import split_evenly
-from ...model_config import MoeConfig
+from ...model_loader.model_config import MoeConfig
 from ..weights import ExpertWeights, WeightLoader
 from .linear import Linear
 

@@ -8,7 +8,7 @@ import math
 import torch
 
 from ....op_contracts import OpDispatcher
-from ...model_config import RopeConfig
+from ...model_loader.model_config import RopeConfig
 
 
 def inverse_frequencies(rope: RopeConfig) -> torch.Tensor:

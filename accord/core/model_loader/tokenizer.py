@@ -13,8 +13,7 @@ import tokenizers
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .gguf import is_gguf
-from .loader import CheckpointError, read_json
+from .hf_checkpoint import CheckpointError, read_json
 
 TEMPLATE_FILE = "chat_template.jinja"
 
@@ -90,13 +89,9 @@ class Tokenizer:
         return self.encode(text, add_special_tokens=False) if tokenize else text
 
 
-def load_tokenizer(model_dir: str | Path) -> Tokenizer:
-    """The tokenizer of a Hugging Face model directory (tokenizer.json is required), or
-    of a GGUF file."""
-    if is_gguf(model_dir):
-        from .gguf.tokenizer import load_gguf_tokenizer  # it imports this module
-
-        return load_gguf_tokenizer(model_dir)
+def load_hf_tokenizer(model_dir: str | Path) -> Tokenizer:
+    """The tokenizer of a Hugging Face model directory (tokenizer.json is required);
+    `model_source.load_tokenizer` takes a GGUF file too."""
     model_dir = Path(model_dir)
     path = model_dir / "tokenizer.json"
     if not path.is_file():

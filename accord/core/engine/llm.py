@@ -8,11 +8,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .device import BackendFactory
-from .engine import LLMEngine, PromptType
-from .outputs import RequestOutput
-from .sampling_params import SamplingParams
-from .tokenizer import Tokenizer
+from ..device import BackendFactory
+from .llm_engine import LLMEngine, PromptType
+from ..outputs import RequestOutput
+from ..sampling_params import SamplingParams
+from ..model_loader.tokenizer import Tokenizer
 
 #: A chat conversation: OpenAI-style messages ({"role": ..., "content": ...}).
 Conversation = list[dict[str, Any]]

@@ -2,15 +2,20 @@
 
 Every architecture-specific spelling (Mixtral's `num_local_experts`, Qwen3-MoE's
 `num_experts`, DeepSeek's `n_routed_experts`, the old `rope_scaling` against the new
-`rope_parameters`) is resolved here, so the graphs see one vocabulary.
+`rope_parameters`) is resolved here, so the graphs see one vocabulary. A family with
+fields of its own parses them beside its graph (`parse_config` in its module; the
+registry's `parse_model_config` applies it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
+
+if TYPE_CHECKING:
+    from ..models.deepseek_v4.config import DeepseekV4Config
 
 DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -96,33 +101,34 @@ class ModelConfig:
     moe: MoeConfig | None = None
     mla: MlaConfig | None = None
     fp8_block: tuple[int, int] | None = None
-    v4: "DeepseekV4Config | None" = None
+    #: DeepSeek-V4's own fields, parsed beside its graph (models/deepseek_v4/config.py).
+    v4: DeepseekV4Config | None = None
 
     @classmethod
     def from_hf(cls, raw: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> ModelConfig:
         """Parse a config.json dict; generation_config.json's dict adds its eos ids."""
         architecture = _architecture(raw)
-        num_heads = _required(raw, "num_attention_heads")
-        hidden_size = _required(raw, "hidden_size")
-        num_layers = _required(raw, "num_hidden_layers")
+        num_heads = required_field(raw, "num_attention_heads")
+        hidden_size = required_field(raw, "hidden_size")
+        num_layers = required_field(raw, "num_hidden_layers")
         mla = _mla(raw) if architecture == "DeepseekV3ForCausalLM" else None
         head_dim = raw.get("head_dim") or hidden_size // num_heads
         rotary_dim = mla.qk_rope_head_dim if mla else head_dim
         return cls(
             architecture=architecture,
-            vocab_size=_required(raw, "vocab_size"),
+            vocab_size=required_field(raw, "vocab_size"),
             hidden_size=hidden_size,
-            intermediate_size=raw.get("intermediate_size") or _required(raw, "moe_intermediate_size"),
+            intermediate_size=raw.get("intermediate_size") or required_field(raw, "moe_intermediate_size"),
             num_layers=num_layers,
             num_heads=num_heads,
             num_kv_heads=raw.get("num_key_value_heads") or num_heads,
             head_dim=head_dim,
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            max_position_embeddings=_required(raw, "max_position_embeddings"),
+            max_position_embeddings=required_field(raw, "max_position_embeddings"),
             eos_token_ids=_merge_ids(raw.get("eos_token_id"), (generation or {}).get("eos_token_id")),
             bos_token_id=raw.get("bos_token_id"),
             dtype=checkpoint_dtype(raw),
-            rope=_rope(raw, rotary_dim, is_neox=not (mla and raw.get("rope_interleave", True))),
+            rope=parse_rope(raw, rotary_dim, is_neox=not (mla and raw.get("rope_interleave", True))),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             attention_bias=bool(raw.get("attention_bias", architecture == "Qwen2ForCausalLM")),
             qk_norm=architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
@@ -130,124 +136,7 @@ class ModelConfig:
             moe=_moe(raw, architecture, num_layers),
             mla=mla,
             fp8_block=_fp8_block(raw),
-            v4=deepseek_v4_config(raw, head_dim) if architecture == "DeepseekV4ForCausalLM" else None,
         )
-
-
-@dataclass(frozen=True)
-class DeepseekV4Config:
-    """DeepSeek-V4's own fields: the per-layer attention and MoE schedules, compression
-    rates, the Lightning Indexer, mHC streams, the grouped output projection and the
-    two rotary tables (`main` for sliding layers, `compress` for CSA/HCA layers)."""
-
-    layer_types: tuple[str, ...]
-    mlp_layer_types: tuple[str, ...]
-    csa_rate: int
-    hca_rate: int
-    sliding_window: int
-    q_lora_rank: int
-    o_groups: int
-    o_lora_rank: int
-    index_n_heads: int
-    index_head_dim: int
-    index_topk: int
-    hc_mult: int
-    hc_sinkhorn_iters: int
-    hc_eps: float
-    swiglu_limit: float
-    rope_main: RopeConfig
-    rope_compress: RopeConfig
-    moe: MoeConfig
-    num_nextn_predict_layers: int = 0
-
-    def compress_rate(self, layer: int) -> int:
-        """Tokens per compressed entry of `layer` (0 for a sliding-only layer)."""
-        kind = self.layer_types[layer]
-        return {"compressed_sparse_attention": self.csa_rate, "heavily_compressed_attention": self.hca_rate}.get(kind, 0)
-
-
-V4_LAYER_TYPES = ("sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention")
-#: DeepSeek's release writes per-layer compress ratios instead of layer type names.
-_V4_RATIO_LAYER_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
-
-
-def deepseek_v4_config(raw: Mapping[str, Any], head_dim: int) -> DeepseekV4Config:
-    """DeepSeek-V4's fields, with transformers' defaults and its legacy spellings
-    (`compress_ratios`, `num_hash_layers`, `compress_rate_csa/hca`, flat rope params)."""
-    layers = _required(raw, "num_hidden_layers")
-    rates = dict(raw.get("compress_rates") or {})
-    csa = rates.get("compressed_sparse_attention", raw.get("compress_rate_csa", 4))
-    hca = rates.get("heavily_compressed_attention", raw.get("compress_rate_hca", 128))
-    layer_types = raw.get("layer_types")
-    if layer_types is None and raw.get("compress_ratios") is not None:
-        layer_types = [_V4_RATIO_LAYER_TYPES[r] for r in raw["compress_ratios"]]
-    if layer_types is None:
-        interleave = ["compressed_sparse_attention" if i % 2 else "heavily_compressed_attention" for i in range(layers - 2)]
-        layer_types = ["heavily_compressed_attention"] * min(layers, 2) + interleave
-    mlp_types = raw.get("mlp_layer_types")
-    if mlp_types is None:
-        hashed = min(layers, raw.get("num_hash_layers", 3))
-        mlp_types = ["hash_moe"] * hashed + ["moe"] * (layers - hashed)
-    for name, types, allowed in (
-        ("layer_types", layer_types, V4_LAYER_TYPES), ("mlp_layer_types", mlp_types, ("hash_moe", "moe"))
-    ):
-        if len(types) < layers or any(t not in allowed for t in types):
-            raise ModelConfigError(f"config.json: {name} must list {layers} entries from {list(allowed)}, got {types}")
-    rotary_dim = raw.get("qk_rope_head_dim") or int(head_dim * (raw.get("partial_rotary_factor") or 64 / 512))
-    rope_main, rope_compress = _v4_ropes(raw, rotary_dim)
-    scoring = {"sqrtsoftplus": "sqrt_softplus"}.get(raw.get("scoring_func", "sqrtsoftplus"), raw.get("scoring_func"))
-    moe = MoeConfig(
-        num_experts=_required(raw, "n_routed_experts"),
-        top_k=_required(raw, "num_experts_per_tok"),
-        intermediate_size=_required(raw, "moe_intermediate_size"),
-        sparse_layers=frozenset(range(layers)),
-        scoring=scoring,
-        renormalize=True,  # V4's routers always renormalise (transformers and DeepSeek's code)
-        routed_scaling_factor=float(raw.get("routed_scaling_factor", 1.5)),
-        num_shared_experts=raw.get("n_shared_experts", 1),
-        correction_bias=True,
-    )
-    return DeepseekV4Config(
-        layer_types=tuple(layer_types[:layers]),
-        mlp_layer_types=tuple(mlp_types[:layers]),
-        csa_rate=csa,
-        hca_rate=hca,
-        sliding_window=raw.get("sliding_window", 128),
-        q_lora_rank=_required(raw, "q_lora_rank"),
-        o_groups=raw.get("o_groups", 8),
-        o_lora_rank=raw.get("o_lora_rank", 1024),
-        index_n_heads=raw.get("index_n_heads", 64),
-        index_head_dim=raw.get("index_head_dim", 128),
-        index_topk=raw.get("index_topk", 512),
-        hc_mult=raw.get("hc_mult", 4),
-        hc_sinkhorn_iters=raw.get("hc_sinkhorn_iters", 20),
-        hc_eps=float(raw.get("hc_eps", 1e-6)),
-        swiglu_limit=float(raw.get("swiglu_limit", 10.0)),
-        rope_main=rope_main,
-        rope_compress=rope_compress,
-        moe=moe,
-        num_nextn_predict_layers=raw.get("num_nextn_predict_layers", 0),
-    )
-
-
-def _v4_ropes(raw: Mapping[str, Any], rotary_dim: int) -> tuple[RopeConfig, RopeConfig]:
-    """(main, compress) rotary configs, gpt-j (interleaved) layout. Nested
-    `rope_parameters` {main, compress} as transformers writes them, else main = plain
-    `rope_theta` and compress = the scaling params at `compress_rope_theta`; a yarn
-    compress rope keeps cos/sin unscaled (attention_factor 1), as DeepSeek's code does."""
-    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    if isinstance(params.get("main"), dict) and isinstance(params.get("compress"), dict):
-        main, compress = dict(params["main"]), dict(params["compress"])
-    else:
-        main = {"rope_type": "default", "rope_theta": raw.get("rope_theta", 10000.0)}
-        compress = {k: v for k, v in params.items() if k not in ("main", "compress")}
-        compress["rope_theta"] = raw.get("compress_rope_theta", 160000.0)
-    if (compress.get("rope_type") or compress.get("type")) == "yarn":
-        compress.setdefault("attention_factor", 1.0)
-    return (
-        _rope({"rope_parameters": main}, rotary_dim, is_neox=False),
-        _rope({"rope_parameters": compress}, rotary_dim, is_neox=False),
-    )
 
 
 def checkpoint_dtype(raw: Mapping[str, Any]) -> torch.dtype:
@@ -265,7 +154,7 @@ def _architecture(raw: Mapping[str, Any]) -> str:
     return architectures[0]
 
 
-def _required(raw: Mapping[str, Any], key: str) -> Any:
+def required_field(raw: Mapping[str, Any], key: str) -> Any:
     if raw.get(key) is None:
         raise ModelConfigError(f"config.json: required field {key!r} is missing")
     return raw[key]
@@ -280,7 +169,7 @@ def _merge_ids(*sources: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _rope(raw: Mapping[str, Any], rotary_dim: int, is_neox: bool) -> RopeConfig:
+def parse_rope(raw: Mapping[str, Any], rotary_dim: int, is_neox: bool) -> RopeConfig:
     # transformers 5 writes `rope_parameters` (theta inside); older files write
     # `rope_theta` beside a `rope_scaling` dict keyed by `type` or `rope_type`.
     params = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
@@ -313,29 +202,29 @@ def _moe(raw: Mapping[str, Any], architecture: str, num_layers: int) -> MoeConfi
     top_k = raw.get("num_experts_per_tok")
     if architecture == "MixtralForCausalLM":
         return MoeConfig(
-            num_experts=_required(raw, "num_local_experts"),
+            num_experts=required_field(raw, "num_local_experts"),
             top_k=top_k,
-            intermediate_size=_required(raw, "intermediate_size"),
+            intermediate_size=required_field(raw, "intermediate_size"),
             sparse_layers=frozenset(range(num_layers)),
             renormalize=True,
         )
     if architecture == "Qwen3MoeForCausalLM":
-        num_experts = raw.get("num_experts") or _required(raw, "num_local_experts")
+        num_experts = raw.get("num_experts") or required_field(raw, "num_local_experts")
         step, dense = raw.get("decoder_sparse_step", 1), set(raw.get("mlp_only_layers") or ())
         sparse = {i for i in range(num_layers) if i not in dense and num_experts > 0 and (i + 1) % step == 0}
         return MoeConfig(
             num_experts=num_experts,
             top_k=top_k,
-            intermediate_size=_required(raw, "moe_intermediate_size"),
+            intermediate_size=required_field(raw, "moe_intermediate_size"),
             sparse_layers=frozenset(sparse),
             renormalize=bool(raw.get("norm_topk_prob", False)),
         )
     if architecture == "DeepseekV3ForCausalLM":
         first_dense = raw.get("first_k_dense_replace", 0)
         return MoeConfig(
-            num_experts=_required(raw, "n_routed_experts"),
+            num_experts=required_field(raw, "n_routed_experts"),
             top_k=top_k,
-            intermediate_size=_required(raw, "moe_intermediate_size"),
+            intermediate_size=required_field(raw, "moe_intermediate_size"),
             sparse_layers=frozenset(range(first_dense, num_layers)),
             scoring=raw.get("scoring_func", "sigmoid"),
             renormalize=bool(raw.get("norm_topk_prob", True)),
@@ -351,10 +240,10 @@ def _moe(raw: Mapping[str, Any], architecture: str, num_layers: int) -> MoeConfi
 def _mla(raw: Mapping[str, Any]) -> MlaConfig:
     return MlaConfig(
         q_lora_rank=raw.get("q_lora_rank"),
-        kv_lora_rank=_required(raw, "kv_lora_rank"),
-        qk_nope_head_dim=_required(raw, "qk_nope_head_dim"),
-        qk_rope_head_dim=_required(raw, "qk_rope_head_dim"),
-        v_head_dim=_required(raw, "v_head_dim"),
+        kv_lora_rank=required_field(raw, "kv_lora_rank"),
+        qk_nope_head_dim=required_field(raw, "qk_nope_head_dim"),
+        qk_rope_head_dim=required_field(raw, "qk_rope_head_dim"),
+        v_head_dim=required_field(raw, "v_head_dim"),
     )
 
 

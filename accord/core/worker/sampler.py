@@ -14,10 +14,10 @@ from typing import Protocol
 
 import torch
 
-from ..op_contracts import OpDispatcher
-from .outputs import Logprob
-from .sampling_params import SamplingParams
-from .structured_output import GrammarBitmask, apply_token_bitmask
+from ...op_contracts import OpDispatcher
+from ..outputs import Logprob
+from ..sampling_params import SamplingParams
+from ..structured_output import GrammarBitmask, apply_token_bitmask
 
 _SEED_MASK = (1 << 63) - 1
 _SEED_MULTIPLIER = 6364136223846793005

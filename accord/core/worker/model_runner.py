@@ -23,19 +23,19 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..op_contracts import OpDispatcher
+from ...op_contracts import OpDispatcher
 from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from .compilation import compile_forward
-from .config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
-from .device import DeviceBackend
+from ..config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
+from ..device import DeviceBackend
 from .graph_capture import DecodeGraphs, InputSpec, capture_sizes
 from .input_batch import CachedRequestState, InputBatch
-from .models import CausalLM
-from .models.layers.mlp import worst_case_expert_load
+from ..models import CausalLM
+from ..models.layers.mlp import worst_case_expert_load
 from .sampler import Sampler, prompt_logprobs
-from .sched.output import ModelRunnerOutput, SchedulerOutput
+from ..sched.output import ModelRunnerOutput, SchedulerOutput
 from .step_inputs import INDEX_DTYPE, FlatBatch, StepInputs
-from .structured_output import GrammarBitmask
+from ..structured_output import GrammarBitmask
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ModelRunner:
         self.backend = backend
         self.device = backend.device()
         self.model = model
-        # The forward every step runs: compiled when -O asks (accord.core.compilation).
+        # The forward every step runs: compiled when -O asks (accord.core.worker.compilation).
         self.forward = compile_forward(model, ops) if config.compilation_config else model.forward
         self.max_model_len = max_model_len
         self.block_size = config.block_size

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Hashable
 
-from .config import PrefixCachingHashAlgo
+from ..config import PrefixCachingHashAlgo
 
 #: A block's key: the chain hash of its prefix and tokens.
 BlockKey = Hashable

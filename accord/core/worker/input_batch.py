@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .sampling_params import SamplingParams
-from .sched.output import CachedRequestData, NewRequestData
+from ..sampling_params import SamplingParams
+from ..sched.output import CachedRequestData, NewRequestData
 
 #: Token and block ids are held as int32 (a vocabulary and a block pool fit; half the
 #: memory of int64: the token rows are max_num_seqs x max_model_len).

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..op_contracts import OpDispatcher
-from ..op_contracts.torch_ops import TorchOps
-from .models import CausalLM
+from ...op_contracts import OpDispatcher
+from ...op_contracts.torch_ops import TorchOps
+from ..models import CausalLM
 
 Forward = Callable[..., torch.Tensor]
 

@@ -10,7 +10,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from ..loader import CheckpointError
+from ..hf_checkpoint import CheckpointError
 
 _MISSING = object()
 

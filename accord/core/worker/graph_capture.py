@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Protocol
 
 import torch
 
-from ..op_contracts import ContractError
+from ...op_contracts import ContractError
 
 #: A decode step over named input tensors (first dimension = batch rows) to one output
 #: tensor (first dimension = batch rows, e.g. logits).

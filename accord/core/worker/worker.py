@@ -8,15 +8,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..op_contracts import OpDispatcher
-from ..op_contracts.recording import CallRecorder, rank_directory
-from .config import EngineConfig
-from .device import BackendFactory
-from .distributed import ParallelContext, destroy_parallel, init_parallel
-from .model_config import ModelConfig
+from ...op_contracts import OpDispatcher
+from ...op_contracts.recording import CallRecorder, rank_directory
+from ..config import EngineConfig
+from ..device import BackendFactory
+from ..distributed import ParallelContext, destroy_parallel, init_parallel
+from ..model_loader.model_config import ModelConfig
 from .model_runner import ModelRunner
-from .models import load_model
-from .sched.output import ModelRunnerOutput, SchedulerOutput
+from ..model_loader.load import load_model
+from ..sched.output import ModelRunnerOutput, SchedulerOutput
 
 logger = logging.getLogger("accord.worker")
 

@@ -2,9 +2,12 @@
 
 One background task runs `LLMEngine.step` in a worker thread (torch releases the GIL,
 so the event loop stays responsive) and routes every step's outputs to per-request
-queues. Adding a request waits for the step in flight; aborting never waits: it is
-applied before the next step, so a client that disconnects frees its blocks within
-one step.
+queues. A structured output request's grammar is compiled in another worker thread
+before the request is added, so neither the event loop nor the steps of the requests
+already running wait for it (the first grammar also builds llguidance's tokenizer,
+about a second). Adding a request waits for the step in flight; aborting never waits:
+it is applied before the next step, so a client that disconnects frees its blocks
+within one step.
 
 A request whose step failed because of it ends with RequestFailedError; the others go
 on. If the engine dies (a worker process is gone), every request in flight ends with
@@ -26,14 +29,14 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .device import BackendFactory
-from .engine import LLMEngine, PromptType
-from .errors import EngineDeadError, RequestFailedError
-from .model_config import ModelConfig
-from .outputs import RequestOutput
-from .sampling_params import SamplingParams
-from .stats import EngineStats
-from .tokenizer import Tokenizer
+from ..device import BackendFactory
+from .llm_engine import LLMEngine, PromptType
+from ..errors import EngineDeadError, RequestFailedError
+from ..model_loader.model_config import ModelConfig
+from ..outputs import RequestOutput
+from ..sampling_params import SamplingParams
+from ..stats import EngineStats
+from ..model_loader.tokenizer import Tokenizer
 
 logger = logging.getLogger("accord.engine")
 
@@ -52,6 +55,7 @@ class AsyncLLM:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accord-engine")
+        self._grammar_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accord-grammar")
         self._loop_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
@@ -63,7 +67,7 @@ class AsyncLLM:
     @property
     def errored(self) -> bool:
         """Whether the engine is dead (requests fail with EngineDeadError)."""
-        return self._error is not None or self.engine.executor.dead_reason is not None
+        return self._error is not None or self.engine.dead_reason is not None
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -111,8 +115,13 @@ class AsyncLLM:
         self._queues[request_id] = queue
         finished = False
         try:
+            grammar = None
+            if sampling_params.structured_outputs is not None:
+                grammar = await asyncio.get_running_loop().run_in_executor(
+                    self._grammar_pool, self.engine.compile_grammar, sampling_params
+                )
             async with self._lock:
-                self.engine.add_request(request_id, prompt, sampling_params, priority=priority)
+                self.engine.add_request(request_id, prompt, sampling_params, priority=priority, grammar=grammar)
             self._start_loop()
             self._wake.set()
             while not finished:
@@ -149,6 +158,7 @@ class AsyncLLM:
                 pass
             self._loop_task = None
         self._executor.shutdown(wait=True)
+        self._grammar_pool.shutdown(wait=True)
 
     def watch_engine(self) -> None:
         """Hear of the engine's death between steps too (a worker that dies while idle):
@@ -159,10 +169,10 @@ class AsyncLLM:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(self._wake.set)
 
-        self.engine.executor.on_dead = wake
+        self.engine.on_dead(wake)
 
     def _dead_message(self) -> str:
-        reason = self.engine.executor.dead_reason
+        reason = self.engine.dead_reason
         return f"the engine is dead: {reason}" if reason else "the engine loop has failed"
 
     def _abort_soon(self, request_id: str) -> None:
@@ -173,7 +183,7 @@ class AsyncLLM:
         """A step raised: abort every unfinished request (the step may have touched any
         of them) and hand each stream the error; later requests run normally."""
         logger.error("an engine step failed; failing its requests", exc_info=error)
-        failed = list(self.engine.output_processor.requests)
+        failed = self.engine.get_unfinished_request_ids()
         self.engine.abort_request(failed)
         for request_id in failed:
             queue = self._queues.get(request_id)
@@ -189,7 +199,7 @@ class AsyncLLM:
         try:
             while True:
                 await self._wake.wait()
-                if self.engine.executor.dead_reason is not None:
+                if self.engine.dead_reason is not None:
                     raise EngineDeadError(self._dead_message())
                 async with self._lock:
                     outputs = []

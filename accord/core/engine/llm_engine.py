@@ -22,7 +22,7 @@ before the next is scheduled.
 
 A step that raises because of some of its requests fails only those: the engine runs
 the step again in halves until the failing requests are found, finishes them with
-finish_reason "error" and carries on with the rest (with several replicas, whose other
+finish_reason "error" and carries on with the rest (failure_isolation.py; with several replicas, whose other
 replicas already advanced, the whole step's requests fail instead). A dead executor (a
 worker process gone) raises EngineDeadError.
 """
@@ -33,31 +33,33 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .block_manager import BlockManager
-from .config import EngineConfig
-from .device import BackendFactory
-from .dp_balancer import DataParallelBalancer
-from .errors import EngineDeadError
-from .executor import Executor, executor_class
-from .executor.base import StepSkipped
-from .model_config import ModelConfig
-from .models import read_model_config
-from .output_processor import OutputProcessor, Request
-from .outputs import RequestOutput
-from .sampling_params import SamplingParams
-from .sched.output import ModelRunnerOutput, SchedulerOutput
-from .scheduler import Scheduler
-from .sequence import Sequence
-from .stats import EngineStats, RequestTimes
-from .structured_output import StructuredOutputManager
+from ..sched.block_manager import BlockManager
+from ..config import EngineConfig
+from ..device import BackendFactory
+from ..sched.dp_balancer import DataParallelBalancer
+from ..errors import EngineDeadError
+from ..executor import Executor, executor_class
+from ..executor.base import StepSkipped
+from ..model_loader.model_config import ModelConfig
+from ..model_loader.load import read_model_config
+from .failure_isolation import isolate_failure
+from .output_processor import OutputProcessor
+from ..outputs import RequestOutput
+from ..sampling_params import SamplingParams
+from ..sched.output import ModelRunnerOutput, RequestUpdate, SchedulerOutput
+from ..sched.scheduler import Scheduler
+from ..sched.request import Request
+from ..stats import EngineStats
+from ..structured_output import GrammarCompiler, StructuredOutputManager
 from .token_budget import choose_token_budget
-from .tokenizer import Tokenizer, load_tokenizer
-from .worker import WorkerInfo
+from ..model_loader.source import load_tokenizer
+from ..model_loader.tokenizer import Tokenizer
+from ..worker.worker import WorkerInfo
 
 logger = logging.getLogger("accord.engine")
 
@@ -103,6 +105,9 @@ class LLMEngine:
         self.backend_name = info.backend_name
         self.model_config: ModelConfig = info.model_config
         self.max_model_len = max_model_len
+        #: Compiles structured output constraints (the schedulers' matchers share its
+        #: llguidance tokenizer).
+        self.grammar_compiler = GrammarCompiler(self.tokenizer, info.model_config.vocab_size)
         #: One scheduler (with its own KV block manager) per data-parallel replica.
         self.schedulers = [
             Scheduler(
@@ -114,9 +119,7 @@ class LLMEngine:
                 config.scheduling_policy,
                 max_model_len=max_model_len,
                 eos_token_ids=info.model_config.eos_token_ids,
-                structured_output=StructuredOutputManager(
-                    self.tokenizer, info.model_config.vocab_size, info.model_config.eos_token_ids
-                ),
+                structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
             )
             for _ in range(config.data_parallel_size)
         ]
@@ -177,6 +180,15 @@ class LLMEngine:
         """Each data-parallel replica's gauges and counters, by replica."""
         return [scheduler.stats for scheduler in self.schedulers]
 
+    @property
+    def dead_reason(self) -> str | None:
+        """Why the engine can no longer step (a worker process gone), or None."""
+        return self.executor.dead_reason
+
+    def on_dead(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (from any thread) when the engine dies, even between steps."""
+        self.executor.on_dead = callback
+
     def shutdown(self) -> None:
         """Stop the workers (idempotent)."""
         self.executor.shutdown()
@@ -189,9 +201,12 @@ class LLMEngine:
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
         priority: int = 0,
+        *,
+        grammar: str | None = None,
     ) -> None:
-        """Queue a request; raises ValueError for an unusable prompt or settings."""
-        if request_id in self.output_processor.requests:
+        """Queue a request; raises ValueError for an unusable prompt or settings.
+        `grammar`, from `compile_grammar`, saves compiling the request's constraint here."""
+        if request_id in self.output_processor:
             raise ValueError(f"request id {request_id!r} is already in use")
         params = params or SamplingParams()
         text, token_ids = self._tokenize(prompt)
@@ -201,32 +216,30 @@ class LLMEngine:
             if len(self.schedulers) > 1
             else 0
         ]
-        structured_output = scheduler.structured_output
-        grammar = None
-        if params.structured_outputs is not None and structured_output is not None:
-            grammar = structured_output.compile(params.structured_outputs)  # ValueError when it does not compile
-        times = RequestTimes(arrival_time=time.monotonic() if arrival_time is None else arrival_time)
+        if grammar is None:
+            grammar = self.compile_grammar(params)  # ValueError when it does not compile
+        arrival = time.monotonic() if arrival_time is None else arrival_time
         order = next(self._seq_counter)
-        seqs: list[Sequence] = []
-        for index in range(params.n):
-            seqs.append(
-                Sequence(
-                    seq_id=f"{order}.{index}",
-                    request_id=request_id,
-                    index=index,
-                    prompt_token_ids=token_ids,
-                    params=params.for_child(index, set(self.model_config.eos_token_ids)),
-                    priority=priority,
-                    arrival_order=order,
-                    times=times,
-                    prompt_source=seqs[0] if seqs else None,
-                )
+        eos_token_ids = set(self.model_config.eos_token_ids)
+        samples = [(f"{order}.{index}", params.for_child(index, eos_token_ids)) for index in range(params.n)]
+        self.output_processor.add_request(request_id, text, token_ids, samples, arrival)
+        first: Request | None = None
+        for index, (req_id, sample_params) in enumerate(samples):
+            request = Request(
+                req_id, token_ids, sample_params, index=index, priority=priority, arrival_time=arrival,
+                arrival_order=order, prompt_source=first,
             )
-        self.output_processor.add(Request(request_id, text, token_ids, seqs, times))
-        for seq in seqs:
-            scheduler.add(seq)
-            if grammar is not None:
-                structured_output.add(seq.seq_id, grammar)  # type: ignore[union-attr]
+            first = first or request
+            scheduler.add_request(request, grammar)
+
+    def compile_grammar(self, params: SamplingParams) -> str | None:
+        """The checked grammar `params` constrain generation to (None without a
+        constraint); ValueError when it does not compile. Safe from any thread, so a
+        caller on an event loop runs it in a worker thread: it takes up to seconds (the
+        first one also builds llguidance's tokenizer)."""
+        if params.structured_outputs is None:
+            return None
+        return self.grammar_compiler.compile(params.structured_outputs)
 
     def _tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -254,25 +267,26 @@ class LLMEngine:
         """Stop requests now and free all their blocks; return each one's final output
         (finish_reason "abort"). Unknown or already finished ids are ignored."""
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
-        for request_id in ids:
-            request = self.output_processor.requests.get(request_id)
-            for seq in request.seqs if request else ():
-                scheduler = self._scheduler_of(seq)
-                if scheduler is not None:
-                    scheduler.finish(seq, "abort")
-        return self.output_processor.finish_all(ids, time.monotonic())
+        self._finish_in_schedulers(self.output_processor.sample_ids(ids), "abort")
+        return self.output_processor.abort(ids, time.monotonic())
 
     def has_unfinished_requests(self) -> bool:
         """Whether any request is waiting or running."""
-        return bool(self.output_processor.requests)
+        return self.output_processor.num_unfinished > 0
 
     def get_num_unfinished_requests(self) -> int:
         """How many requests are waiting or running."""
-        return len(self.output_processor.requests)
+        return self.output_processor.num_unfinished
 
-    def _scheduler_of(self, seq: Sequence) -> Scheduler | None:
-        """The scheduler holding an unfinished sequence (None once it finished)."""
-        return next((s for s in self.schedulers if seq.seq_id in s.seqs), None)
+    def get_unfinished_request_ids(self) -> list[str]:
+        """The ids of the requests waiting or running, oldest first."""
+        return self.output_processor.request_ids
+
+    def _finish_in_schedulers(self, req_ids: list[str], reason: str) -> None:
+        """Finish these samples in whichever replica's scheduler holds them."""
+        if req_ids:
+            for scheduler in self.schedulers:
+                scheduler.finish_requests(req_ids, reason)
 
     # -- a step --------------------------------------------------------------------
     def step(self, *, final_only: bool = False) -> list[RequestOutput]:
@@ -312,18 +326,16 @@ class LLMEngine:
     def _apply(self, flight: _StepInFlight, final_only: bool) -> list[RequestOutput]:
         """Apply a finished step's results to the schedulers and build the outputs
         (only of finished requests with `final_only`)."""
-        results, failed = self._results(flight)
-        touched: list[Sequence] = []
+        results, updates = self._results(flight)
         for scheduler, step, result in zip(self.schedulers, flight.steps, results):
-            if step.is_empty or result is None:
-                continue
-            replica_touched = scheduler.update_from_output(step, result)
-            for seq, stop_string in self.output_processor.detokenize(replica_touched):
-                scheduler.stop_on_string(seq, stop_string)
-            touched += replica_touched
-        return self.output_processor.make_outputs(failed + touched, time.monotonic(), final_only)
+            if not step.is_empty and result is not None:
+                updates += scheduler.update_from_output(step, result)
+        processed = self.output_processor.process(updates, time.monotonic(), final_only)
+        # Samples whose text completed a stop string: the scheduler frees them.
+        self._finish_in_schedulers(processed.req_ids_to_abort, "stop")
+        return processed.outputs
 
-    def _results(self, flight: _StepInFlight) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
+    def _results(self, flight: _StepInFlight) -> tuple[list[ModelRunnerOutput | None], list[RequestUpdate]]:
         """A step's results; if it raised, fail the requests that make it fail and keep
         the others' results: with one replica the step is re-run in halves until they
         are found; with several (some replicas already advanced their requests) every
@@ -337,7 +349,7 @@ class LLMEngine:
             # The worker must be idle while the failure is isolated: wait out the skipped steps.
             wait([queued.results for queued in self._in_flight])
             try:
-                return self._isolate_failure(flight.steps, error)
+                return isolate_failure(self.executor, self.schedulers, flight.steps, error)
             finally:
                 self._rerun_skipped()
 
@@ -348,55 +360,6 @@ class LLMEngine:
             if isinstance(queued.results.exception(), StepSkipped):
                 queued.results = self.executor.execute_model_async(queued.steps, after)
             after = queued.results
-
-    def _isolate_failure(
-        self, steps: list[SchedulerOutput], error: Exception
-    ) -> tuple[list[ModelRunnerOutput | None], list[Sequence]]:
-        """Fail the requests that made `steps` raise `error`; the others' results."""
-        if len(steps) > 1:
-            logger.error("a data-parallel step failed (%s); failing its requests", error)
-            message = f"{type(error).__name__}: {error}"
-            failed = [
-                seq
-                for scheduler, step in zip(self.schedulers, steps)
-                for seq in scheduler.fail(step.num_scheduled_tokens, message)
-            ]
-            return [None] * len(steps), failed
-        step = steps[0]
-        if step.is_empty:
-            raise error  # nothing ran for a request: the runner itself failed
-        logger.warning("a step of %d requests failed (%s); isolating the cause", len(step.num_scheduled_tokens), error)
-        merged, failures = ModelRunnerOutput(), {}
-        ids = list(step.num_scheduled_tokens)
-        parts = [ids[: len(ids) // 2], ids[len(ids) // 2 :]] if len(ids) > 1 else []
-        if not parts:
-            failures[ids[0]] = error
-        while parts:
-            part = parts.pop()
-            if not part:
-                continue
-            try:
-                _merge(merged, self.executor.execute_subset(part))
-            except EngineDeadError:
-                raise
-            except Exception as part_error:  # noqa: BLE001
-                if len(part) == 1:
-                    failures[part[0]] = part_error
-                else:
-                    parts += [part[: len(part) // 2], part[len(part) // 2 :]]
-        failed = []
-        for seq_id, seq_error in failures.items():
-            logger.error("request sequence %s failed its step: %s", seq_id, seq_error)
-            failed += self.scheduler.fail([seq_id], f"{type(seq_error).__name__}: {seq_error}")
-        return [merged], failed
-
-
-def _merge(into: ModelRunnerOutput, part: ModelRunnerOutput) -> None:
-    into.req_ids += part.req_ids
-    into.sampled_token_ids += part.sampled_token_ids
-    into.logprobs += part.logprobs
-    into.top_logprobs += part.top_logprobs
-    into.prompt_logprobs.update(part.prompt_logprobs)
 
 
 def _verify_parallel_layout(config: EngineConfig, backend_factory: BackendFactory) -> None:

@@ -1,0 +1,45 @@
+"""Engine flags derived from `EngineConfig` (accord.core.config): one per field, with
+vLLM's name, the field's type, choices, default and help, so the command line never
+disagrees with the engine and a new engine argument needs no change here; and the
+parsed flags back into an EngineConfig. A module of its own so the serve command and
+the launcher it starts both read it without importing each other."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..core.config import EngineConfig, EngineSetting, engine_settings
+
+
+def add_engine_flags(group: argparse._ArgumentGroup) -> None:
+    """Add one flag per engine argument, and `--model` (optional: the launcher picks one)."""
+    group.add_argument(
+        "--model", default=None,
+        help="Hugging Face model directory, GGUF file, or accord-demo-random (default: SmolLM2-135M-Instruct)",
+    )
+    for setting in engine_settings():
+        if not setting.required:  # the model: optional here, the launcher picks one
+            group.add_argument(setting.flag, *setting.info.aliases, **engine_flag_options(setting))
+
+
+def engine_flag_options(setting: EngineSetting) -> dict[str, object]:
+    """argparse's options for one engine argument: its type (a boolean is a
+    `--flag/--no-flag` pair), choices, default and help."""
+    default = setting.info.default_help or ("%(default)s" if setting.default is not None else "none")
+    options: dict[str, object] = {
+        "dest": setting.name, "default": setting.default, "help": f"{setting.info.help} (default: {default})",
+    }
+    if setting.kind is bool:
+        options["action"] = argparse.BooleanOptionalAction
+    else:
+        options["type"] = setting.kind
+        options["metavar"] = setting.flag.removeprefix("--").replace("-", "_").upper()
+    if setting.choices is not None:
+        options["choices"] = setting.choices
+    return options
+
+
+def engine_config(args: argparse.Namespace, model_dir: str) -> EngineConfig:
+    """The engine configuration the parsed flags describe, for the model in `model_dir`."""
+    flags = {setting.name: getattr(args, setting.name) for setting in engine_settings() if not setting.required}
+    return EngineConfig(model=model_dir, **flags)

@@ -1,0 +1,1 @@
+"""The engine role: requests in, outputs out. `llm_engine` steps the scheduler and the executor, `async_llm` streams for the server, `llm` is the offline API, `output_processor` and `detokenizer` turn tokens into what callers see."""

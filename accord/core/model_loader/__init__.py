@@ -1,0 +1,1 @@
+"""The model loader role: where a model comes from (`source`: a Hugging Face directory or a GGUF file, chosen once), its config (`model_config`), its tensors (`hf_checkpoint`, `gguf/`) and its tokenizer (`tokenizer`)."""

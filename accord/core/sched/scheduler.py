@@ -1,0 +1,385 @@
+"""Builds each step and owns every request's progress: how many tokens each request
+computes under the token and sequence budgets (vLLM v1 style: no prefill or decode
+modes, just token counts), and what a step's results do to the requests.
+
+Order within a step: running requests that decode, then running requests part-way
+through their prompt, then waiting ones, so a long prompt is chunked and never stalls
+the decodes. When blocks run out, the lowest-priority (then youngest) running request
+is preempted: its blocks are freed and it is recomputed later, reusing whatever of
+its prefix the cache still holds.
+
+The step goes to the workers as a plain `SchedulerOutput` (new requests in full,
+running ones as diffs). As in vLLM v1, `num_computed_tokens` advances when a step is
+scheduled, and a request whose step samples holds a placeholder for that token until
+`update_from_output` applies the runner's results (appends the tokens, stops and frees
+the requests that must stop) and returns, per request, plain `RequestUpdate`s (vLLM's
+EngineCoreOutputs): nothing outside the scheduler holds or writes a `Request`. So the
+next step can be scheduled while this one still runs (async scheduling, at most one
+step ahead): a decode computes its placeholder token, which the runner already holds,
+having sampled it. A request that stops when a step's results land drops whatever the
+step after it computed for it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Collection, Iterable
+from typing import get_args
+
+from ..config import SchedulingPolicy
+from ..outputs import Logprob
+from ..stats import EngineStats
+from ..structured_output import GrammarBitmask, StructuredOutputManager
+from .block_manager import BlockManager
+from .check_stop import check_stop
+from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
+from .request import Request, RequestStatus
+
+
+class Scheduler:
+    """Owns the waiting and running queues and every unfinished request (one
+    registry, `requests`); talks only to the block manager and its requests."""
+
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        policy: SchedulingPolicy = "fcfs",
+        *,
+        max_model_len: int | None = None,
+        eos_token_ids: Collection[int] = (),
+        structured_output: StructuredOutputManager | None = None,
+    ) -> None:
+        if policy not in get_args(SchedulingPolicy):
+            raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.eos_token_ids = frozenset(eos_token_ids)
+        #: Grammar matchers of constrained requests, advanced here as tokens are accepted.
+        self._structured_output = structured_output
+        # Smaller key = served first and preempted last.
+        self.order_key: Callable[[Request], tuple[float, ...]] = (
+            (lambda r: (r.arrival_time, r.arrival_order, r.index))
+            if policy == "fcfs"
+            else (lambda r: (r.priority, r.arrival_time, r.arrival_order, r.index))
+        )
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        #: Every unfinished request, by id.
+        self.requests: dict[str, Request] = {}
+        self.stats = EngineStats(kv_blocks_total=block_manager.num_blocks)
+        # What the runner holds: blocks sent per running request, and ids it must drop.
+        self._blocks_sent: dict[str, int] = {}
+        self._finished_ids: set[str] = set()
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    @property
+    def outstanding_tokens(self) -> int:
+        """Tokens the unfinished requests may still compute: prompt tokens not yet in
+        the KV cache plus output tokens still allowed (max_tokens, capped by the context
+        limit); what the data-parallel balancer compares."""
+        total = 0
+        for request in self.requests.values():
+            limit = request.num_prompt_tokens + (request.params.max_tokens or self.max_model_len or 0)
+            if self.max_model_len is not None:
+                limit = min(limit, self.max_model_len)
+            total += max(0, limit - request.num_computed_tokens)
+        return total
+
+    @property
+    def num_preemptions(self) -> int:
+        return self.stats.num_preemptions
+
+    def add_request(self, request: Request, grammar: str | None = None) -> None:
+        """Take ownership of a new request, constrained by `grammar` (a checked
+        grammar from StructuredOutputManager.compile) when given."""
+        if request.req_id in self.requests:
+            raise ValueError(f"request {request.req_id!r} is already scheduled")
+        if grammar is not None:
+            if self._structured_output is None:
+                raise ValueError("this scheduler has no structured output manager for a grammar")
+            self._structured_output.add(request.req_id, grammar)
+        self.requests[request.req_id] = request
+        self._queue(request)
+
+    def _queue(self, request: Request) -> None:
+        """Put a new (or preempted) request in the waiting queue, in policy order."""
+        request.status = RequestStatus.WAITING
+        bisect.insort(self.waiting, request, key=self.order_key)
+
+    def finish_requests(
+        self, req_ids: Iterable[str], reason: str, stop_reason: int | str | None = None
+    ) -> list[RequestUpdate]:
+        """Finish the given unfinished requests (aborted, stopped by a stop string the
+        output processor found, failed: `reason`) and free their blocks; the runner
+        drops them next step. Unknown or finished ids are ignored. Returns each one's
+        final update."""
+        finished = [self.requests[req_id] for req_id in req_ids if req_id in self.requests]
+        for request in finished:
+            self._finish(request, reason, stop_reason)
+        return [RequestUpdate(r.req_id, finish_reason=r.finish_reason, stop_reason=r.stop_reason) for r in finished]
+
+    def fail(self, req_ids: Iterable[str], message: str) -> list[RequestUpdate]:
+        """Finish the given requests with finish_reason "error" and the error's text as
+        stop_reason (a step failed because of them)."""
+        return self.finish_requests(req_ids, "error", message)
+
+    def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> None:
+        request.finish(reason, stop_reason)
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        # A failed step may have left this request's blocks unwritten: never reuse them.
+        self.block_manager.free(request.req_id, forget_cached=reason == "error")
+        self.requests.pop(request.req_id, None)
+        if self._structured_output is not None:
+            self._structured_output.remove(request.req_id)
+        if self._blocks_sent.pop(request.req_id, None) is not None:
+            self._finished_ids.add(request.req_id)
+        self._update_gauges()
+
+    # -- building a step -------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        """Pick this step's requests and token counts, allocating their blocks."""
+        budget = self.max_num_batched_tokens
+        scheduled: dict[str, int] = {}
+        batch: list[Request] = []
+        preempted: list[Request] = []
+        # Decodes first (one token left to compute), then partly computed prompts. A
+        # request's count is fixed here: preempting another one leaves it unchanged.
+        pending = [(request, _tokens_to_compute(request)) for request in self.running]
+        pending = [item for item in pending if item[1] <= 1] + [item for item in pending if item[1] > 1]
+        for request, to_compute in pending:
+            if budget == 0:
+                break
+            if request.status is not RequestStatus.RUNNING or self._stops_when_tokens_land(request):
+                continue  # preempted earlier in this loop, or nothing more to compute
+            count = min(to_compute, budget)
+            while not self.block_manager.allocate(request.req_id, request.num_computed_tokens + count):
+                victim = max(self.running, key=self.order_key)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim.req_id in scheduled:
+                    budget += scheduled.pop(victim.req_id)
+                    batch.remove(victim)
+                if victim is request:
+                    break
+            else:
+                scheduled[request.req_id] = count
+                batch.append(request)
+                budget -= count
+        admitted: list[Request] = []
+        if not preempted:
+            budget = self._admit_waiting(budget, scheduled, batch, admitted)
+        if self.block_manager.enable_prefix_caching:
+            for request in batch:
+                # Only known tokens have a block key: a placeholder's block is cached later.
+                self.block_manager.cache_full_blocks(
+                    request.req_id,
+                    request.token_ids,
+                    min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
+                )
+        self.stats.num_preemptions += len(preempted)
+        output = SchedulerOutput(
+            scheduled_new_reqs=[self._new_request_data(request) for request in admitted],
+            # The admitted requests are the batch's tail (admission appends them last).
+            scheduled_cached_reqs=self._cached_request_data(batch[: len(batch) - len(admitted)]),
+            num_scheduled_tokens=scheduled,
+            finished_req_ids=self._finished_ids,
+            preempted_req_ids={request.req_id for request in preempted},
+        )
+        output.grammar_bitmask = self._grammar_bitmask(scheduled)
+        self._finished_ids = set()
+        for request in batch:
+            self._advance(request, scheduled[request.req_id])
+        self._update_gauges()
+        return output
+
+    def _advance(self, request: Request, count: int) -> None:
+        """Count a scheduled step's tokens as computed, and hold a placeholder for the
+        token it samples when it reaches the end of the request."""
+        start = request.num_computed_tokens
+        self.stats.computed_prompt_tokens += max(0, min(start + count, request.num_prompt_tokens) - start)
+        request.num_computed_tokens = start + count
+        if request.num_computed_tokens == request.num_tokens + request.num_output_placeholders:
+            request.num_output_placeholders += 1
+
+    def _stops_when_tokens_land(self, request: Request) -> bool:
+        """Whether the tokens in flight already bring `request` to max_tokens or the
+        context limit: it stops when they land, so another step would compute past its end."""
+        if request.num_output_placeholders == 0:
+            return False
+        max_tokens = request.params.max_tokens
+        if max_tokens is not None and request.num_output_tokens + request.num_output_placeholders >= max_tokens:
+            return True
+        return (
+            self.max_model_len is not None
+            and request.num_tokens + request.num_output_placeholders >= self.max_model_len
+        )
+
+    def needs_landed_tokens(self) -> bool:
+        """Whether the next step must wait for the results of the step in flight: a
+        grammar-constrained request's token mask follows from its last sampled token,
+        so async scheduling runs steps one at a time while such a request is unfinished."""
+        constrained = self._structured_output
+        return constrained is not None and any(constrained.is_constrained(req_id) for req_id in self.requests)
+
+    def _grammar_bitmask(self, scheduled: dict[str, int]) -> GrammarBitmask | None:
+        """The token bitmask of the constrained requests that sample this step."""
+        constrained = self._structured_output
+        if constrained is None:
+            return None
+        sampling = [
+            req_id for req_id, count in scheduled.items()
+            if constrained.is_constrained(req_id) and _tokens_to_compute(self.requests[req_id]) == count
+        ]
+        return constrained.grammar_bitmask(sampling) if sampling else None
+
+    def _new_request_data(self, request: Request) -> NewRequestData:
+        table = self.block_manager.block_table(request.req_id)
+        self._blocks_sent[request.req_id] = len(table)
+        return NewRequestData(
+            req_id=request.req_id,
+            prompt_token_ids=request.prompt_token_ids,
+            output_token_ids=list(request.output_token_ids),
+            sampling_params=request.params,
+            block_ids=list(table),
+            num_computed_tokens=request.num_computed_tokens,
+            num_prompt_logprobs=request.params.prompt_logprobs if request.needs_prompt_logprobs else None,
+            num_prompt_logprobs_done=request.num_prompt_logprobs_done,
+        )
+
+    def _cached_request_data(self, requests: list[Request]) -> CachedRequestData:
+        data = CachedRequestData()
+        for request in requests:
+            table = self.block_manager.block_table(request.req_id)
+            data.req_ids.append(request.req_id)
+            data.new_block_ids.append(table[self._blocks_sent[request.req_id] :])
+            data.num_computed_tokens.append(request.num_computed_tokens)
+            self._blocks_sent[request.req_id] = len(table)
+        return data
+
+    def _admit_waiting(
+        self, budget: int, scheduled: dict[str, int], batch: list[Request], admitted: list[Request]
+    ) -> int:
+        """Move waiting requests to running, in policy order, while budgets and blocks
+        allow; returns the token budget left."""
+        index = 0
+        while index < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self.waiting[index]
+            # A preempted request resumes once its last step's token has landed (the
+            # runner is sent its tokens in full).
+            if request.num_output_placeholders or self._waits_for_sibling(request):
+                index += 1
+                continue
+            # At least the last token is always computed: its logits are needed.
+            cached = (
+                []
+                if request.needs_prompt_logprobs
+                else self.block_manager.find_cached_prefix(request.token_ids, request.num_tokens - 1)
+            )
+            computed = len(cached) * self.block_manager.block_size
+            count = min(request.num_tokens - computed, budget)
+            if not self.block_manager.allocate(request.req_id, computed + count, cached):
+                break
+            del self.waiting[index]
+            if request.num_output_tokens == 0:
+                request.num_cached_tokens = computed
+            # Admission starts from the cached prefix (a preemption reset it to 0).
+            request.num_computed_tokens = computed
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            scheduled[request.req_id] = count
+            batch.append(request)
+            admitted.append(request)
+            budget -= count
+        return budget
+
+    def _waits_for_sibling(self, request: Request) -> bool:
+        """n > 1: a sample waits while its sibling computes the shared prompt, then
+        reuses the sibling's cached prompt blocks instead of computing them again."""
+        source = request.prompt_source
+        return (
+            source is not None
+            and self.block_manager.enable_prefix_caching
+            and source.status is RequestStatus.RUNNING
+            and source.num_computed_tokens < source.num_prompt_tokens
+        )
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self.block_manager.free(request.req_id)
+        # The runner drops a preempted request; it comes back as a new one.
+        self._blocks_sent.pop(request.req_id, None)
+        request.num_computed_tokens = 0
+        self._queue(request)
+
+    # -- applying a step's results -----------------------------------------------------
+    def update_from_output(self, step: SchedulerOutput, result: ModelRunnerOutput) -> list[RequestUpdate]:
+        """Apply a step's results: count prompt logprobs, put the sampled tokens in
+        place of their placeholders, stop and free the requests that must stop
+        (check_stop, or a complete grammar). Results of requests that ended since the
+        step was scheduled are dropped. Returns an update for every request the step
+        touched (with or without new tokens), in batch order."""
+        updates = {
+            req_id: RequestUpdate(req_id, num_cached_tokens=self.requests[req_id].num_cached_tokens)
+            for req_id in step.num_scheduled_tokens
+            if req_id in self.requests
+        }
+        for req_id, entries in result.prompt_logprobs.items():
+            request = self.requests.get(req_id)
+            if request is not None and request.wants_prompt_logprobs:
+                request.num_prompt_logprobs_done += len(entries)
+                updates[req_id].new_prompt_logprobs = entries
+        for req_id, token, logprob, top in zip(
+            result.req_ids, result.sampled_token_ids, result.logprobs, result.top_logprobs
+        ):
+            request = self.requests.get(req_id)
+            if request is not None:
+                self._append(request, token, logprob, top, updates[req_id])
+        self.stats.num_steps += 1
+        self.stats.observe_iteration(step.total_num_scheduled_tokens)
+        self._update_gauges()
+        return list(updates.values())
+
+    def _append(
+        self, request: Request, token: int, logprob: float | None, top: dict[int, Logprob] | None, update: RequestUpdate
+    ) -> None:
+        if request.num_output_tokens == 0 and request.index == 0:
+            self.stats.prompt_tokens += request.num_prompt_tokens
+        self.stats.generation_tokens += 1
+        request.num_output_placeholders = max(0, request.num_output_placeholders - 1)
+        request.append_token(token)
+        update.new_token_ids.append(token)
+        update.new_logprobs.append(logprob)
+        update.new_top_logprobs.append(top)
+        decision = check_stop(request, self.max_model_len, self.eos_token_ids)
+        grammar_complete = self._structured_output is not None and self._structured_output.accept(
+            request.req_id, token
+        )
+        if decision is None and grammar_complete:
+            decision = "stop", None  # the grammar admits nothing more
+        if decision is not None:
+            self._finish(request, *decision)
+            update.finish_reason, update.stop_reason = decision
+
+    def _update_gauges(self) -> None:
+        stats, manager = self.stats, self.block_manager
+        stats.num_running = len(self.running)
+        stats.num_waiting = len(self.waiting)
+        stats.kv_blocks_used = manager.num_used_blocks
+        stats.prefix_cache_queries = manager.counters.queries
+        stats.prefix_cache_hits = manager.counters.hits
+
+
+def _tokens_to_compute(request: Request) -> int:
+    """Tokens of `request` no scheduled step computes yet: known ones past its computed
+    count, and the placeholders of tokens being sampled."""
+    return request.num_tokens + request.num_output_placeholders - request.num_computed_tokens

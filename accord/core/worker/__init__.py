@@ -1,0 +1,1 @@
+"""The worker role: one per rank, it holds the model, the KV cache and the persistent batch, turns each SchedulerOutput into a forward pass (`model_runner`, `input_batch`, `step_inputs`, `attention`) and samples (`sampler`); `graph_capture` and `compilation` speed up the decode step."""
