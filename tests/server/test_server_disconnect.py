@@ -1,18 +1,40 @@
 """A client that disconnects mid-request aborts its request and frees its KV blocks,
-streamed or not."""
+streamed or not.
+
+Each test disconnects once it sees, from the server's side, that its request runs; the
+request asks for 2000 tokens, on a server of its own with the demo model's whole
+context, so nearly all of them are still to come however fast the host is."""
 
 from __future__ import annotations
 
 import json
 import socket
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
-from server_harness import API_KEY, scrape_metrics
+import pytest
+from server_harness import API_KEY, ENGINE_FLAGS, ServerProcess, scrape_metrics
 
-MAX_TOKENS = 200
+MAX_TOKENS = 2000
 FINISHED_BY_LENGTH = "accord:request_success_total[finished_reason=length]"
 BODY = {"prompt": "A long story:", "max_tokens": MAX_TOKENS, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def server(demo_model: Path, cache_dir: Path) -> Iterator[ServerProcess]:
+    """The demo model with its whole 2048-token context (the shared server has 256)."""
+    process = ServerProcess("--api-key", API_KEY, *ENGINE_FLAGS, "--max-model-len", "2048", cache_dir=cache_dir)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    """A plain HTTP client of this module's server, with the API key."""
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60) as client:
+        yield client
 
 
 def wait_until_no_kv_blocks(http: httpx.Client) -> dict[str, float]:
