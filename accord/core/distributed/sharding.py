@@ -4,7 +4,7 @@ Tensor parallel cuts linears along their output (column-parallel: q/k/v, gate/up
 vocab rows) or input (row-parallel: o_proj, down) dimension; attention cuts by heads,
 and key/value heads fewer than ranks are replicated (a group of ranks shares one head).
 Heads that do not divide among the ranks are cut by whole key/value groups, unevenly
-(SmolLM2-135M's 9 query and 3 key/value heads over 2 ranks: 6 + 3 query heads).
+(SmolLM2-135M's 9 query and 3 key/value heads over 2 ranks: 3 + 6 query heads).
 """
 
 from __future__ import annotations
@@ -64,27 +64,26 @@ def split_evenly(parallel: ParallelContext, total: int, what: str, dim: int = 0)
 
 
 def head_shards(parallel: ParallelContext, num_heads: int, num_kv_heads: int) -> tuple[Shard, Shard]:
-    """This rank's (query head, key/value head) shards. Query heads split equally, and
-    key/value heads too when there are at least as many as ranks; fewer are replicated
-    (a group of tp_size / num_kv_heads ranks shares one). Where they do not divide, the
-    ranks take whole groups of a key/value head and its query heads, unevenly."""
+    """This rank's (query head, key/value head) shards. With at least as many key/value
+    heads as ranks, each rank takes whole groups of a key/value head and its query
+    heads: equal shares where they divide, else dealt out as evenly as groups go. Fewer
+    key/value heads than ranks are replicated (a group of tp_size / num_kv_heads ranks
+    shares one), the query heads split equally."""
     tp = parallel.tp_size
-    if num_heads % tp == 0 and num_kv_heads < tp:
-        if tp % num_kv_heads:
-            raise ValueError(
-                f"tensor_parallel_size {tp} must be a multiple of num_key_value_heads {num_kv_heads} "
-                "to replicate key/value heads"
-            )
-        return Shard(0, parallel.tp_rank, tp), Shard(0, parallel.tp_rank * num_kv_heads // tp, num_kv_heads)
-    if num_heads % tp == 0 and num_kv_heads % tp == 0:
-        return Shard(0, parallel.tp_rank, tp), Shard(0, parallel.tp_rank, tp)
-    if num_kv_heads < tp:
+    if num_kv_heads >= tp:
+        by_group = Shard(0, parallel.tp_rank, tp, parts=num_kv_heads)
+        return by_group, by_group
+    if num_heads % tp:
         raise ValueError(
             f"num_attention_heads ({num_heads}) is not divisible by tensor_parallel_size {tp}, and its "
             f"{num_kv_heads} key/value heads are too few to give each rank a whole group"
         )
-    by_group = Shard(0, parallel.tp_rank, tp, parts=num_kv_heads)
-    return by_group, by_group
+    if tp % num_kv_heads:
+        raise ValueError(
+            f"tensor_parallel_size {tp} must be a multiple of num_key_value_heads {num_kv_heads} "
+            "to replicate key/value heads"
+        )
+    return Shard(0, parallel.tp_rank, tp), Shard(0, parallel.tp_rank * num_kv_heads // tp, num_kv_heads)
 
 
 def rank_shard(parallel: ParallelContext, dim: int = 0) -> Shard:
