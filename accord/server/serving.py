@@ -28,6 +28,7 @@ from .drain import DrainDeadline
 from .errors import OpenAIError
 from .logprobs import LogprobFormat
 from .metrics import ServerMetrics
+from .options import ServerOptions
 from .prompt_tokenizer import PromptTokenizer, yield_the_cpu_to_serving
 from .protocol import ChatMessage, SamplingFields, Tool, Usage
 from .request_stream import RequestStream, abort_all, engine_failure
@@ -42,6 +43,8 @@ class ServedModel:
     max_model_len: int
     vocab_size: int
     description: str | None = None
+    #: Further names the API accepts for the model (vLLM's extra --served-model-name values).
+    aliases: tuple[str, ...] = ()
     #: The engine's order of waiting requests; `priority` is refused under fcfs (as vLLM).
     scheduling_policy: SchedulingPolicy = "fcfs"
 
@@ -60,14 +63,15 @@ class OpenAIServing:
         engine: EngineClient,
         model: ServedModel,
         metrics: ServerMetrics,
-        max_waiting_requests: int | None,
+        options: ServerOptions,
         drain: DrainDeadline | None = None,
     ) -> None:
         self.engine = engine
         self.drain = drain
         self.model = model
         self.metrics = metrics
-        self.max_waiting_requests = max_waiting_requests
+        self.options = options
+        self.max_waiting_requests = options.max_waiting_requests
         #: Engine requests admitted and still waiting for their first output.
         self.num_waiting = 0
         # Tokenising a long prompt or rendering a template takes long enough to stall
@@ -91,7 +95,7 @@ class OpenAIServing:
 
     def check_model(self, name: str | None) -> None:
         """Refuse, with 404 as OpenAI and vLLM, a request for a model this server does not serve."""
-        if name is not None and name != self.model.name:
+        if name is not None and name != self.model.name and name not in self.model.aliases:
             raise OpenAIError(
                 f"the model {name!r} does not exist; this server serves {self.model.name!r}",
                 status_code=404, param="model", code="model_not_found",

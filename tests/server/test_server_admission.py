@@ -16,6 +16,7 @@ from accord.core.outputs import CompletionOutput, RequestOutput
 from accord.core.sampling_params import SamplingParams
 from accord.core.stats import EngineStats
 from accord.server.app import create_app
+from accord.server.options import ServerOptions
 from accord.server.serving import ServedModel
 
 FAILING_TOKEN, FAILING_LATE_TOKEN = 13, 14
@@ -92,7 +93,7 @@ class StubEngine:
 
 
 def client_for(engine: StubEngine, **options) -> httpx.AsyncClient:
-    app = create_app(engine, MODEL, **options)
+    app = create_app(engine, MODEL, ServerOptions(**options))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://stub")
 
 

@@ -7,10 +7,10 @@ Add a parser by subclassing ToolParser and decorating it with `@register("name")
 
 from __future__ import annotations
 
-from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, get_tool_parser, register
+from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, get_tool_parser, register, tool_parser_names
 from .hermes import HermesToolParser
 
 __all__ = [
     "ExtractedToolCalls", "HermesToolParser", "ParsedToolCall", "StreamingToolCalls", "ToolParser",
-    "get_tool_parser", "register",
+    "get_tool_parser", "register", "tool_parser_names",
 ]

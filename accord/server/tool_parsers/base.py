@@ -69,6 +69,11 @@ def register(name: str) -> Callable[[type[ToolParser]], type[ToolParser]]:
     return add
 
 
+def tool_parser_names() -> list[str]:
+    """The registered parsers' names, sorted."""
+    return sorted(_REGISTRY)
+
+
 def get_tool_parser(name: str) -> type[ToolParser]:
     """The parser registered as `name`; ValueError listing the known ones otherwise."""
     try:
