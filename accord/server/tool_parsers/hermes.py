@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core.structured_output.grammar import lark_literal
-from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, register
+from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, register, tool_call_schema
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
@@ -84,19 +84,10 @@ class HermesToolParser(ToolParser):
 
     @classmethod
     def grammar(cls, tools: Sequence[dict[str, Any]], parallel: bool) -> str:
-        variants = [
-            {
-                "type": "object",
-                "properties": {"name": {"const": tool["name"]}, "arguments": tool.get("parameters") or {"type": "object"}},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-            for tool in tools
-        ]
-        schema = {"anyOf": variants, "x-guidance": {"whitespace_flexible": False}}
+        body = json.dumps(tool_call_schema(tools, arguments_key="arguments"))
         repeat = "+" if parallel else ""
         return (
             f"start: call{repeat}\n"
             f"call: {lark_literal(OPEN + chr(10))} body {lark_literal(chr(10) + CLOSE)}\n"
-            f"body: %json {json.dumps(schema)}\n"
+            f"body: %json {body}\n"
         )
