@@ -83,7 +83,7 @@ def create_app(
     if options.api_keys:
         app.add_middleware(ApiKeyMiddleware, api_keys=options.api_keys)
     app.add_middleware(BodyLimitMiddleware, limit=options.max_request_body_bytes)
-    metrics = ServerMetrics(model.name, engine.get_replica_stats)
+    metrics = ServerMetrics(model.name, engine.get_replica_stats, model.max_model_len)
     serving = OpenAIServing(engine, model, metrics, options, drain)
     completions, chat = CompletionService(serving), ChatService(serving, get_tool_parser(options.tool_call_parser))
     card = ModelCard(id=model.name, root=model.name, max_model_len=model.max_model_len, description=model.description)

@@ -169,7 +169,7 @@ def test_429_says_when_to_retry_and_is_counted() -> None:
 
     refused, metrics = asyncio.run(scenario())
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-    assert 'accord:request_rejected_total{model_name="stub",reason="too_many_waiting_requests"} 1.0' in metrics
+    assert 'vllm:admission_rejections_total{model_name="stub",reason="too_many_waiting_requests"} 1.0' in metrics
 
 
 def test_prompts_and_chat_templates_are_tokenised_off_the_event_loop() -> None:
