@@ -126,7 +126,8 @@ def create_app(
             tokens = await serving.tokenize(request.prompt, add_special_tokens=request.add_special_tokens)
         else:
             raise OpenAIError("send a prompt or messages to tokenize", param="prompt")
-        fields = {"count": len(tokens), "max_model_len": model.max_model_len}
+        token_strs = [serving.token_text(t) for t in tokens] if request.return_token_strs else None
+        fields = {"count": len(tokens), "max_model_len": model.max_model_len, "token_strs": token_strs}
         return token_list_response(fields, "tokens", tokens)
 
     @app.post("/detokenize", responses=_ERROR_RESPONSES)

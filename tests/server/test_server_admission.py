@@ -36,6 +36,8 @@ class StubTokens:
 class StubTokenizer:
     """Characters are tokens; records the threads that tokenise."""
 
+    chat_template = None
+
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
 
