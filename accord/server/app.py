@@ -76,8 +76,9 @@ def create_app(
     docs = {"docs_url": None, "redoc_url": None, "openapi_url": None} if options.disable_fastapi_docs else {}
     app = FastAPI(
         title="accord", version=__version__, lifespan=lifespan, description="OpenAI-compatible LLM server",
-        root_path=options.root_path, **docs,
+        **docs,
     )
+    app.root_path = options.root_path  # as vLLM sets it: routes answer with and without the prefix
     install_error_handlers(app)
     # Outermost first: the size cap, then the key, both before any body is parsed.
     if options.api_keys:

@@ -31,7 +31,9 @@ class ApiKeyMiddleware:
         self.api_keys = api_keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PROTECTED_PREFIXES):
+        # Behind --root-path a route is reached with the prefix too: protected all the same.
+        path = scope["path"].removeprefix(scope.get("root_path", "")) if scope["type"] == "http" else ""
+        if path.startswith(PROTECTED_PREFIXES):
             headers = {name.lower(): value for name, value in scope["headers"]}
             if not is_authorized(headers.get(b"authorization", b"").decode("latin-1"), self.api_keys):
                 error = OpenAIError(

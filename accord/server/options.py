@@ -32,7 +32,7 @@ class ServerOptions:
     exclude_tools_when_tool_choice_none: bool = False
     #: The most logprobs a request may ask for; -1 for the whole vocabulary.
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
-    #: The prefix a path-routing proxy strips before requests reach the server.
+    #: The path prefix of a path-routing proxy (ASGI's root_path, as vLLM sets it).
     root_path: str = ""
     #: The default of the request field of the same name.
     return_tokens_as_token_ids: bool = False

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
+import pytest
 
 from accord.core.outputs import CompletionOutput, RequestOutput
 from accord.core.sampling_params import SamplingParams
@@ -187,3 +188,14 @@ def test_prompts_and_chat_templates_are_tokenised_off_the_event_loop() -> None:
 
     threads = asyncio.run(scenario())  # the event loop runs in this (the main) thread
     assert len(threads) == 3 and threading.main_thread() not in threads
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/proxy/v1/models"])
+def test_the_api_key_guards_routes_under_the_root_path_too(path: str) -> None:
+    async def scenario() -> tuple[int, int]:
+        async with client_for(StubEngine(), api_keys=("k1", "k2"), root_path="/proxy") as client:
+            refused = await client.get(path)
+            allowed = await client.get(path, headers={"Authorization": "Bearer k2"})
+            return refused.status_code, allowed.status_code
+
+    assert asyncio.run(scenario()) == (401, 200)

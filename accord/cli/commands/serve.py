@@ -66,7 +66,8 @@ def _add_server_flags(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument("--uvicorn-log-level", default="warning", help="uvicorn's log level (default: %(default)s)")
     group.add_argument(
-        "--root-path", default="", help="the path prefix a path-routing proxy strips (FastAPI's root_path) (default: none)"
+        "--root-path", default="", help="the path prefix of a path-routing proxy in front of the server (ASGI's root_path, as vLLM: "
+        "routes answer with and without it) (default: none)"
     )
     group.add_argument(
         "--disable-fastapi-docs", action=EnableDisableAction, default=False,
