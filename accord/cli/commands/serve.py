@@ -4,6 +4,7 @@ from accord.cli.engine_flags)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -75,28 +76,32 @@ def _add_server_flags(group: argparse._ArgumentGroup) -> None:
     )
 
 
+#: The API's on/off flags (vLLM's names; `--disable-x`/`--no-x` turn them off): flag,
+#: default, help.
+_SWITCHES = (
+    ("--enable-auto-tool-choice", True,
+     "serve tool_choice auto (vLLM needs this flag; accord serves auto unless --disable-auto-tool-choice)"),
+    ("--exclude-tools-when-tool-choice-none", False,
+     "leave the tool definitions out of the prompt when tool_choice is none"),
+    ("--return-tokens-as-token-ids", False, "name tokens in logprobs as 'token_id:N' unless a request says otherwise"),
+    ("--trust-request-chat-template", False, "use a request's chat_template (refused otherwise)"),
+    ("--enable-prompt-tokens-details", False, "report usage.prompt_tokens_details.cached_tokens"),
+    ("--enable-force-include-usage", False, "end every stream with a usage chunk, asked for or not"),
+)
+
+
 def _add_api_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--tool-call-parser", default="hermes", choices=tool_parser_names(),
         help="how tool calls are read from the model's output with tool_choice auto, and written for required or "
         "named choices (vLLM's names) (default: %(default)s)",
     )
-    group.add_argument(
-        "--enable-auto-tool-choice", action=EnableDisableAction, default=True,
-        help="serve tool_choice auto (vLLM needs this flag; accord serves auto unless --disable-auto-tool-choice)",
-    )
-    group.add_argument(
-        "--exclude-tools-when-tool-choice-none", action=EnableDisableAction, default=False,
-        help="leave the tool definitions out of the prompt when tool_choice is none (default: %(default)s)",
-    )
+    for flag, default, text in _SWITCHES:
+        group.add_argument(flag, action=EnableDisableAction, default=default, help=f"{text} (default: %(default)s)")
     group.add_argument(
         "--max-logprobs", type=int, default=DEFAULT_MAX_LOGPROBS,
         help="most logprobs (and top_logprobs, prompt_logprobs) a request may ask for; -1 for the whole vocabulary "
         "(default: %(default)s)",
-    )
-    group.add_argument(
-        "--return-tokens-as-token-ids", action=EnableDisableAction, default=False,
-        help="name tokens in logprobs as 'token_id:N' unless a request says otherwise (default: %(default)s)",
     )
     group.add_argument(
         "--chat-template", default=None,
@@ -108,48 +113,25 @@ def _add_api_flags(group: argparse._ArgumentGroup) -> None:
         "(openai when the template loops over content) (default: %(default)s)",
     )
     group.add_argument(
-        "--trust-request-chat-template", action=EnableDisableAction, default=False,
-        help="use a request's chat_template (refused otherwise) (default: %(default)s)",
-    )
-    group.add_argument(
         "--default-chat-template-kwargs", type=json.loads, default=None,
         help="a JSON object of chat template variables (e.g. '{\"enable_thinking\": false}'); a request's "
         "chat_template_kwargs override them (default: none)",
     )
-    group.add_argument(
-        "--enable-prompt-tokens-details", action=EnableDisableAction, default=False,
-        help="report usage.prompt_tokens_details.cached_tokens (default: %(default)s)",
-    )
-    group.add_argument(
-        "--enable-force-include-usage", action=EnableDisableAction, default=False,
-        help="end every stream with a usage chunk, asked for or not (default: %(default)s)",
-    )
 
 
 def server_options(args: argparse.Namespace) -> ServerOptions:
-    """The server settings the parsed flags describe."""
+    """The server settings the parsed flags describe: each ServerOptions field from
+    the flag of its name, but for the few whose flag needs reading."""
     chat_template = args.chat_template
     if chat_template is not None and os.path.isfile(chat_template):
         with open(chat_template, encoding="utf-8") as template:
             chat_template = template.read()
-    return ServerOptions(
-        api_keys=tuple(args.api_key or ()),
-        max_waiting_requests=args.max_waiting_requests,
-        max_request_body_bytes=args.max_request_body_bytes,
-        tool_call_parser=args.tool_call_parser,
-        enable_auto_tool_choice=args.enable_auto_tool_choice,
-        exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
-        max_logprobs=args.max_logprobs,
-        root_path=args.root_path,
-        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
-        chat_template=chat_template,
-        chat_template_content_format=args.chat_template_content_format,
-        trust_request_chat_template=args.trust_request_chat_template,
+    settings = {item.name: getattr(args, item.name) for item in dataclasses.fields(ServerOptions) if hasattr(args, item.name)}
+    settings.update(
+        api_keys=tuple(args.api_key or ()), chat_template=chat_template,
         default_chat_template_kwargs=dict(args.default_chat_template_kwargs or {}),
-        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
-        enable_force_include_usage=args.enable_force_include_usage,
-        disable_fastapi_docs=args.disable_fastapi_docs,
     )
+    return ServerOptions(**settings)
 
 
 def run(args: argparse.Namespace) -> int:
