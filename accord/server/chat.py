@@ -103,7 +103,9 @@ class ChatService:
             if parse_tools:
                 extracted = self.tool_parser().extract(delta.text)
                 if extracted.calls:
-                    calls = [ToolCall(function=FunctionCall(name=c.name, arguments=c.arguments)) for c in extracted.calls]
+                    # parallel_tool_calls=false: the first call only, as vLLM.
+                    kept = extracted.calls if request.parallel_tool_calls else extracted.calls[:1]
+                    calls = [ToolCall(function=FunctionCall(name=c.name, arguments=c.arguments)) for c in kept]
                     message = ChatResponseMessage(content=extracted.content, tool_calls=calls)
                     finish_reason = _tool_finish_reason(finish_reason, named)
             logprobs = self._logprobs(delta, request, fmt)
@@ -190,6 +192,8 @@ class ChatService:
                     if parser is not None:
                         found = parser.feed(delta.text)
                         content, calls = found.content, found.calls
+                        if not request.parallel_tool_calls:
+                            calls = calls[: max(0, 1 - num_calls[delta.index])]
                         if delta.finish_reason is not None:
                             content += parser.finish().content
                         messages = [DeltaMessage(content=content or None)] if content else []

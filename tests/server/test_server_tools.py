@@ -151,6 +151,24 @@ def test_auto_choice_takes_schemas_with_defs_and_refs(client: openai.OpenAI) -> 
     assert response.choices[0].finish_reason in ("length", "stop", "tool_calls")
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_parallel_tool_calls_false_keeps_the_first_auto_call(client: openai.OpenAI, parallel: bool, stream: bool) -> None:
+    one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}}\n</tool_call>'
+    two = one.replace("Rome", "Paris")
+    kwargs = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="auto", max_tokens=200,
+                  parallel_tool_calls=parallel, extra_body={"guided_regex": _regex_literal(one + two)})
+    if stream:
+        names: dict[int, str] = {}
+        for chunk in client.chat.completions.create(stream=True, **kwargs):
+            for part in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                names.setdefault(part.index, part.function.name)
+        count = len(names)
+    else:
+        count = len(client.chat.completions.create(**kwargs).choices[0].message.tool_calls)
+    assert count == (2 if parallel else 1)
+
+
 def test_tool_choice_none_returns_text(client: openai.OpenAI) -> None:
     choice = client.chat.completions.create(
         model=MODEL, messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=5, seed=0
