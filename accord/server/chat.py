@@ -192,10 +192,11 @@ class ChatService:
                     if parser is not None:
                         found = parser.feed(delta.text)
                         content, calls = found.content, found.calls
+                        if delta.finish_reason is not None:  # what was held back: text, or calls
+                            ended = parser.finish()
+                            content, calls = content + ended.content, calls + ended.calls
                         if not request.parallel_tool_calls:
                             calls = calls[: max(0, 1 - num_calls[delta.index])]
-                        if delta.finish_reason is not None:
-                            content += parser.finish().content
                         messages = [DeltaMessage(content=content or None)] if content else []
                         messages += [DeltaMessage(tool_calls=[d]) for d in _deltas(calls, num_calls[delta.index])]
                         num_calls[delta.index] += len(calls)

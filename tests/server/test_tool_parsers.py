@@ -11,13 +11,20 @@ from pathlib import Path
 import llguidance
 import pytest
 
-from accord.server.tool_parsers import DeepSeekV3ToolParser, HermesToolParser, get_tool_parser, tool_parser_names
+from accord.server.tool_parsers import (
+    DeepSeekV3ToolParser,
+    HermesToolParser,
+    Llama3JsonToolParser,
+    get_tool_parser,
+    tool_parser_names,
+)
 
 TOOLS = [{"name": "get_weather", "parameters": {
     "$defs": {"Unit": {"enum": ["c", "f"]}}, "type": "object", "properties": {"unit": {"$ref": "#/$defs/Unit"}},
     "required": ["unit"], "additionalProperties": False}}]
 #: Two calls as each family's chat template writes them, after some text.
 WRITTEN = {
+    "llama3_json": '{"name":"get_weather","parameters":{"unit":"c"}}; {"name":"get_weather","parameters":{"unit":"f"}}',
     "hermes": ('<tool_call>\n{"name":"get_weather","arguments":{"unit":"c"}}\n</tool_call>'
                '<tool_call>\n{"name":"get_weather","arguments":{"unit":"f"}}\n</tool_call>'),
     "deepseek_v3": ("<｜tool▁calls▁begin｜>"
@@ -34,18 +41,44 @@ def ll_tokenizer(demo_model: Path) -> llguidance.LLTokenizer:
 
 
 def test_the_parsers_have_vllms_names() -> None:
-    assert {"hermes", "qwen", "deepseek_v3"} <= set(tool_parser_names())
+    assert {"hermes", "qwen", "deepseek_v3", "llama3_json"} <= set(tool_parser_names())
+    assert get_tool_parser("llama3_json") is Llama3JsonToolParser
     assert get_tool_parser("deepseek_v3") is DeepSeekV3ToolParser and get_tool_parser("hermes") is HermesToolParser
 
 
-@pytest.mark.parametrize("name", WRITTEN)
+#: Formats whose calls sit inside text (llama3_json's whole answer is the calls).
+DELIMITED = ("hermes", "deepseek_v3")
+LLAMA3 = '<|python_tag|>{"name": "get_weather", "parameters": {"unit": "c"}}; {"name": "get_weather", "parameters": {"unit": "f"}}'
+
+
+@pytest.mark.parametrize("text", [LLAMA3, LLAMA3.removeprefix("<|python_tag|>")], ids=["tagged", "bare"])
+def test_llama3_json_reads_a_whole_answer_of_calls(text: str) -> None:
+    extracted = Llama3JsonToolParser().extract(text)
+    assert extracted.content is None
+    assert [(call.name, json.loads(call.arguments)) for call in extracted.calls] == EXPECTED
+    parser = Llama3JsonToolParser()
+    pieces = [parser.feed(text[i : i + 3]) for i in range(0, len(text), 3)]
+    assert all(piece.content == "" and piece.calls == [] for piece in pieces)  # held until the end
+    ended = parser.finish()
+    assert ended.content == "" and [(c.name, json.loads(c.arguments)) for c in ended.calls] == EXPECTED
+
+
+@pytest.mark.parametrize("text", ["The weather is fine.", "{not json at all", " <|python_tag|> nothing"])
+def test_llama3_json_leaves_other_answers_as_text(text: str) -> None:
+    assert Llama3JsonToolParser().extract(text).calls == []
+    parser = Llama3JsonToolParser()
+    streamed = "".join(parser.feed(text[i : i + 4]).content for i in range(0, len(text), 4))
+    assert streamed + parser.finish().content == text
+
+
+@pytest.mark.parametrize("name", DELIMITED)
 def test_whole_output_splits_into_content_and_calls(name: str) -> None:
     extracted = get_tool_parser(name)().extract("Let me check. " + WRITTEN[name])
     assert extracted.content == "Let me check."
     assert [(call.name, json.loads(call.arguments)) for call in extracted.calls] == EXPECTED
 
 
-@pytest.mark.parametrize("name", WRITTEN)
+@pytest.mark.parametrize("name", DELIMITED)
 def test_streamed_output_gives_the_same_calls_and_no_marker_as_text(name: str) -> None:
     parser = get_tool_parser(name)()
     text = "Hi " + WRITTEN[name] + " bye"

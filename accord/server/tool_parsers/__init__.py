@@ -10,8 +10,10 @@ from __future__ import annotations
 from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, get_tool_parser, register, tool_parser_names
 from .deepseek_v3 import DeepSeekV3ToolParser
 from .hermes import HermesToolParser
+from .llama3_json import Llama3JsonToolParser
 
 __all__ = [
-    "DeepSeekV3ToolParser", "ExtractedToolCalls", "HermesToolParser", "ParsedToolCall", "StreamingToolCalls", "ToolParser",
+    "DeepSeekV3ToolParser", "ExtractedToolCalls", "HermesToolParser", "Llama3JsonToolParser",
+    "ParsedToolCall", "StreamingToolCalls", "ToolParser",
     "get_tool_parser", "register", "tool_parser_names",
 ]

@@ -51,7 +51,8 @@ class ToolParser(ABC):
 
     @abstractmethod
     def finish(self) -> StreamingToolCalls:
-        """The end of the stream: whatever was held back (an unfinished call is text)."""
+        """The end of the stream: whatever was held back (calls a format only knows
+        complete at the end, and an unfinished call as text)."""
 
     @classmethod
     @abstractmethod
