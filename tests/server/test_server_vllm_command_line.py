@@ -16,6 +16,9 @@ import openai
 import pytest
 from server_harness import ServerProcess
 
+#: A server of its own, on two rank processes.
+pytestmark = pytest.mark.slow
+
 DOCS_COMMAND = (
     "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-model-len", "256",
     "--enable-prefix-caching", "--max-num-seqs", "8", "-tp", "2",
