@@ -107,3 +107,20 @@ def test_the_docs_command_line_parses_into_accords_settings() -> None:
     options = server_options(args)
     assert (options.enable_auto_tool_choice, options.tool_call_parser) == (True, "hermes")
     assert check_vllm_flags(args).notes == [] and check_vllm_flags(args).refusal is None
+
+
+def test_the_api_flags_reach_the_server_options(tmp_path) -> None:
+    template = tmp_path / "template.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    args = build_parser().parse_args([
+        "serve", "--chat-template", str(template), "--chat-template-content-format", "openai",
+        "--default-chat-template-kwargs", '{"enable_thinking": false}', "--max-logprobs", "-1",
+        "--disable-auto-tool-choice", "--api-key", "a", "b", "--root-path", "/p", "--enable-force-include-usage",
+    ])
+    options = server_options(args)
+    assert options.chat_template == template.read_text()  # a file's template is read, not passed as its path
+    assert (options.chat_template_content_format, options.default_chat_template_kwargs) == ("openai",
+                                                                                            {"enable_thinking": False})
+    assert (options.max_logprobs, options.enable_auto_tool_choice, options.api_keys) == (-1, False, ("a", "b"))
+    assert (options.root_path, options.enable_force_include_usage, options.enable_prompt_tokens_details) == (
+        "/p", True, False)

@@ -104,3 +104,4 @@ def test_a_malformed_deepseek_block_stays_text() -> None:
     text = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\nno fence<｜tool▁call▁end｜>"
     extracted = DeepSeekV3ToolParser().extract(text)
     assert extracted.calls == [] and extracted.content == text
+
