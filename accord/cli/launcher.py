@@ -24,10 +24,10 @@ from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
 from ..server.app import create_app
 from ..server.drain import DrainDeadline
-from .commands.serve import server_options
 from .engine_flags import engine_config
 from ..demo.default_model import ChecksumMismatch
 from ..entrypoints.model_choice import choose_model
+from ..server.options import ServerOptions
 from ..server.serving import ServedModel
 
 
@@ -91,8 +91,9 @@ class GracefulServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def serve(args: argparse.Namespace) -> int:
-    """Serve the model the parsed `accord serve` flags describe; returns the exit code."""
+def serve(args: argparse.Namespace, options: ServerOptions) -> int:
+    """Serve the model the parsed `accord serve` flags describe, with the server
+    settings `options` (read from the same flags); returns the exit code."""
     try:
         # Bound first: a port in use fails now, before the model loads and long
         # before anything claims to be serving.
@@ -102,10 +103,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"accord serve: error: cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
         return 1
     with listener:
-        return _serve_on(args, listener)
+        return _serve_on(args, options, listener)
 
 
-def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
+def _serve_on(args: argparse.Namespace, options: ServerOptions, listener: socket.socket) -> int:
     try:
         choice = choose_model(args.model)
     except ChecksumMismatch as error:
@@ -133,7 +134,7 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
     )
     drain = DrainDeadline()
     try:
-        app = create_app(engine, model, server_options(args), drain)
+        app = create_app(engine, model, options, drain)
     except ValueError as error:  # an unknown tool call parser
         print(f"accord serve: error: {error}", file=sys.stderr)
         llm_engine.shutdown()

@@ -148,4 +148,4 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ..launcher import serve  # the server stack is imported only when serving
 
-    return serve(args)
+    return serve(args, server_options(args))
