@@ -1,7 +1,7 @@
 """`accord bench` on the command line: the offline benchmark itself, and its
 subcommands `serve` (a load generator against any OpenAI-compatible server) and `plot`
-(sweeps overlaid on one picture). Building the parser imports each command's flag
-module (httpx and numpy, not torch); the engine is imported when a command runs."""
+(sweeps overlaid on one picture). Building the parser imports each command's flags
+module; the HTTP client, matplotlib and the engine load when a command runs."""
 
 from __future__ import annotations
 

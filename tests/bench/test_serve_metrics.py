@@ -14,7 +14,7 @@ import httpx
 import pytest
 from stub_server import FakeClock, ScriptedRequest, ScriptedServer
 
-from accord.bench.serve.client import RequestSettings
+from accord.bench.serve.request_types import RequestSettings
 from accord.bench.serve.datasets import SampleRequest
 from accord.bench.serve.metrics import compute_metrics, detailed_lists
 from accord.bench.serve.runner import RungSpec, run_rung

@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
-from .client import BACKENDS, DEFAULT_ENDPOINTS, RequestSettings
 from .datasets import DATASET_NAMES, DatasetSpec, TextTokenizer, sample_requests
 from .metrics import PERCENTILE_METRICS, compute_metrics, detailed_lists, parse_goodput, parse_list
-from .runner import RungSpec, run_rung
-from .server_info import first_model, server_info
+from .request_types import BACKENDS, DEFAULT_ENDPOINTS, RequestSettings
 from .sweep import DEFAULT_SWEEP, operating_point, parse_rates, rate_in_json, render_table
 
 #: The per-request lists a result keeps only under --save-detailed (vLLM's rule).
@@ -107,11 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything a run needs, checked before the first request: where to send, how
-    requests look, the rates, the dataset and what to report."""
+    """Everything a run needs, checked before the first request: where to send, the
+    rates, the dataset and what to report (the model may still come from the server)."""
 
     base_url: str
-    settings: RequestSettings
     rates: list[float]
     dataset: DatasetSpec
     metrics: list[str]
@@ -119,21 +116,22 @@ class Plan:
     slos_ms: dict[str, float]
 
 
-def plan_from_args(args: argparse.Namespace, model: str) -> Plan:
-    """The run `args` ask for against a server serving `model`; ValueError on bad flags."""
-    base_url = (args.base_url or f"http://{args.host}:{args.port}").rstrip("/")
-    extra = {
-        name: value
-        for name, value in (("temperature", args.temperature), ("top_p", args.top_p), ("top_k", args.top_k), ("min_p", args.min_p))
-        if value is not None
-    }
-    settings = RequestSettings(
+def request_settings(args: argparse.Namespace, base_url: str, model: str) -> RequestSettings:
+    """What every request sends to a server serving `model`: the endpoint, the name, and
+    the sampling flags and --extra-body as body fields."""
+    sampling = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "min_p": args.min_p}
+    return RequestSettings(
         backend=args.backend,
         api_url=base_url + (args.endpoint or DEFAULT_ENDPOINTS[args.backend]),
         model=args.served_model_name or model,
         ignore_eos=args.ignore_eos,
-        extra_body=extra | (args.extra_body or {}),
+        extra_body={k: v for k, v in sampling.items() if v is not None} | (args.extra_body or {}),
     )
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The run `args` ask for; ValueError on bad flags."""
+    base_url = (args.base_url or f"http://{args.host}:{args.port}").rstrip("/")
     if args.request_rate is not None:
         rates = parse_rates(args.request_rate)
     else:
@@ -161,7 +159,7 @@ def plan_from_args(args: argparse.Namespace, model: str) -> Plan:
         percentiles = [float(p) for p in parse_list(args.metric_percentiles)]
     except ValueError:
         raise ValueError(f"--metric-percentiles takes numbers, comma-separated; got {args.metric_percentiles!r}") from None
-    return Plan(base_url, settings, rates, dataset, metrics, percentiles, parse_goodput(args.goodput))
+    return Plan(base_url, rates, dataset, metrics, percentiles, parse_goodput(args.goodput))
 
 
 def load_tokenizer_for(name: str | None, explicit: bool) -> TextTokenizer | None:
@@ -216,19 +214,25 @@ def rung_header(args: argparse.Namespace, model: str, rate: float, date: str) ->
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     """Run every rung against the server; the sweep document (its `rungs` are the
     per-rung results)."""
-    import httpx
+    import httpx  # the `bench` extra's HTTP client: imported only to measure
+
+    from .runner import RungSpec, run_rung
+    from .server_info import first_model, server_info
 
     headers = {"Authorization": f"Bearer {key}"} if (key := os.environ.get("OPENAI_API_KEY")) else {}
+    plan = plan_from_args(args)
+    base_url = plan.base_url
     # No pool cap beyond --max-concurrency (httpx's default of 100 connections would be a
-    # hidden one), no proxies from the environment (the server is measured, not a proxy).
+    # hidden one), no proxies from the environment (the server is measured, not a proxy);
+    # a connection must open within a minute, a response may take as long as it takes.
     limits = httpx.Limits(max_connections=args.max_concurrency, max_keepalive_connections=args.max_concurrency)
-    async with httpx.AsyncClient(timeout=None, limits=limits, headers=headers, trust_env=False) as http:
-        base_url = (args.base_url or f"http://{args.host}:{args.port}").rstrip("/")
+    timeout = httpx.Timeout(None, connect=60.0)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False) as http:
         info = await server_info(http, base_url)
         model = args.model or first_model(info)
         if model is None:
             raise ValueError(f"{base_url}/v1/models lists no model ({info['models']}); give --model")
-        plan = plan_from_args(args, model)
+        settings = request_settings(args, base_url, model)
         tokenizer = load_tokenizer_for(args.tokenizer or args.model, explicit=args.tokenizer is not None)
         count_tokens = (lambda text: len(tokenizer.encode(text, add_special_tokens=False))) if tokenizer else None
         date = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -242,7 +246,7 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             label = f"rung {index + 1}/{len(plan.rates)}: {rate:g} req/s"
             spec = RungSpec(rate, args.burstiness, args.max_concurrency, prompt_seed, args.reset_prefix_cache,
                             not args.disable_tqdm, label)  # fmt: skip
-            run = await run_rung(http, plan.settings, requests, warmups, spec, base_url)
+            run = await run_rung(http, settings, requests, warmups, spec, base_url)
             result = rung_header(args, model, rate, date)
             result |= compute_metrics(run.outcomes, run.duration_s, plan.metrics, plan.percentiles, plan.slos_ms, count_tokens)
             result |= {
@@ -280,6 +284,11 @@ def run(args: argparse.Namespace) -> int:
     """`accord bench serve`: the rungs, the table, and a sweep's files."""
     try:
         sweep = asyncio.run(run_bench(args))
+    except ModuleNotFoundError as error:
+        if error.name != "httpx":
+            raise
+        print("accord bench serve needs httpx: pip install 'accord[bench]'", file=sys.stderr)
+        return 2
     except ValueError as error:
         print(f"accord bench serve: {error}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .client import RequestOutcome
+from .request_types import RequestOutcome
 
 #: The metrics `--percentile-metrics` may select, and those `--goodput` may bound.
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")

@@ -14,7 +14,8 @@ import httpx
 from tqdm.auto import tqdm
 
 from .arrivals import arrival_times
-from .client import RequestOutcome, RequestSettings, send_request
+from .client import send_request
+from .request_types import RequestOutcome, RequestSettings
 from .datasets import SampleRequest
 from .server_info import reset_prefix_cache
 
