@@ -1,14 +1,14 @@
-"""A scripted OpenAI streaming server for the bench serve tests, as an httpx transport:
-each request's prompt names its script entry, and the stream advances a fake clock by
-the scripted time before each chunk, so the client's readings are exactly the script's."""
+"""A scripted OpenAI streaming server for the bench serve tests, as an `HttpSession`
+(the client's view of HTTP): each request's prompt names its script entry, and the
+stream advances a fake clock by the scripted time before each chunk, so the client's
+readings are exactly the script's."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-
-import httpx
 
 
 @dataclass(frozen=True)
@@ -38,28 +38,48 @@ class FakeClock:
 
 
 @dataclass
+class ScriptedResponse:
+    """One answer as the client reads it: a status and the body's pieces."""
+
+    status: int
+    pieces: AsyncIterator[bytes]
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self.pieces
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+@dataclass
 class ScriptedServer:
-    """The transport's handler: `script[i]` answers the prompt `[i]` (completions) or
-    the text `"i"` (chat); `bodies` keeps every request body it was sent."""
+    """The session: `script[i]` answers the prompt `[i]` (completions) or the text
+    `"i"` (chat); `bodies` keeps every request body it was sent (as JSON goes on the wire)."""
 
     script: list[ScriptedRequest]
     clock: FakeClock
     bodies: list[dict] = field(default_factory=list)
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
+    @asynccontextmanager
+    async def stream(self, url: str, body: dict) -> AsyncIterator[ScriptedResponse]:
+        body = json.loads(json.dumps(body))
         self.bodies.append(body)
         chat = "messages" in body
         index = int(body["messages"][0]["content"]) if chat else body["prompt"][0]
         entry = self.script[index]
         if entry.status != 200:
-            return httpx.Response(entry.status, json={"error": {"message": "scripted failure"}})
-        return httpx.Response(200, content=self.stream(entry, chat), headers={"content-type": "text/event-stream"})
+            yield ScriptedResponse(entry.status, _once(json.dumps({"error": {"message": "scripted failure"}}).encode()))
+        else:
+            yield ScriptedResponse(200, self.answer(entry, chat))
 
-    async def stream(self, entry: ScriptedRequest, chat: bool) -> AsyncIterator[bytes]:
+    async def get_json(self, url: str) -> dict:
+        return {"error": "HTTP 404"}
+
+    async def post_status(self, url: str) -> int:
+        return 404
+
+    async def answer(self, entry: ScriptedRequest, chat: bool) -> AsyncIterator[bytes]:
         if chat:  # a chat stream opens with the role, no text: no token
             yield event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
         for number, wait in enumerate((entry.ttft, *entry.gaps)):

@@ -1,5 +1,5 @@
-"""`accord bench serve` against a scripted stub (an httpx transport whose stream moves a
-fake clock): TTFT, TPOT, ITL, E2EL, their percentiles, throughput and goodput equal
+"""`accord bench serve` against a scripted stub (a session whose stream moves a fake
+clock): TTFT, TPOT, ITL, E2EL, their percentiles, throughput and goodput equal
 what the test computes from the script on its own (statistics.quantiles, not numpy);
 usage beats chunk counting; a chat stream's role chunk is no token; a failed request
 counts as failed and adds nothing."""
@@ -10,7 +10,6 @@ import asyncio
 import statistics
 from collections import Counter
 
-import httpx
 import pytest
 from stub_server import FakeClock, ScriptedRequest, ScriptedServer
 
@@ -47,9 +46,8 @@ def run(script, backend="openai", prompts=None, clock=None, **settings):
     spec = RungSpec(float("inf"), max_concurrency=1, progress=False)
 
     async def go():
-        async with httpx.AsyncClient(transport=server.transport()) as http:
-            rung = RequestSettings(backend, "http://stub/v1/x", "stub-model", **settings)
-            return await run_rung(http, rung, requests, [], spec, "http://stub", clock=clock)
+        rung = RequestSettings(backend, "http://stub/v1/x", "stub-model", **settings)
+        return await run_rung(server, rung, requests, [], spec, "http://stub", clock=clock)
 
     return asyncio.run(go()), server
 

@@ -1,21 +1,17 @@
 """One streamed request to an OpenAI-compatible endpoint, timed per token on the client:
-`/v1/completions` (`--backend openai`) or `/v1/chat/completions` (`openai-chat`).
-
-httpx is the HTTP client: accord already depends on it for its tests, it streams with
-HTTP keep-alive from one connection pool, and `httpx.MockTransport` lets the tests feed
-a scripted stream through the very code that parses a real one. The client's own cost
-per token is measured against a stub server (benchmarks/bench_client_overhead.py)."""
+`/v1/completions` (`--backend openai`) or `/v1/chat/completions` (`openai-chat`). The
+server-sent events are split and timed here, over any `HttpSession` (aiohttp's in a run,
+a scripted one in the tests)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
-
 from .datasets import SampleRequest
+from .http_session import TRANSPORT_ERRORS, HttpSession
 from .request_types import RequestOutcome, RequestSettings
 
 def chunk_tokens(backend: str, chunk: dict[str, Any]) -> str | None:
@@ -33,8 +29,22 @@ def chunk_tokens(backend: str, chunk: dict[str, Any]) -> str | None:
     return text or None
 
 
+async def events(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The `data:` payloads of a server-sent event stream, each as soon as its line is
+    whole (blank separators and comments dropped)."""
+    pending = b""
+    async for piece in chunks:
+        pending += piece
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip().decode()
+    if pending.startswith(b"data:"):
+        yield pending[5:].strip().decode()
+
+
 async def send_request(
-    http: httpx.AsyncClient,
+    http: HttpSession,
     settings: RequestSettings,
     request: SampleRequest,
     clock: Callable[[], float] = time.perf_counter,
@@ -46,14 +56,12 @@ async def send_request(
     pieces: list[str] = []
     outcome.start_time = last = clock()
     try:
-        async with http.stream("POST", settings.api_url, json=settings.body(request)) as response:
-            if response.status_code != 200:
-                outcome.error = f"HTTP {response.status_code}: {(await response.aread()).decode(errors='replace')[:500]}"
+        async with http.stream(settings.api_url, settings.body(request)) as response:
+            if response.status != 200:
+                text = b"".join([piece async for piece in response.chunks()]).decode(errors="replace")
+                outcome.error = f"HTTP {response.status}: {text[:500]}"
                 return outcome
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue  # blank separators and SSE comments
-                data = line[5:].strip()
+            async for data in events(response.chunks()):
                 if data == "[DONE]":
                     break
                 chunk = json.loads(data)
@@ -72,7 +80,7 @@ async def send_request(
                     pieces.append(text)
                     last = now
         outcome.latency = clock() - outcome.start_time
-    except (httpx.HTTPError, json.JSONDecodeError) as error:
+    except (*TRANSPORT_ERRORS, json.JSONDecodeError) as error:
         outcome.error = f"{type(error).__name__}: {error}"
         return outcome
     outcome.generated_text = "".join(pieces)

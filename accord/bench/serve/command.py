@@ -214,20 +214,14 @@ def rung_header(args: argparse.Namespace, model: str, rate: float, date: str) ->
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     """Run every rung against the server; the sweep document (its `rungs` are the
     per-rung results)."""
-    import httpx  # the `bench` extra's HTTP client: imported only to measure
-
+    from .http_session import AiohttpSession  # the `bench` extra's HTTP client: imported only to measure
     from .runner import RungSpec, run_rung
     from .server_info import first_model, server_info
 
     headers = {"Authorization": f"Bearer {key}"} if (key := os.environ.get("OPENAI_API_KEY")) else {}
     plan = plan_from_args(args)
     base_url = plan.base_url
-    # No pool cap beyond --max-concurrency (httpx's default of 100 connections would be a
-    # hidden one), no proxies from the environment (the server is measured, not a proxy);
-    # a connection must open within a minute, a response may take as long as it takes.
-    limits = httpx.Limits(max_connections=args.max_concurrency, max_keepalive_connections=args.max_concurrency)
-    timeout = httpx.Timeout(None, connect=60.0)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False) as http:
+    async with AiohttpSession(args.max_concurrency, headers) as http:
         info = await server_info(http, base_url)
         model = args.model or first_model(info)
         if model is None:
@@ -285,9 +279,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         sweep = asyncio.run(run_bench(args))
     except ModuleNotFoundError as error:
-        if error.name != "httpx":
+        if error.name != "aiohttp":
             raise
-        print("accord bench serve needs httpx: pip install 'accord[bench]'", file=sys.stderr)
+        print("accord bench serve needs aiohttp: pip install 'accord[bench]'", file=sys.stderr)
         return 2
     except ValueError as error:
         print(f"accord bench serve: {error}", file=sys.stderr)

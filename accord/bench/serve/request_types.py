@@ -1,6 +1,6 @@
 """What crosses between the parts of `accord bench serve`: the settings every request of
 a run shares, and what the client saw of one request. Plain data, no HTTP client, so the
-command line and the metrics load without httpx."""
+command line and the metrics load without aiohttp."""
 
 from __future__ import annotations
 

@@ -10,13 +10,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-import httpx
 from tqdm.auto import tqdm
 
 from .arrivals import arrival_times
 from .client import send_request
 from .request_types import RequestOutcome, RequestSettings
 from .datasets import SampleRequest
+from .http_session import HttpSession
 from .server_info import reset_prefix_cache
 
 
@@ -46,7 +46,7 @@ class RungRun:
 
 
 async def run_rung(
-    http: httpx.AsyncClient,
+    http: HttpSession,
     settings: RequestSettings,
     requests: Sequence[SampleRequest],
     warmups: Sequence[SampleRequest],
