@@ -92,7 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report = parser.add_argument_group("report")
     report.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs, e.g. ttft:2000 tpot:100 e2el:20000")
     report.add_argument(
-        "--percentile-metrics", default="ttft,tpot,itl", help=f"of {','.join(PERCENTILE_METRICS)} (default: ttft,tpot,itl)"
+        "--percentile-metrics",
+        default="ttft,tpot,itl,e2el",
+        help=f"of {','.join(PERCENTILE_METRICS)} (default: all four; vLLM's leaves out e2el, which the operating "
+        "point uses)",
     )
     report.add_argument("--metric-percentiles", default="99", help="comma-separated percentiles (default: 99)")
     report.add_argument("--label", help="names the result (default: --backend)")
