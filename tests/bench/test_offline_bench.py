@@ -302,3 +302,16 @@ def test_the_table_gives_accords_ratio_to_transformers():
 
     text = table.render_table({"accord cuda": engine(300.0), "transformers": engine(100.0)})
     assert "3.00x" in text and "300.0 tok/s" in text and "100.0 tok/s" in text
+
+
+def test_accord_bench_is_the_offline_benchmark_and_serve_and_plot_are_its_subcommands():
+    from accord.bench import plot
+    from accord.bench.serve import command as serve
+    from accord.cli.main import build_parser
+
+    parser = build_parser()
+    offline = parser.parse_args(["bench", "--num-requests", "3", "--skip", "vllm"])
+    assert offline.func is command.run and offline.num_requests == 3 and offline.bench_command is None
+    online = parser.parse_args(["bench", "serve", "--request-rate", "1,inf", "--model", "m"])
+    assert online.func is serve.run and online.request_rate == "1,inf"
+    assert parser.parse_args(["bench", "plot", "a.json"]).func is plot.run

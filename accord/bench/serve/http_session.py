@@ -77,10 +77,12 @@ class AiohttpSession:
 
     @asynccontextmanager
     async def stream(self, url: str, body: dict[str, Any]) -> AsyncIterator[_AiohttpResponse]:
+        """A streamed POST of `body` as JSON."""
         async with self.session.post(url, json=body) as response:
             yield _AiohttpResponse(response)
 
     async def get_json(self, url: str) -> Any:
+        """The JSON `url` answers, or {"error": why}."""
         try:
             async with self.session.get(url) as response:
                 if response.status != 200:
@@ -94,6 +96,7 @@ class AiohttpSession:
             return {"error": "not JSON", "text": text[:200]}
 
     async def post_status(self, url: str) -> int | str:
+        """The status a bodiless POST to `url` gets, or why it got none."""
         try:
             async with self.session.post(url) as response:
                 return response.status
