@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from accord.server.commands.bench import build_model, vllm_environment
+from accord.bench.offline.model import build_model
+from accord.bench.offline.vllm_peer import vllm_environment
 
 #: The name both servers answer to, so the client's requests are the same.
 SERVED_NAME = "bench-llama"

@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("serve_flags", nargs="*", help="extra `accord serve` flags (after --)")
     args = parser.parse_args()
     if args.model is None:
-        from accord.server.commands.bench import MODEL_SHAPE, build_model
+        from accord.bench.offline.model import MODEL_SHAPE, build_model
 
         args.model = str(build_model(Path(tempfile.gettempdir()) / "accord-bench-llama-152m", MODEL_SHAPE))
     if args.phase_child:

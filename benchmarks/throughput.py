@@ -4,12 +4,12 @@ roofline and transformers generate on a subset of the mix.
 
     python benchmarks/throughput.py [--vllm-venv DIR] [--num-requests 128] [--skip transformers]
 
-Same as `accord bench`; the implementation lives in accord/server/commands/bench.py.
+Same as `accord bench`; the implementation lives in accord/bench/offline/command.py.
 """
 
 import sys
 
-from accord.server.commands.bench import main
+from accord.bench.offline.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,8 @@ op_contracts imports nothing of accord; backends only op_contracts; core only
 op_contracts (never a backend, not even the plugin interface: the caller hands it
 one, and the device facts it reads are the protocol in accord/core/device.py); conformance neither the gate, the server nor
 the CLI; entrypoints (the public LLM/AsyncLLM with backends found by name) sit on core
-and backends; the gate sits above conformance and server; only the CLI sees everything.
+and backends; bench (the benchmarks) sits on entrypoints and never touches the server,
+nor the server it; the gate sits above conformance and server; only the CLI sees everything.
 `from accord import LLM` counts as importing the module that defines the name (the
 package's lazy table), not as core.
 
@@ -37,19 +38,12 @@ ALLOWED: dict[str, set[str]] = {
     "demo": set(),
     "entrypoints": {"op_contracts", "backends", "core", "demo"},
     "server": {"op_contracts", "core"},
+    # The benchmarks run the offline LLM (entrypoints) and measure any OpenAI server over
+    # HTTP: never the server's code, and the server never theirs.
+    "bench": {"op_contracts", "backends", "core", "entrypoints", "demo"},
     "gate": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server"},
-    "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo"},
+    "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo", "bench"},
 }
-
-#: Modules allowed more than their package, each until the issue that moves it lands:
-#: module path -> (the extra packages, why).
-NOT_YET_MOVED: dict[str, tuple[set[str], str]] = {
-    "server/commands/bench.py": (
-        {"backends", "entrypoints"},
-        "issue 34 moves `accord bench` (which runs the offline LLM too) into a package of its own",
-    ),
-}
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
@@ -132,15 +126,7 @@ def violations(own: str, imported: set[str], extra: set[str] = frozenset()) -> l
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE_ROOT)))
 def test_imports_follow_the_package_rules(path: Path) -> None:
     relative = path.relative_to(PACKAGE_ROOT)
-    extra = NOT_YET_MOVED.get(str(relative), (set(), ""))[0]
-    assert not violations(relative.parts[0], imported_modules(path), extra)
-
-
-@pytest.mark.parametrize("relative", sorted(NOT_YET_MOVED))
-def test_each_exception_is_still_needed(relative: str) -> None:
-    path = PACKAGE_ROOT / relative
-    assert path.is_file(), f"{relative} has moved: drop it from NOT_YET_MOVED"
-    assert violations(Path(relative).parts[0], imported_modules(path)), f"{relative} keeps the rules now: drop it"
+    assert not violations(relative.parts[0], imported_modules(path))
 
 
 def test_the_rules_catch_the_old_loop_and_a_concrete_backend_in_core() -> None:
@@ -148,6 +134,9 @@ def test_the_rules_catch_the_old_loop_and_a_concrete_backend_in_core() -> None:
     assert violations("server", {"accord.conformance.runner"})
     assert violations("core", {"accord.backends.cpu"})
     assert violations("core", {"accord.backends.base"})
+    assert violations("server", {"accord.bench.offline.command"})
+    assert violations("bench", {"accord.server.app"})
+    assert violations("server", {"accord.backends.cpu"})
     assert not violations("core", {"accord.op_contracts", "accord.core.device"})
     assert {"accord.conformance.runner", "accord.entrypoints"} <= imported_modules(PACKAGE_ROOT / "gate" / "deploy.py")
 
@@ -224,11 +213,7 @@ def server_core_violations(imported: set[str]) -> list[str]:
     )
 
 
-@pytest.mark.parametrize(
-    "path",
-    [p for p in SERVER_SOURCES if str(p.relative_to(PACKAGE_ROOT)) not in NOT_YET_MOVED],
-    ids=lambda p: str(p.relative_to(PACKAGE_ROOT)),
-)
+@pytest.mark.parametrize("path", SERVER_SOURCES, ids=lambda p: str(p.relative_to(PACKAGE_ROOT)))
 def test_the_server_sees_the_engine_through_engine_client_only(path: Path) -> None:
     assert not server_core_violations(imported_modules(path))
 

@@ -1,5 +1,6 @@
 """`accord`: the command line. Each subcommand lives in its own module under
-`accord.cli.commands` (bench: `accord.server.commands.bench`) and adds its parser here."""
+`accord.cli.commands` (bench: `accord.bench.cli`, the benchmark package's own) and adds
+its parser here."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .. import __version__
 
 #: Subcommand modules; each defines `add_parser(subparsers)` that sets `func`.
 COMMAND_MODULES = tuple(f"accord.cli.commands.{name}" for name in ("serve", "backends", "contracts", "conformance")) + (
-    "accord.server.commands.bench",
+    "accord.bench.cli",
 )
 
 

@@ -1,5 +1,5 @@
-"""`accord bench`'s GPU mode on a CPU host: the options pick the GPU model and batch
-sizes, a run refuses clearly when torch sees no GPU (before building anything), and the
+"""`accord bench`, the offline benchmark (accord/bench/offline/). Its GPU mode on a CPU
+host: the options pick the GPU model and batch sizes, a run refuses clearly when torch sees no GPU (before building anything), and the
 batch-1 roofline arithmetic on a fake device spec, and the bandwidth it is held to being
 measured right around each batch-1 run. The batch-1 repeats: every engine runs the
 workload `--batch1-repeats` times on fresh prompts, the table and the JSON carry the
@@ -18,14 +18,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from accord.server.commands import bench
+from accord.bench.offline import accord_runner, command, model, results, roofline, table, vllm_peer, workload
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the refusal cannot be seen here")
 
 
 def _args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
+    command.add_arguments(parser)
     return parser.parse_args(list(argv))
 
 
@@ -36,13 +36,13 @@ def _args(*argv: str) -> argparse.Namespace:
 ])
 def test_the_backend_picks_the_device_and_the_model_size(backend, gpu, folder):
     args = _args("--backend", backend)
-    assert bench.on_gpu(args) is gpu
-    assert bench.random_model_dir(args).name == folder
-    assert bench.random_model_dir(_args("--backend", backend, "--model-dir", "/x/y")) == Path("/x/y")
+    assert command.on_gpu(args) is gpu
+    assert command.random_model_dir(args).name == folder
+    assert command.random_model_dir(_args("--backend", backend, "--model-dir", "/x/y")) == Path("/x/y")
 
 
 def test_the_gpu_model_is_about_one_billion_parameters():
-    shape = bench.GPU_MODEL_SHAPE
+    shape = model.GPU_MODEL_SHAPE
     hidden, layers, vocab = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
     kv = hidden * shape["num_key_value_heads"] // shape["num_attention_heads"]
     per_layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * shape["intermediate_size"] + 2 * hidden
@@ -52,18 +52,18 @@ def test_the_gpu_model_is_about_one_billion_parameters():
 
 @no_gpu
 def test_a_gpu_run_refuses_clearly_without_a_gpu_and_builds_nothing(tmp_path, capsys):
-    model = tmp_path / "model"
-    assert bench.run(_args("--backend", "cuda", "--model-dir", str(model))) == 2
+    model_dir = tmp_path / "model"
+    assert command.run(_args("--backend", "cuda", "--model-dir", str(model_dir))) == 2
     err = capsys.readouterr().err
     assert "--backend cuda" in err and "torch.cuda.is_available() is False" in err and "--backend cpu" in err
-    assert not model.exists()
+    assert not model_dir.exists()
 
 
 @pytest.mark.parametrize("name, bandwidth", [
     ("NVIDIA H200", 4.8e12), ("NVIDIA H100 PCIe", 2.0e12), ("NVIDIA H100 80GB HBM3", 3.35e12), ("Tesla T4", None),
 ])
 def test_datasheet_bandwidth_by_device_name(name, bandwidth):
-    assert bench.datasheet_bandwidth(name) == bandwidth
+    assert roofline.datasheet_bandwidth(name) == bandwidth
 
 
 def test_the_roofline_streams_every_weight_but_the_gathered_embedding(tmp_path):
@@ -72,22 +72,22 @@ def test_the_roofline_streams_every_weight_but_the_gathered_embedding(tmp_path):
         {"model.embed_tokens.weight": torch.zeros(10, 4), "lm_head.weight": torch.zeros(10, 4), "w": torch.zeros(4, 5)},
         str(tmp_path / "model.safetensors"),
     )
-    weights = bench.streamed_weights(tmp_path)
+    weights = roofline.streamed_weights(tmp_path)
     assert weights == 60
-    spec = bench.DeviceSpec("fake GPU", copy_bandwidth=1200.0, peak_bandwidth=2400.0)
+    spec = roofline.DeviceSpec("fake GPU", copy_bandwidth=1200.0, peak_bandwidth=2400.0)
     # fp32 weights at 1200 B/s: 240 bytes a token -> 5 tok/s; bf16 -> 10; datasheet fp32 -> 10.
-    figures = bench.roofline_figures(4.0, weights, 4, spec)
+    figures = roofline.roofline_figures(4.0, weights, 4, spec)
     assert figures == {
         "decode_tokens_per_s": 4.0,
         "roofline_tokens_per_s": pytest.approx(5.0),
         "roofline_bf16_tokens_per_s": pytest.approx(10.0),
         "roofline_datasheet_tokens_per_s": pytest.approx(10.0),
     }
-    text = bench.render_roofline(figures, torch.float32, spec)
+    text = roofline.render_roofline(figures, torch.float32, spec)
     assert "80% of the bandwidth roofline" in text and "40% of the HBM roofline" in text
-    cpu = bench.DeviceSpec("fake CPU", copy_bandwidth=1200.0)
-    assert "roofline_datasheet_tokens_per_s" not in bench.roofline_figures(4.0, weights, 4, cpu)
-    assert "HBM" not in bench.render_roofline(bench.roofline_figures(4.0, weights, 4, cpu), torch.float32, cpu)
+    cpu = roofline.DeviceSpec("fake CPU", copy_bandwidth=1200.0)
+    assert "roofline_datasheet_tokens_per_s" not in roofline.roofline_figures(4.0, weights, 4, cpu)
+    assert "HBM" not in roofline.render_roofline(roofline.roofline_figures(4.0, weights, 4, cpu), torch.float32, cpu)
 
 
 class RecordingLLM:
@@ -119,27 +119,27 @@ def test_the_roofline_bandwidth_is_measured_right_before_and_after_each_batch1_r
         return next(bandwidths)
 
     args = _args("--batch1-repeats", str(repeats))
-    run = bench.run_accord(Path("unused"), bench.workloads(args, vocab=50), args, measure)
+    run = accord_runner.run_accord(Path("unused"), workload.workloads(args, vocab=50), args, measure)
     batch1 = ["measure"] + ["generate 1", "measure"] * repeats
     assert RecordingLLM.events == [*batch1, "generate 32", f"generate {args.num_requests}"]
     assert run.batch1_bandwidth == (7e9, 9e9, 8e9, 6e9)[: repeats + 1]
     # 127 tokens after the first, in 1, 2 and 0.5 seconds.
     assert run.batch1_decode == pytest.approx((127.0, 63.5, 254.0)[:repeats])
-    assert len(run.results[bench.BATCH1].runs) == repeats
+    assert len(run.results[workload.BATCH1].runs) == repeats
     assert [len(run.results[name].runs) for name in list(run.results)[1:]] == [1, 1]
     monkeypatch.setattr(RecordingLLM, "decode_s", [1.0] * (repeats + 2))
-    assert bench.run_accord(Path("unused"), bench.workloads(args, vocab=50), args).batch1_bandwidth == ()
+    assert accord_runner.run_accord(Path("unused"), workload.workloads(args, vocab=50), args).batch1_bandwidth == ()
 
 
 def test_each_batch1_run_gets_fresh_prompts_and_the_other_workloads_do_not_depend_on_the_count():
-    three, one = bench.workloads(_args("--batch1-repeats", "3"), vocab=50), bench.workloads(_args(), vocab=50)
-    runs = three[bench.BATCH1]
+    three, one = workload.workloads(_args("--batch1-repeats", "3"), vocab=50), workload.workloads(_args(), vocab=50)
+    runs = three[workload.BATCH1]
     assert len(runs) == 3 and all(len(trace) == 1 for trace in runs)
     assert all(len(trace[0].prompt_token_ids) == 128 and trace[0].output_len == 128 for trace in runs)
     assert len({tuple(trace[0].prompt_token_ids) for trace in runs}) == 3  # no run hits another's prefix cache
-    assert len(one[bench.BATCH1]) == 5  # the default
-    assert {name: runs for name, runs in three.items() if name != bench.BATCH1} == {
-        name: runs for name, runs in one.items() if name != bench.BATCH1
+    assert len(one[workload.BATCH1]) == 5  # the default
+    assert {name: runs for name, runs in three.items() if name != workload.BATCH1} == {
+        name: runs for name, runs in one.items() if name != workload.BATCH1
     }
 
 
@@ -151,32 +151,32 @@ def test_a_repeat_count_below_one_is_refused(capsys):
 
 def test_the_median_run_with_its_range_goes_into_the_table_and_the_json():
     # 100 tokens in 1, 4 and 2 seconds: 100, 25 and 50 tok/s; median 50.
-    accord = bench.Runs(tuple(bench.Result("accord", 1, 100, s) for s in (1.0, 4.0, 2.0)))
-    other = bench.Runs(tuple(bench.Result("vLLM-CPU", 1, 100, s) for s in (4.0, 5.0, 10.0)))  # 25, 20, 10: median 20
+    accord = results.Runs(tuple(results.Result("accord", 1, 100, s) for s in (1.0, 4.0, 2.0)))
+    other = results.Runs(tuple(results.Result("vLLM-CPU", 1, 100, s) for s in (4.0, 5.0, 10.0)))  # 25, 20, 10: median 20
     assert accord.output_tokens_per_s == 50.0 and accord.rate_range == (25.0, 100.0)
     figures = accord.figures()
     assert figures["output_tokens_per_s"] == 50.0 and figures["seconds"] == 2.0 and figures["output_tokens"] == 100
     assert (figures["output_tokens_per_s_min"], figures["output_tokens_per_s_max"]) == (25.0, 100.0)
     assert [run["output_tokens_per_s"] for run in figures["runs"]] == [100.0, 25.0, 50.0]
-    once = bench.Runs((bench.Result("accord", 32, 4096, 8.0),))
-    table = bench.render_table({
-        "accord cpu": bench.EngineRun(1.0, {bench.BATCH1: accord, "32 x 128->128": once}),
-        "vLLM-CPU": bench.EngineRun(2.0, {bench.BATCH1: other, "32 x 128->128": once}),
+    once = results.Runs((results.Result("accord", 32, 4096, 8.0),))
+    text = table.render_table({
+        "accord cpu": results.EngineRun(1.0, {workload.BATCH1: accord, "32 x 128->128": once}),
+        "vLLM-CPU": results.EngineRun(2.0, {workload.BATCH1: other, "32 x 128->128": once}),
     })
-    assert "50.0 tok/s (25.0-100.0)" in table and "20.0 tok/s (10.0-25.0)" in table
-    assert "2.50x" in table  # the ratio of the medians
-    assert "512.0 tok/s " in table and "512.0 tok/s (" not in table and "1.00x" in table  # one run: no range
-    assert f"{bench.BATCH1}: median of 3 runs per engine" in table
-    assert "32 x 128->128: median" not in table
+    assert "50.0 tok/s (25.0-100.0)" in text and "20.0 tok/s (10.0-25.0)" in text
+    assert "2.50x" in text  # the ratio of the medians
+    assert "512.0 tok/s " in text and "512.0 tok/s (" not in text and "1.00x" in text  # one run: no range
+    assert f"{workload.BATCH1}: median of 3 runs per engine" in text
+    assert "32 x 128->128: median" not in text
 
 
 def test_the_batch1_roofline_is_the_median_run_and_each_run_is_held_to_its_own_bandwidth():
     # 60 streamed fp32 elements = 240 bytes a token. Copies before and after each of three
     # runs: 1200 | 600 | 1200 | 2400 B/s, so the runs are held to 1200, 1200 and 2400 B/s
     # (rooflines 5, 5 and 10 tok/s); the median run's bandwidth is 1200 (5 tok/s).
-    spec = bench.DeviceSpec("fake CPU", copy_bandwidth=statistics.median(bench.run_bandwidths([1200, 600, 1200, 2400])))
+    spec = roofline.DeviceSpec("fake CPU", copy_bandwidth=statistics.median(roofline.run_bandwidths([1200, 600, 1200, 2400])))
     assert spec.copy_bandwidth == 1200
-    figures = bench.batch1_figures([4.0, 2.0, 6.0], [1200.0, 600.0, 1200.0, 2400.0], 60, 4, spec)
+    figures = roofline.batch1_figures([4.0, 2.0, 6.0], [1200.0, 600.0, 1200.0, 2400.0], 60, 4, spec)
     assert figures["decode_tokens_per_s"] == 4.0
     assert figures["roofline_tokens_per_s"] == pytest.approx(5.0)
     assert figures["roofline_bf16_tokens_per_s"] == pytest.approx(10.0)
@@ -188,13 +188,13 @@ def test_the_batch1_roofline_is_the_median_run_and_each_run_is_held_to_its_own_b
     ]
     # The median run's shares: 0.6 of its roofline (the third run), 0.3 of the bf16 one.
     assert (figures["roofline_share"], figures["roofline_bf16_share"]) == pytest.approx((0.6, 0.3))
-    text = bench.render_roofline(figures, torch.float32, spec)
+    text = roofline.render_roofline(figures, torch.float32, spec)
     assert "4.0 tok/s, the median of 3 runs (2.0-6.0)" in text
     assert "60% (40%-80%) at the torch.float32 weights" in text and "30% (20%-40%) of the bf16 roofline" in text
     assert "the rooflines are 5.0 and 10.0 tok/s" in text
-    single = bench.batch1_figures([4.0], [1200.0, 600.0], 60, 4, spec)
+    single = roofline.batch1_figures([4.0], [1200.0, 600.0], 60, 4, spec)
     assert single["roofline_share"] == pytest.approx(0.8)
-    text = bench.render_roofline(single, torch.float32, spec)
+    text = roofline.render_roofline(single, torch.float32, spec)
     assert "median" not in text and "80% of the bandwidth roofline" in text
 
 
@@ -234,14 +234,14 @@ def test_vllm_runs_batch1_as_often_as_accord_on_the_same_prompts(tmp_path, monke
     python.chmod(0o755)
     monkeypatch.setenv("FAKE_VLLM_LOG", str(tmp_path / "log"))
     args = _args("--batch1-repeats", str(repeats), "--num-requests", "3", "--vllm-venv", str(tmp_path / "venv"))
-    loads = bench.workloads(args, vocab=50)
-    run = bench.run_vllm(Path("unused"), loads, args)
-    assert isinstance(run, bench.EngineRun), run
+    loads = workload.workloads(args, vocab=50)
+    run = vllm_peer.run_vllm(Path("unused"), loads, args)
+    assert isinstance(run, results.EngineRun), run
     seen = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
     sent = [[r.prompt_token_ids for r in trace] for runs in loads.values() for trace in runs]
     assert seen == sent
     assert [len(runs.runs) for runs in run.results.values()] == [repeats, 1, 1]
-    assert [r.output_tokens for r in run.results[bench.BATCH1].runs] == [128] * repeats
+    assert [r.output_tokens for r in run.results[workload.BATCH1].runs] == [128] * repeats
     mixed = list(loads)[-1]
     assert run.results[mixed].runs[0].output_tokens == sum(r.output_len for r in loads[mixed][0])
 
@@ -260,26 +260,25 @@ TINY_LLAMA = dict(
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random tiny Llama checkpoint in the bench's own format, built once."""
-    return bench.build_model(tmp_path_factory.mktemp("bench") / "model", TINY_LLAMA)
+    return model.build_model(tmp_path_factory.mktemp("bench") / "model", TINY_LLAMA)
 
 
 @pytest.mark.parametrize("repeats", [1, 2])
 def test_a_bench_run_on_a_tiny_model_reports_every_batch1_run(tiny_model, tmp_path, monkeypatch, capsys, repeats):
-    model = tiny_model
     # The copy bandwidth is a stand-in (the real copy takes seconds per call): a rising
     # series, so that each run's bandwidth is the copy after it.
     copies = iter([1e9 * (n + 1) for n in range(repeats + 1)])
-    monkeypatch.setattr(bench, "device_copy_bandwidth", lambda device: next(copies))
+    monkeypatch.setattr(command, "device_copy_bandwidth", lambda device: next(copies))
     # Batches cut to 4 requests: 32 x 128 -> 128 takes ~10 s under TRITON_INTERPRET.
-    workloads = bench.workloads
-    monkeypatch.setattr(bench, "workloads", lambda *a: {n: [t[:4] for t in runs] for n, runs in workloads(*a).items()})
+    workloads = workload.workloads
+    monkeypatch.setattr(command, "workloads", lambda *a: {n: [t[:4] for t in runs] for n, runs in workloads(*a).items()})
     out = tmp_path / "bench.json"
-    argv = ["--model", str(model), "--skip", "vllm", "transformers", "--num-requests", "2", "--batch1-repeats",
+    argv = ["--model", str(tiny_model), "--skip", "vllm", "transformers", "--num-requests", "2", "--batch1-repeats",
             str(repeats), "--output-json", str(out), "--threads", str(torch.get_num_threads())]
-    assert bench.run(_args(*argv)) == 0
+    assert command.run(_args(*argv)) == 0
     text = capsys.readouterr().out
     figures = json.loads(out.read_text())
-    batch1 = figures["accord cpu"][bench.BATCH1]
+    batch1 = figures["accord cpu"][workload.BATCH1]
     assert len(batch1["runs"]) == repeats and all(run["output_tokens"] == 128 for run in batch1["runs"])
     rates = [run["output_tokens_per_s"] for run in batch1["runs"]]
     assert batch1["output_tokens_per_s"] == pytest.approx(statistics.median(rates))
@@ -289,7 +288,7 @@ def test_a_bench_run_on_a_tiny_model_reports_every_batch1_run(tiny_model, tmp_pa
     assert len(decode) == repeats and figures["batch1"]["decode_tokens_per_s"] == pytest.approx(statistics.median(decode))
     held = [1e9 * (n + 2) for n in range(repeats)]
     assert figures["device"]["copy_bandwidth"] == pytest.approx(statistics.median(held))
-    weights = bench.streamed_weights(model)
+    weights = roofline.streamed_weights(tiny_model)
     shares = [rate * weights * 2 / bandwidth for rate, bandwidth in zip(decode, held)]
     assert [run["roofline_bf16_share"] for run in figures["batch1"]["runs"]] == pytest.approx(shares)
     assert ("the median of 2 runs" in text) is (repeats == 2)
@@ -298,8 +297,21 @@ def test_a_bench_run_on_a_tiny_model_reports_every_batch1_run(tiny_model, tmp_pa
 
 
 def test_the_table_gives_accords_ratio_to_transformers():
-    def engine(rate: float) -> bench.EngineRun:
-        return bench.EngineRun(1.0, {bench.BATCH1: bench.Runs((bench.Result("x", 1, int(rate * 10), 10.0),))})
+    def engine(rate: float) -> results.EngineRun:
+        return results.EngineRun(1.0, {workload.BATCH1: results.Runs((results.Result("x", 1, int(rate * 10), 10.0),))})
 
-    table = bench.render_table({"accord cuda": engine(300.0), "transformers": engine(100.0)})
-    assert "3.00x" in table and "300.0 tok/s" in table and "100.0 tok/s" in table
+    text = table.render_table({"accord cuda": engine(300.0), "transformers": engine(100.0)})
+    assert "3.00x" in text and "300.0 tok/s" in text and "100.0 tok/s" in text
+
+
+def test_accord_bench_is_the_offline_benchmark_and_serve_and_plot_are_its_subcommands():
+    from accord.bench import plot
+    from accord.bench.serve import command as serve
+    from accord.cli.main import build_parser
+
+    parser = build_parser()
+    offline = parser.parse_args(["bench", "--num-requests", "3", "--skip", "vllm"])
+    assert offline.func is command.run and offline.num_requests == 3 and offline.bench_command is None
+    online = parser.parse_args(["bench", "serve", "--request-rate", "1,inf", "--model", "m"])
+    assert online.func is serve.run and online.request_rate == "1,inf"
+    assert parser.parse_args(["bench", "plot", "a.json"]).func is plot.run
