@@ -6,7 +6,10 @@ of seconds), so even a cold start-up stays short; `-march=native` makes it the h
 vector code, so the cache key holds the source (with the headers beside it), the
 compiler, its flags and the CPU's flags, and a cache shared between different hosts
 never serves one the other's build.
-`-fopenmp` links torch's own libgomp (already loaded), so there is one OpenMP runtime.
+A library links against the OpenMP runtime torch itself loaded (`openmp_runtime`, read
+from this process's memory maps: a PyPI wheel's renamed `torch/lib/libgomp-<hash>.so.1`,
+a local build's libgomp.so.1, Intel's libiomp5), not whichever libgomp the compiler
+would pick, so the process holds one OpenMP runtime and one thread pool.
 Without a C compiler (or when a build fails) `load` gives None, with a WARNING naming
 the fallback, and callers keep their torch path. Nothing is compiled at import:
 `build_ahead` (which the backend calls when it loads its kernels) starts a library's
@@ -27,6 +30,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import subprocess
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,8 +42,11 @@ from .. import capability
 
 logger = logging.getLogger(__name__)
 
-#: The flags of every build; each library adds its own optimisation level (`load`).
-FLAGS = ("-march=native", "-fopenmp", "-shared", "-fPIC")
+#: The flags of every compile; each library adds its own optimisation level (`load`).
+FLAGS = ("-march=native", "-fopenmp", "-fPIC")
+#: A mapped file that is an OpenMP runtime: GNU's (a wheel renames it libgomp-<hash>),
+#: Intel's, LLVM's.
+OPENMP_RUNTIME = re.compile(r"/lib(?:gomp|iomp5|omp)(?:-[0-9a-f]+)?\.so(?:\.\d+)*$")
 #: The optimisation level of a library that names none (its `LIBRARY` has no third field).
 DEFAULT_OPTIMIZATION = "-O3"
 KERNEL_DIR = Path(__file__).parent
@@ -66,14 +73,33 @@ def _cpu_flags() -> str:
     return ""
 
 
+def openmp_runtime(maps: str | None = None) -> Path | None:
+    """The OpenMP runtime loaded in this process (torch loads its own on import), from
+    `/proc/self/maps` (or the `maps` text given); None where none is mapped (torch
+    built without OpenMP) or the maps cannot be read (not Linux): the build then links
+    the compiler's own, as `-fopenmp` does."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            return None
+    for line in maps.splitlines():
+        path = line.split()[-1] if line.split() else ""
+        if OPENMP_RUNTIME.search(path):
+            return Path(path)
+    return None
+
+
 def _build(compiler: str, source: Path, unit: str, optimization: str) -> Path:
     """The library of the translation unit `unit` (which includes `source`), built with
     `optimization` (a -O flag), from the cache or built into it."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     # The headers beside the source (shared helpers it may include) are part of its text.
     headers = [header.read_text() for header in sorted(KERNEL_DIR.glob("*.h"))]
+    runtime = str(openmp_runtime() or "")
     key = hashlib.sha256(
-        "\0".join([unit, source.read_text(), *headers, optimization, " ".join(FLAGS), version, _cpu_flags()]).encode()
+        "\0".join([unit, source.read_text(), *headers, optimization, " ".join(FLAGS), version, _cpu_flags(), runtime])
+        .encode()
     )
     library = _cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if library.is_file():
@@ -97,9 +123,22 @@ def _compile(compiler: str, source: Path, unit: str, optimization: str, library:
         # The source's own folder first: a source from elsewhere (a benchmark's baseline)
         # is included by name too.
         include = ("-I", str(source.parent)) if source.parent != KERNEL_DIR else ()
-        command = [compiler, optimization, *FLAGS, *include, "-I", str(KERNEL_DIR), "-o", str(built), str(unit_file)]
-        subprocess.run(command, capture_output=True, text=True, check=True)
+        objects = Path(scratch) / f"{source.stem}.o"
+        compile_ = [compiler, optimization, *FLAGS, *include, "-I", str(KERNEL_DIR), "-c", "-o", str(objects), str(unit_file)]
+        subprocess.run(compile_, capture_output=True, text=True, check=True)
+        subprocess.run([compiler, "-shared", "-o", str(built), str(objects), *_openmp_link()],
+                       capture_output=True, text=True, check=True)
         os.replace(built, library)
+
+
+def _openmp_link() -> tuple[str, ...]:
+    """How a library links OpenMP: against torch's loaded runtime by path (its soname is
+    what the library then needs, so the loader finds the runtime already mapped), with
+    its folder as the rpath; else the compiler's runtime (`-fopenmp`)."""
+    runtime = openmp_runtime()
+    if runtime is None:
+        return ("-fopenmp",)
+    return (str(runtime), f"-Wl,-rpath,{runtime.parent}")
 
 
 #: An entry point's C signature: (name, return type or None, argument types).
