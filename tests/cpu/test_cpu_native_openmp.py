@@ -51,3 +51,30 @@ def test_a_built_library_needs_torchs_runtime_and_no_other(tmp_path: Path, monke
     openmp_needed = [name for name in dynamic_entries(built, "NEEDED") if "omp" in name]
     assert openmp_needed == [soname]
     assert str(runtime.parent) in dynamic_entries(built, "RUNPATH")[0].split(":")
+
+
+@pytest.mark.skipif(capability.find_compiler() is None, reason="needs a C compiler")
+def test_an_argument_struct_is_declared_once_and_the_c_side_reads_its_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build defines the struct from its Python declaration: C reads each field at
+    the offset Python packs it at (paged attention's decode call, as the kernel gets it)."""
+    import ctypes
+    import struct
+
+    from accord.backends.cpu.kernels._native_attention import CALL_LAYOUT, DECODE_CALL
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_native, "KERNEL_DIR", tmp_path)
+    shutil.copy(Path(_native.__file__).parent / "native_packed.h", tmp_path)
+    (tmp_path / "layout_probe.c").write_text(
+        "long probe_field(const struct decode_call *call, long index) {\n"
+        "    return ((const int64_t *)call)[index] == call->sliding_window ? index : -1;\n}\n"
+    )
+    signature = ("probe_field", ctypes.c_long, (ctypes.c_void_p, ctypes.c_long))
+    library = _native.load("layout_probe.c", (signature,), "-O0", (DECODE_CALL,))
+    assert library is not None
+    index = DECODE_CALL.fields.index("sliding_window")
+    packed = struct.pack(CALL_LAYOUT, *range(100, 100 + len(DECODE_CALL.fields)))
+    assert library.probe_field(packed, index) == index
+    assert struct.calcsize(CALL_LAYOUT) == 8 * len(DECODE_CALL.fields)

@@ -34,6 +34,7 @@ import re
 import subprocess
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Callable
@@ -144,6 +145,27 @@ def _openmp_link() -> tuple[str, ...]:
 #: An entry point's C signature: (name, return type or None, argument types).
 Signature = tuple[str, Any, tuple[Any, ...]]
 
+
+@dataclass(frozen=True)
+class Int64Struct:
+    """A C struct of int64 fields (pointers as addresses) that a kernel takes one
+    pointer to, declared here once: the build writes `struct NAME { int64_t ...; }`
+    into the translation unit ahead of the source, and Python packs its values with
+    `layout`, in `fields` order. One argument instead of thirty, because a ctypes call
+    costs about half a microsecond per argument on a slow host."""
+
+    name: str
+    fields: tuple[str, ...]
+
+    @property
+    def layout(self) -> str:
+        """The `struct` module's format of the C struct: one native int64 per field."""
+        return f"{len(self.fields)}q"
+
+    def declaration(self) -> str:
+        """The C definition the kernel source is compiled with."""
+        return f"struct {self.name} {{ {' '.join(f'int64_t {field};' for field in self.fields)} }};"
+
 #: Called with (function, arguments, result) after every native call while set: the
 #: capture of `_native_graph` sets it, nothing else does.
 recorder: Callable[[NativeFunction, tuple[Any, ...], Any], None] | None = None
@@ -178,14 +200,15 @@ class NativeLibrary:
             setattr(self, signature[0], NativeFunction(library, signature))
 
 
-def translation_unit(source: Path, signatures: tuple[Signature, ...]) -> str:
-    """The C that is built: `source` itself, then each entry point's packed form, which
-    unpacks its arguments from the union array and returns the result as a long (0 for
-    a void function)."""
+def translation_unit(source: Path, signatures: tuple[Signature, ...], structs: tuple[Int64Struct, ...] = ()) -> str:
+    """The C that is built: the declarations of `structs`, `source` itself, then each
+    entry point's packed form, which unpacks its arguments from the union array and
+    returns the result as a long (0 for a void function)."""
     # By name (the build's include path is KERNEL_DIR), so the unit and with it the cache
     # key hold the sources' text, not where this checkout lies: another checkout of the
     # same sources finds the same build.
-    lines = [f'#include "{source.name}"', '#include "native_packed.h"']
+    declarations = ["#include <stdint.h>", *(struct.declaration() for struct in structs)] if structs else []
+    lines = [*declarations, f'#include "{source.name}"', '#include "native_packed.h"']
     for name, restype, argtypes in signatures:
         call = f"{name}({', '.join(f'args[{i}].{PACKED_MEMBER[t]}' for i, t in enumerate(argtypes))})"
         body = f"{call}; return 0;" if restype is None else f"return (long){call};"
@@ -208,9 +231,10 @@ def _builders() -> ThreadPoolExecutor:
 
 
 def build_ahead(
-    source_name: str, signatures: tuple[Signature, ...], optimization: str = DEFAULT_OPTIMIZATION
+    source_name: str, signatures: tuple[Signature, ...], optimization: str = DEFAULT_OPTIMIZATION,
+    structs: tuple[Int64Struct, ...] = (),
 ) -> None:
-    """Start building what `load(source_name, signatures, optimization)` loads, in the
+    """Start building what `load(source_name, signatures, optimization, structs)` loads, in the
     background (a compiler process of its own), once per process: call it before the
     first `load` (a build that is cached already only reads the cache key). Building the cpu kernels
     one after another at their first use took ~9 s of a cold start-up on a busy 2-core
@@ -219,19 +243,20 @@ def build_ahead(
     if compiler is None or source_name in _ahead:
         return
     source = KERNEL_DIR / source_name
-    unit = translation_unit(source, signatures)
+    unit = translation_unit(source, signatures, structs)
     _ahead[source_name] = (os.getpid(), _builders().submit(_build, compiler, source, unit, optimization))
 
 
 @cache
 def load(
-    source_name: str, signatures: tuple[Signature, ...], optimization: str = DEFAULT_OPTIMIZATION
+    source_name: str, signatures: tuple[Signature, ...], optimization: str = DEFAULT_OPTIMIZATION,
+    structs: tuple[Int64Struct, ...] = (),
 ) -> NativeLibrary | None:
     """The library built from the C file `source_name` beside this module (on first use,
     or by `build_ahead`, then from the cache) with the entry points of `signatures`;
     None where it cannot be built, with the reason logged. `optimization` is the
     library's own -O flag: a cheaper one where it builds as fast a kernel in less of a
-    cold start-up."""
+    cold start-up; `structs` the argument structs its source is compiled with."""
     compiler = _compiler()
     if compiler is None:
         logger.warning("%s is not built: %s", source_name, capability.NO_COMPILER_FALLBACK)
@@ -242,7 +267,7 @@ def load(
         if ahead is not None and pid == os.getpid():
             built = ahead.result()
         else:
-            built = _build(compiler, source, translation_unit(source, signatures), optimization)
+            built = _build(compiler, source, translation_unit(source, signatures, structs), optimization)
         library = ctypes.CDLL(str(built))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error
