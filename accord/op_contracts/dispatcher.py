@@ -21,7 +21,7 @@ A `CallHook` installed on a dispatcher (`add_hook`) sees every call of that disp
 with its arguments as the caller made them, before any adapter or kernel runs (so a
 call whose kernel crashes is seen too); the rollout gate records op signatures this
 way. While a hook is installed calls take the full path; without one the fast path's
-only extra cost is two truth tests.
+only extra cost is three truth tests (compiled, strict, hooks).
 """
 
 from __future__ import annotations
