@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import torch
-
 from torch.compiler import is_compiling
 
 from . import torch_ops
