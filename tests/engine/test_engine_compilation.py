@@ -65,6 +65,7 @@ def test_compiling_a_model_on_an_uncompiled_dispatcher_is_refused() -> None:
         compile_forward(ScaledNorm(ops, torch.ones(4)), ops)
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_compiled_forward_keeps_contract_errors() -> None:
     ops = OpDispatcher(get_backend("reference"), strict=True, compiled=True)
@@ -79,6 +80,7 @@ def test_compiled_forward_keeps_contract_errors() -> None:
             forward(x)
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_compiled_forward_gives_transformers_greedy_tokens(llama_dir: Path, make_llm) -> None:
     graphs_before = counters["stats"]["unique_graphs"]
