@@ -37,6 +37,7 @@ class ScaledNorm(torch.nn.Module):
         return self.ops.rms_norm(x * 2, self.weight, eps=1e-6) + 1
 
 
+@pytest.mark.slow
 def test_traced_calls_become_the_contracts_custom_ops_on_the_same_dispatcher() -> None:
     """The layer keeps the dispatcher it was built on; dynamo's graph of its forward holds
     the contract call as one torch.ops.accord node (the kernel is not traced into), and

@@ -37,6 +37,7 @@ def test_each_family_declares_the_ops_its_graph_calls(
     assert recorded_graph_ops(model_dir, tmp_path / "calls") == worker_contract_ops(model_dir) - SAMPLER_OPS
 
 
+@pytest.mark.slow
 def test_deepseek_v4_declares_the_ops_its_graph_calls(tmp_path: Path) -> None:
     model_dir = build_v4_dir(tmp_path / "v4")
     assert recorded_graph_ops(model_dir, tmp_path / "calls") == worker_contract_ops(model_dir) - SAMPLER_OPS

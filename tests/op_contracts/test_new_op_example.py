@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "new_op"
 
@@ -51,6 +53,7 @@ print(json.dumps({"served": served, "statuses": [r.status.value for r in report]
 """
 
 
+@pytest.mark.slow
 def test_the_examples_three_files_are_what_a_new_op_needs() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(EXAMPLE)], capture_output=True, text=True, cwd=ROOT, check=True
