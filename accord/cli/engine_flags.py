@@ -11,6 +11,26 @@ import argparse
 from ..core.config import EngineConfig, EngineSetting, engine_settings
 
 
+class EnableDisableAction(argparse.BooleanOptionalAction):
+    """A boolean flag as vLLM spells it: `--enable-x` is turned off by `--disable-x`
+    (and `--disable-x` on by `--enable-x`); argparse's `--no-` forms stay accepted."""
+
+    _OPPOSITES = (("--enable-", "--disable-"), ("--disable-", "--enable-"))
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
+        self._negative = {option for option in self.option_strings if option not in option_strings}
+        opposites = [
+            opposite + option.removeprefix(prefix)
+            for option in option_strings for prefix, opposite in self._OPPOSITES if option.startswith(prefix)
+        ]
+        self._negative.update(opposites)
+        self.option_strings = [*self.option_strings, *opposites]
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+        setattr(namespace, self.dest, option_string not in self._negative)
+
+
 def add_engine_flags(group: argparse._ArgumentGroup) -> None:
     """Add one flag per engine argument, and `--model` (optional: the launcher picks one)."""
     group.add_argument(
@@ -30,7 +50,7 @@ def engine_flag_options(setting: EngineSetting) -> dict[str, object]:
         "dest": setting.name, "default": setting.default, "help": f"{setting.info.help} (default: {default})",
     }
     if setting.kind is bool:
-        options["action"] = argparse.BooleanOptionalAction
+        options["action"] = EnableDisableAction
     else:
         options["type"] = setting.kind
         options["metavar"] = setting.flag.removeprefix("--").replace("-", "_").upper()

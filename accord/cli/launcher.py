@@ -24,6 +24,7 @@ from ..core.errors import WorkerStartupError
 from ..entrypoints import RegistryBackend
 from ..server.app import create_app
 from ..server.drain import DrainDeadline
+from .commands.serve import server_options
 from .engine_flags import engine_config
 from ..demo.default_model import ChecksumMismatch
 from ..entrypoints.model_choice import choose_model
@@ -120,8 +121,10 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
         # A wrong directory, flag or backend: say what, without a traceback.
         print(f"accord serve: error: {error}", file=sys.stderr)
         return 1
+    names = args.served_model_name or [choice.name]
     model = ServedModel(
-        name=args.served_model_name or choice.name,
+        name=names[0],
+        aliases=tuple(names[1:]),
         root=choice.path,
         max_model_len=engine.max_model_len,
         vocab_size=engine.model_config.vocab_size,
@@ -130,10 +133,7 @@ def _serve_on(args: argparse.Namespace, listener: socket.socket) -> int:
     )
     drain = DrainDeadline()
     try:
-        app = create_app(
-            engine, model, api_key=args.api_key, max_waiting_requests=args.max_waiting_requests,
-            max_request_body_bytes=args.max_request_body_bytes, tool_call_parser=args.tool_call_parser, drain=drain,
-        )
+        app = create_app(engine, model, server_options(args), drain)
     except ValueError as error:  # an unknown tool call parser
         print(f"accord serve: error: {error}", file=sys.stderr)
         llm_engine.shutdown()

@@ -105,7 +105,7 @@ class EngineConfig:
         "auto", help="kernel backend: auto, cpu, reference, cuda, rocm, ascend or a plugin's (see `accord backends`)"
     )
     dtype: Dtype = setting("auto", help="compute dtype; auto follows config.json and the device")
-    quantization: Quantization | None = setting(None, help="weight quantization")
+    quantization: Quantization | None = setting(None, help="weight quantization", aliases=("-q",))
     max_model_len: int | None = setting(None, help="context length", default_help="the model's", at_least=1)
     block_size: int = setting(16, help="tokens per KV cache block", at_least=1)
     max_num_seqs: int = setting(256, help="most sequences in one step", at_least=1)
@@ -121,7 +121,8 @@ class EngineConfig:
         default_help="4 GiB on CPUs (256 MiB for the demo model), else from --gpu-memory-utilization",
     )
     gpu_memory_utilization: float = setting(
-        0.9, help="fraction of accelerator memory the engine may use", above=0.0, at_most=1.0
+        0.9, help="fraction of accelerator memory the engine may use", above=0.0, at_most=1.0,
+        aliases=("--device-memory-utilization",),
     )
     num_gpu_blocks_override: int | None = setting(
         None, help="exact KV block count, bypassing the memory budget (tests, reproducible runs)",
@@ -148,7 +149,7 @@ class EngineConfig:
     )
     enable_expert_parallel: bool = setting(
         False, help="split MoE layers' routed experts across the ranks (EP size = TP size x DP size) instead of "
-        "slicing every expert's intermediate dim",
+        "slicing every expert's intermediate dim", aliases=("-ep",),
     )
     async_scheduling: bool = setting(
         False, help="schedule the next step while the current one runs (vLLM v1's async scheduling), hiding "
@@ -168,7 +169,7 @@ class EngineConfig:
     compilation_config: int = setting(
         0, help="torch.compile level of the model forward (vLLM's -O): 0 runs it eagerly, 1-3 compile it with "
         "inductor, the contract ops opaque (accord.core.worker.compilation; measured figures in docs/performance.md)",
-        flag="--compilation-config", aliases=("-O",), at_least=0, at_most=3,
+        flag="--compilation-config", aliases=("-O", "-cc"), at_least=0, at_most=3,
     )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "

@@ -15,13 +15,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from .. import __version__
 from ..core.engine.client import EngineClient
 from .auth import ApiKeyMiddleware
-from .body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES, BodyLimitMiddleware
+from .body_limit import BodyLimitMiddleware
 from .chat import ChatService
 from .completions import CompletionService
 from .disconnect import cancel_on_disconnect
 from .drain import DrainDeadline
 from .errors import OpenAIError, install_error_handlers
 from .metrics import ServerMetrics
+from .options import ServerOptions
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -59,17 +60,11 @@ _STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    engine: EngineClient,
-    model: ServedModel,
-    *,
-    api_key: str | None = None,
-    max_waiting_requests: int | None = None,
-    max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
-    tool_call_parser: str = "hermes",
-    drain: DrainDeadline | None = None,
+    engine: EngineClient, model: ServedModel, options: ServerOptions | None = None, drain: DrainDeadline | None = None
 ) -> FastAPI:
     """The server application for `engine` (an EngineClient), which it shuts down on exit.
     `drain` is expired by the server when a graceful shutdown's window runs out."""
+    options = options or ServerOptions()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -78,15 +73,20 @@ def create_app(
         serving.close()
         await engine.shutdown()
 
-    app = FastAPI(title="accord", version=__version__, lifespan=lifespan, description="OpenAI-compatible LLM server")
+    docs = {"docs_url": None, "redoc_url": None, "openapi_url": None} if options.disable_fastapi_docs else {}
+    app = FastAPI(
+        title="accord", version=__version__, lifespan=lifespan, description="OpenAI-compatible LLM server",
+        **docs,
+    )
+    app.root_path = options.root_path  # as vLLM sets it: routes answer with and without the prefix
     install_error_handlers(app)
     # Outermost first: the size cap, then the key, both before any body is parsed.
-    if api_key is not None:
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
-    app.add_middleware(BodyLimitMiddleware, limit=max_request_body_bytes)
-    metrics = ServerMetrics(model.name, engine.get_replica_stats)
-    serving = OpenAIServing(engine, model, metrics, max_waiting_requests, drain)
-    completions, chat = CompletionService(serving), ChatService(serving, get_tool_parser(tool_call_parser))
+    if options.api_keys:
+        app.add_middleware(ApiKeyMiddleware, api_keys=options.api_keys)
+    app.add_middleware(BodyLimitMiddleware, limit=options.max_request_body_bytes)
+    metrics = ServerMetrics(model.name, engine.get_replica_stats, model.max_model_len)
+    serving = OpenAIServing(engine, model, metrics, options, drain)
+    completions, chat = CompletionService(serving), ChatService(serving, get_tool_parser(options.tool_call_parser))
     card = ModelCard(id=model.name, root=model.name, max_model_len=model.max_model_len, description=model.description)
 
     api = APIRouter(prefix="/v1", responses=_ERROR_RESPONSES)
@@ -127,7 +127,8 @@ def create_app(
             tokens = await serving.tokenize(request.prompt, add_special_tokens=request.add_special_tokens)
         else:
             raise OpenAIError("send a prompt or messages to tokenize", param="prompt")
-        fields = {"count": len(tokens), "max_model_len": model.max_model_len}
+        token_strs = [serving.token_text(t) for t in tokens] if request.return_token_strs else None
+        fields = {"count": len(tokens), "max_model_len": model.max_model_len, "token_strs": token_strs}
         return token_list_response(fields, "tokens", tokens)
 
     @app.post("/detokenize", responses=_ERROR_RESPONSES)

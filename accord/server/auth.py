@@ -4,6 +4,7 @@ bad body without a key gets 401, not 400) on every route that touches the model.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -14,24 +15,27 @@ from .errors import OpenAIError
 PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
 
 
-def is_authorized(authorization: str, api_key: str) -> bool:
-    """Whether an `Authorization` header value carries `Bearer <api_key>`."""
+def is_authorized(authorization: str, api_keys: Sequence[str]) -> bool:
+    """Whether an `Authorization` header value carries `Bearer <key>` for one of `api_keys`."""
     scheme, _, token = authorization.partition(" ")
     # compare_digest: a plain == would leak the key's prefix through timing.
-    return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), api_key.encode())
+    matches = [secrets.compare_digest(token.strip().encode(), key.encode()) for key in api_keys]
+    return scheme.lower() == "bearer" and any(matches)
 
 
 class ApiKeyMiddleware:
     """ASGI middleware answering 401 to protected requests without the key."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_keys: Sequence[str]) -> None:
         self.app = app
-        self.api_key = api_key
+        self.api_keys = api_keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PROTECTED_PREFIXES):
+        # Behind --root-path a route is reached with the prefix too: protected all the same.
+        path = scope["path"].removeprefix(scope.get("root_path", "")) if scope["type"] == "http" else ""
+        if path.startswith(PROTECTED_PREFIXES):
             headers = {name.lower(): value for name, value in scope["headers"]}
-            if not is_authorized(headers.get(b"authorization", b"").decode("latin-1"), self.api_key):
+            if not is_authorized(headers.get(b"authorization", b"").decode("latin-1"), self.api_keys):
                 error = OpenAIError(
                     "missing or incorrect API key: send 'Authorization: Bearer <key>'", status_code=401,
                     code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"},

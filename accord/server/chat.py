@@ -27,7 +27,7 @@ from .protocol import (
     random_id,
 )
 from .request_stream import RequestStream, abort_all
-from .serving import OpenAIServing, refuse_unsupported, usage_of
+from .serving import OpenAIServing, prompt_logprobs_of, refuse_unsupported, usage_of
 from .streaming import DONE_EVENT, DeltaTracker, SampleDelta, error_event, sse_event, whole
 from .tool_parsers import ParsedToolCall, ToolParser
 
@@ -51,14 +51,25 @@ class ChatService:
         if request.top_logprobs is not None and not request.logprobs:
             raise OpenAIError("top_logprobs needs logprobs=true", param="top_logprobs")
         tool_choice = self._tool_choice(request)
+        if tool_choice == "auto" and not serving.options.enable_auto_tool_choice:
+            raise OpenAIError('tool_choice "auto" is off on this server (--disable-auto-tool-choice)',
+                              param="tool_choice")
         tools = request.tools if tool_choice != "none" else None
-        rendered = await serving.render_chat(request.messages, request.add_generation_prompt, request.tools)
+        exclude = tool_choice == "none" and serving.options.exclude_tools_when_tool_choice_none
+        template_kwargs = dict(request.chat_template_kwargs or {})
+        if request.documents is not None:
+            template_kwargs["documents"] = request.documents
+        rendered = serving.truncate(await serving.render_chat(
+            request.messages, request.add_generation_prompt, None if exclude else request.tools,
+            continue_final_message=request.continue_final_message, add_special_tokens=request.add_special_tokens,
+            chat_template=request.chat_template, template_kwargs=template_kwargs,
+        ), request)
         if request.max_completion_tokens is not None:
             max_tokens = serving.max_tokens(len(rendered), request.max_completion_tokens, "max_completion_tokens")
         else:
             max_tokens = serving.max_tokens(len(rendered), request.max_tokens, "max_tokens")
         prompt = list(rendered)  # once the prompt is known to fit: a long one's ids come packed
-        logprobs = (request.top_logprobs or 0) if request.logprobs else None
+        logprobs = serving.num_logprobs(request.top_logprobs or 0, "top_logprobs") if request.logprobs else None
         constraint = serving.structured_outputs(request)
         if tools and tool_choice != "auto":
             if constraint is not None:
@@ -68,7 +79,10 @@ class ChatService:
             definitions = [f.model_dump(exclude_none=True) for f in chosen]
             parallel = request.parallel_tool_calls and tool_choice == "required"
             constraint = StructuredOutputsParams(grammar=self.tool_parser.grammar(definitions, parallel))
-        params = serving.sampling_params(request, max_tokens, logprobs, structured_outputs=constraint)
+        prompt_logprobs = serving.num_logprobs(request.prompt_logprobs, "prompt_logprobs")
+        params = serving.sampling_params(
+            request, max_tokens, logprobs, prompt_logprobs=prompt_logprobs, structured_outputs=constraint
+        )
         request_id = random_id("chatcmpl")
         streams = await serving.start([prompt], params, request_id, request.priority)
         fmt = serving.logprob_format(request.return_tokens_as_token_ids)
@@ -82,18 +96,36 @@ class ChatService:
         finally:
             await abort_all(streams)
         choices = []
+        echo = self._echo(request)
         for sample in final.outputs:
             delta = whole(sample.index, sample)
-            message, finish_reason = ChatResponseMessage(content=delta.text), delta.finish_reason
+            message, finish_reason = ChatResponseMessage(content=echo + delta.text), delta.finish_reason
             if parse_tools:
                 extracted = self.tool_parser().extract(delta.text)
                 if extracted.calls:
-                    calls = [ToolCall(function=FunctionCall(name=c.name, arguments=c.arguments)) for c in extracted.calls]
+                    # parallel_tool_calls=false: the first call only, as vLLM.
+                    kept = extracted.calls if request.parallel_tool_calls else extracted.calls[:1]
+                    calls = [ToolCall(function=FunctionCall(name=c.name, arguments=c.arguments)) for c in kept]
                     message = ChatResponseMessage(content=extracted.content, tool_calls=calls)
                     finish_reason = _tool_finish_reason(finish_reason, named)
             logprobs = self._logprobs(delta, request, fmt)
-            choices.append(ChatChoice(index=delta.index, message=message, logprobs=logprobs, finish_reason=finish_reason))
-        return ChatCompletionResponse(id=request_id, model=serving.model.name, choices=choices, usage=usage_of([final]))
+            token_ids = delta.token_ids if request.return_token_ids else None
+            choices.append(ChatChoice(
+                index=delta.index, message=message, logprobs=logprobs, finish_reason=finish_reason, token_ids=token_ids
+            ))
+        usage = usage_of([final], details=serving.options.enable_prompt_tokens_details)
+        return ChatCompletionResponse(
+            id=request_id, model=serving.model.name, choices=choices, usage=usage,
+            prompt_logprobs=prompt_logprobs_of(final, fmt) if request.prompt_logprobs is not None else None,
+            prompt_token_ids=list(final.prompt_token_ids) if request.return_token_ids else None,
+        )
+
+    @staticmethod
+    def _echo(request: ChatCompletionRequest) -> str:
+        """What vLLM's chat `echo` puts before the answer: the last message, when it is
+        the assistant's (the answer continues it)."""
+        last = request.messages[-1]
+        return last.text() if request.echo and last.role == "assistant" else ""
 
     @staticmethod
     def _tool_choice(request: ChatCompletionRequest) -> str:
@@ -121,6 +153,9 @@ class ChatService:
             return None
         return ChatLogprobs(content=chat_logprobs(delta.token_ids, delta.logprobs, request.top_logprobs or 0, fmt))
 
+    def _chunk(self, request_id: str, choices: list[ChatStreamChoice], **fields: object) -> str:
+        return sse_event(ChatCompletionChunk(id=request_id, model=self.serving.model.name, choices=choices, **fields))
+
     async def _stream(
         self,
         request: ChatCompletionRequest,
@@ -130,18 +165,23 @@ class ChatService:
         parse_tools: bool,
         named: bool,
     ) -> AsyncIterator[str]:
-        model = self.serving.model.name
+        usage = self.serving.stream_usage(request, lambda: [stream.latest])
 
         def chunk(choices: list[ChatStreamChoice]) -> str:
-            return sse_event(ChatCompletionChunk(id=request_id, model=model, choices=choices))
+            return self._chunk(request_id, choices, usage=usage.running())
 
         tracker = DeltaTracker()
         parsers = {i: self.tool_parser() for i in range(request.n)} if parse_tools else {}
         num_calls = dict.fromkeys(range(request.n), 0)
         try:
-            # OpenAI opens each choice with a role-only delta.
+            # OpenAI opens each choice with a role-only delta (vLLM's first chunk also
+            # carries prompt_token_ids when asked for; echo follows it).
             opening = DeltaMessage(role="assistant", content="")
-            yield chunk([ChatStreamChoice(index=i, delta=opening) for i in range(request.n)])
+            prompt_token_ids = list(stream.latest.prompt_token_ids) if request.return_token_ids else None
+            yield self._chunk(request_id, [ChatStreamChoice(index=i, delta=opening) for i in range(request.n)],
+                              usage=usage.running(), prompt_token_ids=prompt_token_ids)
+            if echo := self._echo(request):
+                yield chunk([ChatStreamChoice(index=i, delta=DeltaMessage(content=echo)) for i in range(request.n)])
             async for output in stream:
                 for sample in output.outputs:
                     delta = tracker.delta(sample.index, sample)
@@ -152,8 +192,11 @@ class ChatService:
                     if parser is not None:
                         found = parser.feed(delta.text)
                         content, calls = found.content, found.calls
-                        if delta.finish_reason is not None:
-                            content += parser.finish().content
+                        if delta.finish_reason is not None:  # what was held back: text, or calls
+                            ended = parser.finish()
+                            content, calls = content + ended.content, calls + ended.calls
+                        if not request.parallel_tool_calls:
+                            calls = calls[: max(0, 1 - num_calls[delta.index])]
                         messages = [DeltaMessage(content=content or None)] if content else []
                         messages += [DeltaMessage(tool_calls=[d]) for d in _deltas(calls, num_calls[delta.index])]
                         num_calls[delta.index] += len(calls)
@@ -166,12 +209,12 @@ class ChatService:
                     for message in messages[:-1]:
                         yield chunk([ChatStreamChoice(index=delta.index, delta=message)])
                     choice = ChatStreamChoice(
-                        index=delta.index, delta=messages[-1], logprobs=logprobs, finish_reason=finish_reason
+                        index=delta.index, delta=messages[-1], logprobs=logprobs, finish_reason=finish_reason,
+                        token_ids=delta.token_ids if request.return_token_ids else None,
                     )
                     yield chunk([choice])
-            if request.stream_options and request.stream_options.include_usage:
-                usage = usage_of([stream.latest])
-                yield sse_event(ChatCompletionChunk(id=request_id, model=model, choices=[], usage=usage))
+            if usage.at_end:
+                yield self._chunk(request_id, [], usage=usage.final())
         except Exception as error:  # the response has begun: report the failure in-band
             yield error_event(error)
         finally:

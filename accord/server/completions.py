@@ -14,7 +14,7 @@ from .errors import OpenAIError
 from .logprobs import LogprobFormat, completion_logprobs
 from .protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, random_id
 from .request_stream import RequestStream, abort_all
-from .serving import OpenAIServing, refuse_unsupported, usage_of
+from .serving import OpenAIServing, prompt_logprobs_of, refuse_unsupported, usage_of
 from .streaming import DONE_EVENT, DeltaTracker, SampleDelta, error_event, merge_streams, sse_event, whole
 
 #: Fields OpenAI defines that accord does not implement (refused, never ignored).
@@ -43,16 +43,19 @@ class CompletionService:
         serving.check_stream_options(request)
         if request.max_tokens == 0 and not request.echo:
             raise OpenAIError("max_tokens=0 is only allowed with echo=true", param="max_tokens")
-        prompts = await self._prompts(request.prompt, request.echo)
+        prompts = await self._prompts(request)
         # max_tokens=0 with echo scores the prompt alone: the engine generates one token
         # (it always samples once) that the response leaves out.
         echo_only = request.max_tokens == 0
         max_tokens = serving.max_tokens(
             max(len(p.token_ids) for p in prompts), 1 if echo_only else request.max_tokens, "max_tokens"
         )
-        prompt_logprobs = request.logprobs if request.echo and request.logprobs is not None else None
+        logprobs = serving.num_logprobs(request.logprobs, "logprobs")
+        # Echo with logprobs scores the prompt too; prompt_logprobs (vLLM) asks for it on its own.
+        wanted = [logprobs if request.echo else None, serving.num_logprobs(request.prompt_logprobs, "prompt_logprobs")]
+        prompt_logprobs = max((count for count in wanted if count is not None), default=None)
         params = serving.sampling_params(
-            request, max_tokens, request.logprobs, prompt_logprobs=prompt_logprobs,
+            request, max_tokens, logprobs, prompt_logprobs=prompt_logprobs,
             structured_outputs=serving.structured_outputs(request),
         )
         request_id = random_id("cmpl")
@@ -69,11 +72,12 @@ class CompletionService:
         for p, output in enumerate(finals):
             for sample in output.outputs:
                 delta = whole(p * request.n + sample.index, sample)
-                choices.append(self._choice(delta, request, formatter, prompts[p], output, echo_only, request.echo))
-        usage = usage_of(finals, count_completion=not echo_only)
+                choices.append(self._choice(delta, request, formatter, prompts[p], output, echo_only, True))
+        usage = usage_of(finals, count_completion=not echo_only, details=serving.options.enable_prompt_tokens_details)
         return CompletionResponse(id=request_id, model=serving.model.name, choices=choices, usage=usage)
 
-    async def _prompts(self, prompt: str | list[str] | list[int] | list[list[int]], echo: bool) -> list[_Prompt]:
+    async def _prompts(self, request: CompletionRequest) -> list[_Prompt]:
+        prompt = request.prompt
         if isinstance(prompt, str) or (prompt and all(isinstance(item, int) for item in prompt)):
             prompt = [prompt]  # type: ignore[list-item]  # a single prompt, as text or as token ids
         if not prompt:
@@ -81,15 +85,18 @@ class CompletionService:
         prompts = []
         for item in prompt:
             if isinstance(item, str):
-                tokens = await self.serving.tokenize(item)
+                tokens = self.serving.truncate(await self.serving.tokenize(item, request.add_special_tokens), request)
                 # Refused before its ids become a list: a long prompt's come packed.
                 self.serving.check_prompt_fits(len(tokens), "prompt")
-                prompts.append(_Prompt(item, list(tokens)))
+                prompts.append(_Prompt(item if len(tokens) else None, list(tokens)))
             else:
-                token_ids = list(item)  # type: ignore[arg-type]
+                token_ids = list(self.serving.truncate(item, request))  # type: ignore[arg-type]
                 self.serving.check_token_ids(token_ids, "prompt")
-                # Echo shows a token prompt as its text (special tokens left out, as vLLM).
-                prompts.append(_Prompt(self.serving.decode(token_ids) if echo and token_ids else None, token_ids))
+                prompts.append(_Prompt(None, token_ids))
+            if request.echo and (prompts[-1].text is None or request.truncate_prompt_tokens is not None):
+                # Echo shows the prompt as the model saw it: its tokens' text, special tokens kept (as vLLM).
+                prompts[-1] = _Prompt(self.serving.decode(prompts[-1].token_ids, skip_special_tokens=False),
+                                      prompts[-1].token_ids)
             if not prompts[-1].token_ids:
                 raise OpenAIError("a prompt must have at least one token", param="prompt")
         return prompts
@@ -102,11 +109,13 @@ class CompletionService:
         prompt: _Prompt,
         output: RequestOutput,
         echo_only: bool,
-        with_prompt: bool,
+        first: bool,
     ) -> CompletionChoice:
-        """A choice for `delta`, beginning with the prompt (and its logprobs) when
-        `with_prompt` (echo: the whole response, or a stream's first delta)."""
-        echo_text = (prompt.text or "") if request.echo else ""
+        """A choice for `delta`; `first` when it is the choice's first (the whole
+        response, or a stream's first delta), which carries what belongs to the prompt:
+        with echo its text and logprobs, and vLLM's prompt_logprobs and prompt_token_ids."""
+        echoed = first and request.echo
+        echo_text = (prompt.text or "") if echoed else ""
         text, token_ids, entries = delta.text, delta.token_ids, delta.logprobs
         finish_reason = delta.finish_reason
         if echo_only:  # the one token the engine had to generate is not part of the answer
@@ -115,14 +124,19 @@ class CompletionService:
         logprobs = None
         if request.logprobs is not None and entries is not None:
             logprobs = CompletionLogprobs()
-            if with_prompt:
+            if echoed:
                 prompt_entries = output.prompt_logprobs or [None] * len(prompt.token_ids)
                 completion_logprobs(logprobs, prompt.token_ids, prompt_entries, request.logprobs, fmt, 0, [])
             completion_logprobs(
                 logprobs, token_ids, entries, request.logprobs, fmt, len(echo_text), delta.previous_token_ids
             )
-        text = (echo_text if with_prompt else "") + text
-        return CompletionChoice(index=delta.index, text=text, logprobs=logprobs, finish_reason=finish_reason)
+        choice = CompletionChoice(index=delta.index, text=echo_text + text, logprobs=logprobs, finish_reason=finish_reason)
+        if first and request.prompt_logprobs is not None:
+            choice.prompt_logprobs = prompt_logprobs_of(output, fmt)
+        if request.return_token_ids:
+            choice.token_ids = token_ids
+            choice.prompt_token_ids = list(output.prompt_token_ids) if first else None
+        return choice
 
     async def _stream(
         self,
@@ -135,7 +149,8 @@ class CompletionService:
     ) -> AsyncIterator[str]:
         model = self.serving.model.name
         tracker = DeltaTracker()
-        echoed: set[int] = set()
+        started: set[int] = set()
+        usage = self.serving.stream_usage(request, lambda: [stream.latest for stream in streams], not echo_only)
         try:
             async for p, output in merge_streams(streams):
                 for sample in output.outputs:
@@ -143,13 +158,13 @@ class CompletionService:
                     delta = tracker.delta(index, sample)
                     if delta is None:
                         continue
-                    with_prompt = request.echo and index not in echoed
-                    echoed.add(index)
-                    choice = self._choice(delta, request, formatter, prompts[p], output, echo_only, with_prompt)
-                    yield sse_event(CompletionResponse(id=request_id, model=model, choices=[choice]))
-            if request.stream_options and request.stream_options.include_usage:
-                usage = usage_of([stream.latest for stream in streams], count_completion=not echo_only)
-                yield sse_event(CompletionResponse(id=request_id, model=model, choices=[], usage=usage))
+                    first = index not in started
+                    started.add(index)
+                    choice = self._choice(delta, request, formatter, prompts[p], output, echo_only, first)
+                    chunk = CompletionResponse(id=request_id, model=model, choices=[choice], usage=usage.running())
+                    yield sse_event(chunk)
+            if usage.at_end:
+                yield sse_event(CompletionResponse(id=request_id, model=model, choices=[], usage=usage.final()))
         except Exception as error:  # the response has begun: report the failure in-band
             yield error_event(error)
         finally:

@@ -50,11 +50,15 @@ class LogprobFormat:
         return offsets
 
 
-def _top(candidates: dict[int, Logprob], count: int) -> list[tuple[int, Logprob]]:
-    # The sampled token is in the dict even when it ranks below the top N, so keep
-    # ranks 1..N only (ordering by logprob where the engine gave no rank).
-    ranked = sorted(candidates.items(), key=lambda item: (item[1].rank or 0, -item[1].logprob))
-    return [(token_id, entry) for token_id, entry in ranked if entry.rank is None or entry.rank <= count][:count]
+def _candidates(candidates: dict[int, Logprob], chosen: int, limit: int | None) -> list[tuple[int, Logprob]]:
+    """A position's candidates in vLLM's order: the chosen token first, then the rest by
+    rank (by logprob where the engine gave none); the first `limit` (None: all)."""
+    others = sorted(
+        ((token_id, entry) for token_id, entry in candidates.items() if token_id != chosen),
+        key=lambda item: (item[1].rank if item[1].rank is not None else 0, -item[1].logprob),
+    )
+    ordered = [(chosen, candidates[chosen]), *others]
+    return ordered if limit is None else ordered[:limit]
 
 
 def completion_logprobs(
@@ -67,7 +71,9 @@ def completion_logprobs(
     previous_token_ids: Sequence[int],
 ) -> CompletionLogprobs:
     """Append legacy completions logprobs for `token_ids` to `result`; an entry of
-    None (the first prompt token, which nothing predicts) gives null logprobs."""
+    None (the first prompt token, which nothing predicts) gives null logprobs. Each
+    top_logprobs dict holds the chosen token first and up to `top_count` others (vLLM
+    returns logprobs + 1 entries; -1: every candidate)."""
     offsets = fmt.offsets(token_ids, previous_token_ids, base_offset)
     for token_id, candidates, offset in zip(token_ids, entries, offsets):
         result.text_offset.append(offset)
@@ -78,20 +84,23 @@ def completion_logprobs(
             continue
         result.tokens.append(fmt.name(token_id, candidates[token_id]))
         result.token_logprobs.append(candidates[token_id].logprob)
-        top = {fmt.name(t, entry): entry.logprob for t, entry in _top(candidates, top_count)}
-        result.top_logprobs.append(top or None)
+        limit = None if top_count == -1 else top_count + 1
+        top = {fmt.name(t, entry): entry.logprob for t, entry in _candidates(candidates, token_id, limit)}
+        result.top_logprobs.append(top)
     return result
 
 
 def chat_logprobs(
     token_ids: Sequence[int], logprobs: Sequence[dict[int, Logprob]], top_count: int, fmt: LogprobFormat
 ) -> list[TokenLogprob]:
-    """Chat logprobs entries for `token_ids`."""
+    """Chat logprobs entries for `token_ids`: top_logprobs are the first `top_count`
+    candidates in vLLM's order, the chosen token first (-1: every candidate)."""
     entries = []
+    limit = None if top_count == -1 else top_count
     for token_id, candidates in zip(token_ids, logprobs):
         top = [
             TopLogprob(token=fmt.name(t, entry), logprob=entry.logprob, bytes=list(fmt.token_bytes(t)))
-            for t, entry in _top(candidates, top_count)
+            for t, entry in _candidates(candidates, token_id, limit)
         ]
         entries.append(
             TokenLogprob(

@@ -1,10 +1,19 @@
-"""Prometheus metrics under `accord:*` names that mirror vLLM's `vllm:*` ones.
+"""Prometheus metrics under vLLM's names (`vllm:*`), labels and histogram buckets, so
+dashboards built for vLLM (its published Grafana dashboard) work unchanged.
 
-Latency histograms are observed by the server from each finished request's timings;
-everything the engine counts itself (queue lengths, KV cache usage, token, prefix-cache
-and preemption counters) is read from an engine stats snapshot at scrape time, so it
-is never stale and never counted twice. With data parallelism those engine series come
-once per replica, labelled `engine="<replica>"` as vLLM labels its engine cores.
+Latency and per-request token histograms are observed by the server from each finished
+request's timings; everything the engine counts itself (queue lengths, KV cache usage,
+token, prefix-cache and preemption counters) is read from an engine stats snapshot at
+scrape time, so it is never stale and never counted twice. Every series carries vLLM's
+`model_name` and `engine` labels; with data parallelism the engine-counted series come
+once per replica (`engine="<replica>"`, as vLLM labels its engine cores), while the
+request histograms, which the one API server observes for all replicas, carry
+`model_name` alone.
+
+Two series have no vLLM counterpart and keep accord's prefix, so no dashboard mistakes
+them for vLLM's: `accord:request_failure` (requests an engine failure or a shutdown
+ended) and `accord:num_prompts_tokenizing`. The vLLM-named series are not duplicated
+under `accord:` as well: that would double every scrape's cardinality for no reader.
 """
 
 from __future__ import annotations
@@ -20,47 +29,82 @@ from prometheus_client.registry import Collector
 from ..core.outputs import RequestOutput
 from ..core.stats import ITERATION_TOKEN_BUCKETS, EngineStats
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
-#: vLLM's buckets for per-request token counts.
-TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
-_TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: vLLM's bucket families (vllm/v1/metrics/buckets.py): request phases, time to first
+#: token, and the gaps between tokens.
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+    1920.0, 7680.0,
+)
+TIME_TO_FIRST_TOKEN_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    160.0, 640.0, 2560.0,
+)
+INTER_TOKEN_LATENCY_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
+
+
+def token_count_buckets(max_model_len: int) -> tuple[int, ...]:
+    """vLLM's buckets for per-request token counts: 1, 2, 5, 10, 20, 50, ... up to the
+    context length."""
+    buckets, scale = [], 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_model_len:
+                return tuple(buckets)
+            buckets.append(mantissa * scale)
+        scale *= 10
 
 
 class ServerMetrics:
     """The metrics of one server, in their own registry (so several apps can live in
     one process, as in tests)."""
 
-    def __init__(self, model_name: str, replica_stats: Callable[[], Sequence[EngineStats]]) -> None:
+    def __init__(
+        self, model_name: str, replica_stats: Callable[[], Sequence[EngineStats]], max_model_len: int
+    ) -> None:
         # `*_created` series only add noise to every counter and histogram (vLLM drops
         # them too); the switch is process-wide in prometheus_client.
         prometheus_client.disable_created_metrics()
         self.registry = CollectorRegistry()
-        self.model_name = model_name
-        labels = ["model_name"]
+        # One replica: the API server's requests are all engine 0's, as in vLLM.
+        single = len(replica_stats()) == 1
+        self._labels = (model_name, "0") if single else (model_name,)
+        labels = ["model_name", "engine"] if single else ["model_name"]
 
-        def histogram(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(f"accord:{name}", documentation, labels, buckets=buckets, registry=self.registry)
+        def histogram(name: str, documentation: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(f"vllm:{name}", documentation, labels, buckets=buckets, registry=self.registry)
 
         def counter(name: str, documentation: str, extra: str) -> Counter:
-            return Counter(f"accord:{name}", documentation, [*labels, extra], registry=self.registry)
+            return Counter(name, documentation, [*labels, extra], registry=self.registry)
 
-        self._ttft = histogram("time_to_first_token_seconds", "Time to first token.", _LATENCY_BUCKETS)
-        self._tpot = histogram(
-            "time_per_output_token_seconds", "Time per output token, observed for each interval between outputs.",
-            _TOKEN_LATENCY_BUCKETS,
+        token_buckets = token_count_buckets(max_model_len)
+        self._ttft = histogram("time_to_first_token_seconds", "Time to first token.", TIME_TO_FIRST_TOKEN_BUCKETS)
+        self._itl = histogram(
+            "inter_token_latency_seconds", "Time between outputs, per token they brought.", INTER_TOKEN_LATENCY_BUCKETS
         )
-        self._e2e = histogram("e2e_request_latency_seconds", "End-to-end request latency.", _LATENCY_BUCKETS)
-        self._queue = histogram("request_queue_time_seconds", "Time requests spent waiting to be scheduled.",
-                                _LATENCY_BUCKETS)
-        self._prompt_tokens = histogram("request_prompt_tokens", "Prompt tokens per finished request.", TOKEN_BUCKETS)
+        self._tpot = histogram(
+            "request_time_per_output_token_seconds", "Mean time per output token of each finished request.",
+            INTER_TOKEN_LATENCY_BUCKETS,
+        )
+        self._e2e = histogram("e2e_request_latency_seconds", "End-to-end request latency.", REQUEST_LATENCY_BUCKETS)
+        self._queue = histogram(
+            "request_queue_time_seconds", "Time requests spent waiting to be scheduled.", REQUEST_LATENCY_BUCKETS
+        )
+        self._prompt_tokens = histogram("request_prompt_tokens", "Prompt tokens per finished request.", token_buckets)
         self._generation_tokens = histogram(
-            "request_generation_tokens", "Generated tokens per finished request.", TOKEN_BUCKETS
+            "request_generation_tokens", "Generated tokens per finished request.", token_buckets
         )
         self._request_success = counter(
-            "request_success", "Requests that ended, by finish reason (abort included, as vLLM).", "finished_reason"
+            "vllm:request_success", "Requests that ended, by finish reason (abort included, as vLLM).",
+            "finished_reason",
         )
-        self._request_failure = counter("request_failure", "Requests the engine or a shutdown failed.", "reason")
-        self._request_rejected = counter("request_rejected", "Requests refused before admission (429).", "reason")
+        self._request_failure = counter("accord:request_failure", "Requests the engine or a shutdown failed.", "reason")
+        self._request_rejected = Counter(
+            "vllm:admission_rejections", "Requests refused before admission (429), by reason.", ["model_name", "reason"],
+            registry=self.registry,
+        )
+        self._model_name = model_name
         self._tokenizing = Gauge(
             "accord:num_prompts_tokenizing", "Prompts (texts or rendered conversations) being tokenised now.", labels,
             registry=self.registry,
@@ -72,34 +116,35 @@ class ServerMetrics:
         times = output.metrics
         for histogram, value in (
             (self._ttft, times.time_to_first_token),
+            (self._tpot, times.time_per_output_token),
             (self._e2e, times.e2e_latency),
             (self._queue, times.queue_time),
             (self._prompt_tokens, len(output.prompt_token_ids)),
             (self._generation_tokens, sum(len(sample.token_ids) for sample in output.outputs)),
         ):
             if value is not None:
-                histogram.labels(self.model_name).observe(value)
-        self._request_success.labels(self.model_name, finish_reason).inc()
+                histogram.labels(*self._labels).observe(value)
+        self._request_success.labels(*self._labels, finish_reason).inc()
 
     def request_ended_early(self, reason: str) -> None:
         """Record a request that did not finish: "abort" (its client left) counts as a
         success with finished_reason="abort", as vLLM; anything else as a failure."""
         if reason == "abort":
-            self._request_success.labels(self.model_name, "abort").inc()
+            self._request_success.labels(*self._labels, "abort").inc()
         else:
-            self._request_failure.labels(self.model_name, reason).inc()
+            self._request_failure.labels(*self._labels, reason).inc()
 
     def request_rejected(self, reason: str) -> None:
         """Record a request refused by admission control."""
-        self._request_rejected.labels(self.model_name, reason).inc()
+        self._request_rejected.labels(self._model_name, reason).inc()
 
     def tokenizing(self) -> AbstractContextManager[None]:
         """Counts one prompt in the tokenizing gauge for as long as the block runs."""
-        return self._tokenizing.labels(self.model_name).track_inprogress()
+        return self._tokenizing.labels(*self._labels).track_inprogress()
 
     def output_interval(self, seconds_per_token: float) -> None:
         """Record one interval between a request's outputs, per token it brought."""
-        self._tpot.labels(self.model_name).observe(seconds_per_token)
+        self._itl.labels(*self._labels).observe(seconds_per_token)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -130,7 +175,7 @@ _ENGINE_SERIES: tuple[tuple[str, str, type, Callable[[EngineStats], float]], ...
 
 class _EngineStatsCollector(Collector):
     """Reports the engine's stats snapshots (one per data-parallel replica) as gauges
-    and counters at scrape time; several replicas add an `engine` label."""
+    and counters at scrape time, each replica's labelled `engine="<replica>"`."""
 
     def __init__(self, model_name: str, replica_stats: Callable[[], Sequence[EngineStats]]) -> None:
         self._model_name = model_name
@@ -138,16 +183,15 @@ class _EngineStatsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         replicas = self._replica_stats()
-        labelled = len(replicas) > 1
-        label_names = ["model_name", "engine"] if labelled else ["model_name"]
-        label_values = [[self._model_name, *([str(replica)] if labelled else [])] for replica in range(len(replicas))]
+        label_names = ["model_name", "engine"]
+        label_values = [[self._model_name, str(replica)] for replica in range(len(replicas))]
         for name, documentation, kind, value in _ENGINE_SERIES:
-            family = kind(f"accord:{name}", documentation, labels=label_names)
+            family = kind(f"vllm:{name}", documentation, labels=label_names)
             for labels, stats in zip(label_values, replicas):
                 family.add_metric(labels, value(stats))
             yield family
         iteration = HistogramMetricFamily(
-            "accord:iteration_tokens_total", "Tokens computed per engine step.", labels=label_names
+            "vllm:iteration_tokens_total", "Tokens computed per engine step.", labels=label_names
         )
         for labels, stats in zip(label_values, replicas):
             cumulative, buckets = 0, []

@@ -1,6 +1,7 @@
 """The OpenAI-compatible wire format: pydantic models for every request and response
-body the server speaks. Field names and defaults follow the OpenAI API; the few extras
-(top_k, min_p, ignore_eos, min_tokens, repetition_penalty) follow vLLM."""
+body the server speaks. Field names and defaults follow the OpenAI API; the extras
+follow vLLM's (vllm/entrypoints/openai/*/protocol.py): each one accord declares is
+honoured, or refused with a 400 naming it, never dropped."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
-#: OpenAI caps top_logprobs at 20.
-MAX_LOGPROBS = 20
 #: OpenAI allows 4 stop sequences; accord takes more (harnesses send long lists), but
 #: a bound keeps the per-token stop scan cheap.
 MAX_STOP_SEQUENCES = 64
@@ -68,9 +67,11 @@ def now() -> int:
 
 
 class StreamOptions(BaseModel):
-    """`stream_options`: whether the stream ends with a usage-only chunk."""
+    """`stream_options`: whether the stream ends with a usage-only chunk, and (vLLM)
+    whether every chunk carries the usage so far."""
 
     include_usage: bool = False
+    continuous_usage_stats: bool = False
 
 
 class JsonSchemaFormat(BaseModel):
@@ -121,9 +122,30 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     min_tokens: Annotated[int, Strict()] = Field(default=0, ge=0, le=INT32_MAX)
     priority: Int64 = Field(default=0, description="with --scheduling-policy priority, lower values are served first")
-    return_tokens_as_token_ids: bool = Field(
-        default=False, description="name tokens in logprobs as 'token_id:N' (vLLM's extension)"
+    return_tokens_as_token_ids: bool | None = Field(
+        default=None, description="name tokens in logprobs as 'token_id:N' (vLLM; default: --return-tokens-as-token-ids)"
     )
+    return_token_ids: bool | None = Field(
+        default=None, description="vLLM: each choice carries its token_ids, the response its prompt_token_ids"
+    )
+    prompt_logprobs: Annotated[int, Strict()] | None = Field(
+        default=None, ge=-1, description="vLLM: this many top logprobs of each prompt token (-1: all)"
+    )
+    truncate_prompt_tokens: Annotated[int, Strict()] | None = Field(
+        default=None, ge=-1, description="vLLM: keep this many prompt tokens (-1: the context length)"
+    )
+    truncation_side: Literal["left", "right"] | None = Field(
+        default=None, description="vLLM: which end truncate_prompt_tokens cuts (default left: the last tokens stay)"
+    )
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    #: vLLM fields accord does not implement: refused with a 400 naming the field.
+    logprob_token_ids: Any = None
+    allowed_token_ids: Any = None
+    bad_words: Any = None
+    cache_salt: Any = None
+    kv_transfer_params: Any = None
     logit_bias: dict[str, float] | None = Field(
         default=None, description="token id (as a string) -> bias in [-100, 100] added to its logit"
     )
@@ -143,8 +165,11 @@ class CompletionRequest(SamplingFields):
 
     prompt: Text | list[Text] | list[TokenId] | list[list[TokenId]]
     max_tokens: Annotated[int, Strict()] | None = Field(default=16, ge=0, description="0 only with echo")
-    logprobs: Annotated[int, Strict()] | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    logprobs: Annotated[int, Strict()] | None = Field(
+        default=None, ge=-1, description="top logprobs per token (-1: all), at most --max-logprobs"
+    )
     echo: bool = Field(default=False, description="prefix each choice with its prompt (and its prompt logprobs)")
+    add_special_tokens: bool = True
     suffix: Any = None
     best_of: Any = None
 
@@ -205,7 +230,8 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    #: OpenAI's roles, or any other the chat template knows (vLLM passes them through).
+    role: Text
     content: Text | list[TextContentPart] | None = None
     name: Text | None = None
     tool_calls: list[ToolCall] | None = None
@@ -227,13 +253,32 @@ class ChatCompletionRequest(SamplingFields):
     )
     max_completion_tokens: Annotated[int, Strict()] | None = Field(default=None, ge=1)
     logprobs: bool = False
-    top_logprobs: Annotated[int, Strict()] | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    top_logprobs: Annotated[int, Strict()] | None = Field(
+        default=None, ge=-1, description="top logprobs per token (-1: all), at most --max-logprobs"
+    )
     add_generation_prompt: bool = True
+    continue_final_message: bool = Field(
+        default=False, description="vLLM: the answer continues the last message (no generation prompt)"
+    )
+    echo: bool = Field(default=False, description="vLLM: the answer begins with the last message when it is the "
+                       "assistant's")
+    add_special_tokens: bool = Field(default=False, description="vLLM: add the tokenizer's own special tokens too")
+    documents: list[dict[str, Text]] | None = Field(default=None, description="vLLM: passed to the chat template")
+    chat_template: Text | None = Field(default=None, description="vLLM: with --trust-request-chat-template only")
+    chat_template_kwargs: TextObject | None = Field(
+        default=None, description="vLLM: extra chat template variables (e.g. enable_thinking)"
+    )
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     functions: Any = None
     function_call: Any = None
+
+
+class PromptTokensDetails(BaseModel):
+    """`usage.prompt_tokens_details`: prompt tokens served from the prefix cache."""
+
+    cached_tokens: int
 
 
 class Usage(BaseModel):
@@ -242,6 +287,19 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class PromptLogprob(BaseModel):
+    """One candidate of a prompt position (vLLM's `prompt_logprobs` entries)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+#: Per prompt token: candidates by token id (None for the first token).
+PromptLogprobs = list[dict[int, PromptLogprob] | None]
 
 
 class CompletionLogprobs(BaseModel):
@@ -260,6 +318,9 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -308,6 +369,7 @@ class ChatChoice(BaseModel):
     message: ChatResponseMessage
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -319,6 +381,8 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    prompt_logprobs: PromptLogprobs | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class DeltaFunctionCall(BaseModel):
@@ -352,6 +416,7 @@ class ChatStreamChoice(BaseModel):
     delta: DeltaMessage
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -363,6 +428,7 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatStreamChoice]
     usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class ModelCard(BaseModel):
@@ -393,14 +459,16 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    return_token_strs: bool = Field(default=False, description="vLLM: also each token's text, as token_strs")
 
 
 class TokenizeResponse(BaseModel):
-    """The token ids of a prompt."""
+    """The token ids of a prompt (and, when asked, each token's text)."""
 
     count: int
     max_model_len: int
     tokens: list[int]
+    token_strs: list[str] | None = None
 
 
 class DetokenizeRequest(BaseModel):

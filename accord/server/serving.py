@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ from .drain import DrainDeadline
 from .errors import OpenAIError
 from .logprobs import LogprobFormat
 from .metrics import ServerMetrics
+from .options import ServerOptions
 from .prompt_tokenizer import PromptTokenizer, yield_the_cpu_to_serving
-from .protocol import ChatMessage, SamplingFields, Tool, Usage
+from .protocol import ChatMessage, PromptLogprob, PromptLogprobs, PromptTokensDetails, SamplingFields, Tool, Usage
 from .request_stream import RequestStream, abort_all, engine_failure
 
 
@@ -42,6 +44,8 @@ class ServedModel:
     max_model_len: int
     vocab_size: int
     description: str | None = None
+    #: Further names the API accepts for the model (vLLM's extra --served-model-name values).
+    aliases: tuple[str, ...] = ()
     #: The engine's order of waiting requests; `priority` is refused under fcfs (as vLLM).
     scheduling_policy: SchedulingPolicy = "fcfs"
 
@@ -60,14 +64,15 @@ class OpenAIServing:
         engine: EngineClient,
         model: ServedModel,
         metrics: ServerMetrics,
-        max_waiting_requests: int | None,
+        options: ServerOptions,
         drain: DrainDeadline | None = None,
     ) -> None:
         self.engine = engine
         self.drain = drain
         self.model = model
         self.metrics = metrics
-        self.max_waiting_requests = max_waiting_requests
+        self.options = options
+        self.max_waiting_requests = options.max_waiting_requests
         #: Engine requests admitted and still waiting for their first output.
         self.num_waiting = 0
         # Tokenising a long prompt or rendering a template takes long enough to stall
@@ -91,7 +96,7 @@ class OpenAIServing:
 
     def check_model(self, name: str | None) -> None:
         """Refuse, with 404 as OpenAI and vLLM, a request for a model this server does not serve."""
-        if name is not None and name != self.model.name:
+        if name is not None and name != self.model.name and name not in self.model.aliases:
             raise OpenAIError(
                 f"the model {name!r} does not exist; this server serves {self.model.name!r}",
                 status_code=404, param="model", code="model_not_found",
@@ -143,13 +148,53 @@ class OpenAIServing:
         with self.metrics.tokenizing():
             return await self._prompts.encode(text, add_special_tokens)
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """The text of some token ids (special tokens left out)."""
-        return self.engine.tokenizer.decode(list(token_ids))
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of some token ids (special tokens left out unless told otherwise)."""
+        return self.engine.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
 
-    def logprob_format(self, as_token_ids: bool) -> LogprobFormat:
-        """How this request's logprobs name tokens (text, or `token_id:N`)."""
+    def token_text(self, token_id: int) -> str:
+        """One token's own text (special tokens included)."""
+        return self._decode_token(token_id)
+
+    def logprob_format(self, as_token_ids: bool | None) -> LogprobFormat:
+        """How this request's logprobs name tokens (text, or `token_id:N`; None: as
+        --return-tokens-as-token-ids says)."""
+        if as_token_ids is None:
+            as_token_ids = self.options.return_tokens_as_token_ids
         return LogprobFormat(self._decode_token, self._token_bytes, self._is_special, as_token_ids)
+
+    def num_logprobs(self, requested: int | None, param: str) -> int | None:
+        """The engine's logprob count for a request's `requested` (-1: the whole
+        vocabulary); refused past --max-logprobs (-1 there: no limit), as vLLM."""
+        if requested is None:
+            return None
+        count = self.model.vocab_size if requested == -1 else requested
+        limit = self.options.max_logprobs
+        if limit != -1 and count > limit:
+            raise OpenAIError(
+                f"{param}={requested} asks for {count} logprobs, more than this server allows ({limit}); it was "
+                "started with --max-logprobs (-1 for the whole vocabulary)", param=param,
+            )
+        return count
+
+    def truncate(self, token_ids: Sequence[int], request: SamplingFields) -> Sequence[int]:
+        """A prompt cut to `truncate_prompt_tokens` (-1: the context length) from the
+        `truncation_side` (left by default: the prompt's end stays), as vLLM."""
+        keep = request.truncate_prompt_tokens
+        if request.truncation_side is not None and keep is None:
+            raise OpenAIError("truncation_side needs truncate_prompt_tokens", param="truncation_side")
+        if keep is None:
+            return token_ids
+        if keep == -1:
+            keep = self.model.max_model_len
+        if keep > self.model.max_model_len:
+            raise OpenAIError(
+                f"truncate_prompt_tokens={keep} is more than the context length ({self.model.max_model_len})",
+                param="truncate_prompt_tokens",
+            )
+        if len(token_ids) <= keep:
+            return token_ids
+        return token_ids[:keep] if request.truncation_side == "right" else token_ids[len(token_ids) - keep:]
 
     def _decode_token(self, token_id: int) -> str:
         return self.engine.tokenizer.decode([token_id], skip_special_tokens=False)
@@ -166,6 +211,17 @@ class OpenAIServing:
             added = self.engine.tokenizer.tokenizer.get_added_tokens_decoder()
             self._special_ids = frozenset(t for t, token in added.items() if token.special)
         return token_id in self._special_ids
+
+    def stream_usage(
+        self, request: SamplingFields, outputs: Callable[[], Sequence[RequestOutput]], count_completion: bool = True
+    ) -> StreamUsage:
+        """Where a stream reports usage: on a last chunk with `include_usage` (always
+        under --enable-force-include-usage), and on every chunk too with vLLM's
+        `continuous_usage_stats`."""
+        stream_options = request.stream_options
+        at_end = self.options.enable_force_include_usage or bool(stream_options and stream_options.include_usage)
+        continuous = at_end and bool(stream_options and stream_options.continuous_usage_stats)
+        return StreamUsage(outputs, count_completion, self.options.enable_prompt_tokens_details, at_end, continuous)
 
     @staticmethod
     def check_stream_options(request: SamplingFields) -> None:
@@ -205,23 +261,54 @@ class OpenAIServing:
             raise OpenAIError(str(error), param=param) from None
 
     async def render_chat(
-        self, messages: Sequence[ChatMessage], add_generation_prompt: bool, tools: Sequence[Tool] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool,
+        tools: Sequence[Tool] | None = None,
+        *,
+        continue_final_message: bool = False,
+        add_special_tokens: bool = False,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> Sequence[int]:
         """A conversation's prompt token ids (as `tokenize` gives them), rendered by the
-        model's chat template off the event loop (tool calls, tool results and tool
-        definitions passed to the template as Hugging Face templates expect them)."""
-        conversation = [message_for_template(m) for m in messages]
-        options: dict[str, Any] = {}
+        chat template off the event loop: tool calls, tool results and tool definitions
+        as Hugging Face templates expect them, content as --chat-template-content-format
+        says, and the template variables of --default-chat-template-kwargs and the
+        request. With `continue_final_message` the prompt ends inside the last message."""
+        if continue_final_message and add_generation_prompt:
+            raise OpenAIError("continue_final_message and add_generation_prompt cannot both be true",
+                              param="continue_final_message")
+        options = self.options
+        if chat_template is not None and not options.trust_request_chat_template:
+            raise OpenAIError("this server uses its own chat template: a request's chat_template is honoured only "
+                              "with --trust-request-chat-template", param="chat_template")
+        template = chat_template or options.chat_template
+        as_parts = self._content_as_parts(template)
+        conversation = [message_for_template(m, as_parts) for m in messages]
+        variables: dict[str, Any] = {**options.default_chat_template_kwargs, **(template_kwargs or {})}
         if tools:
-            options["tools"] = [tool.model_dump(exclude_none=True) for tool in tools]
+            variables["tools"] = [tool.model_dump(exclude_none=True) for tool in tools]
         tokenizer = self.engine.tokenizer
         try:
             text = await self.off_loop(
-                tokenizer.apply_chat_template, conversation, add_generation_prompt=add_generation_prompt, **options
+                tokenizer.apply_chat_template, conversation, add_generation_prompt=add_generation_prompt,
+                chat_template=template, **variables,
             )
-        except (ValueError, TemplateError) as error:  # no chat template, or the template refused the messages
+        except (ValueError, TemplateError, TypeError) as error:  # no template, or the template refused the messages
             raise OpenAIError(str(error), param="messages") from error
-        return await self.tokenize(text, add_special_tokens=False)  # the template writes the special tokens
+        if continue_final_message:
+            text = _open_final_message(text, messages[-1].text())
+        # The template writes the special tokens; add_special_tokens adds the tokenizer's too.
+        return await self.tokenize(text, add_special_tokens=add_special_tokens)
+
+    def _content_as_parts(self, template: str | None) -> bool:
+        """Whether message content reaches the template as OpenAI's list of parts."""
+        content_format = self.options.chat_template_content_format
+        if content_format != "auto":
+            return content_format == "openai"
+        source = template if template is not None else self.engine.tokenizer.chat_template
+        return bool(source and _LOOPS_OVER_CONTENT.search(source))
 
     def sampling_params(
         self, request: SamplingFields, max_tokens: int, logprobs: int | None, **extra: Any
@@ -250,6 +337,8 @@ class OpenAIServing:
                 min_tokens=request.min_tokens,
                 logprobs=logprobs,
                 logit_bias=logit_bias or None,
+                include_stop_str_in_output=request.include_stop_str_in_output,
+                skip_special_tokens=request.skip_special_tokens,
                 **extra,
             )
             params.verify_vocab(self.model.vocab_size)
@@ -309,10 +398,29 @@ class OpenAIServing:
             self.metrics.request_ended_early("abort")
 
 
-def message_for_template(message: ChatMessage) -> dict[str, Any]:
-    """A chat message as Hugging Face chat templates read it: role and text content,
-    plus an assistant's tool calls (arguments as objects) and a tool result's call id."""
-    entry: dict[str, Any] = {"role": message.role, "content": message.text()}
+#: A template that loops over a message's content reads it as a list of parts (vLLM's
+#: "auto" content format detects the same).
+_LOOPS_OVER_CONTENT = re.compile(r"for\s+\w+\s+in\s+\w+(\[\s*['\"]content['\"]\s*\]|\.content)")
+
+
+def _open_final_message(rendered: str, final_text: str) -> str:
+    """`rendered` cut right after the last message's text, so generation continues it."""
+    final_text = final_text.strip()  # templates often trim the content they write
+    end = rendered.rfind(final_text) if final_text else -1
+    if end < 0:
+        raise OpenAIError("continue_final_message needs a last message whose text the chat template writes out",
+                          param="continue_final_message")
+    return rendered[: end + len(final_text)]
+
+
+def message_for_template(message: ChatMessage, as_parts: bool = False) -> dict[str, Any]:
+    """A chat message as Hugging Face chat templates read it: role and content (its
+    text, or OpenAI's list of text parts when `as_parts`), plus an assistant's tool
+    calls (arguments as objects) and a tool result's call id."""
+    content: Any = [{"type": "text", "text": message.text()}] if as_parts else message.text()
+    if as_parts and isinstance(message.content, list):
+        content = [part.model_dump() for part in message.content]
+    entry: dict[str, Any] = {"role": message.role, "content": content}
     if message.name is not None:
         entry["name"] = message.name
     if message.tool_calls:
@@ -340,20 +448,67 @@ def _param_named_in(message: str) -> str | None:
     return name if name.isidentifier() else None
 
 
+#: vLLM's request fields accord does not implement (both endpoints).
+UNSUPPORTED_VLLM_FIELDS = ("logprob_token_ids", "allowed_token_ids", "bad_words", "cache_salt", "kv_transfer_params")
+
+
 def refuse_unsupported(request: BaseModel, names: Sequence[str]) -> None:
-    """Refuse, with a 400 naming it, the first of `names` the request sets: a field
-    silently ignored would give the client something it did not ask for."""
-    for name in names:
-        if getattr(request, name, None) is not None:
+    """Refuse, with a 400 naming it, the first of `names` (and of vLLM's fields accord
+    lacks) the request sets to anything but null or empty: a field silently ignored
+    would give the client something it did not ask for."""
+    for name in (*names, *UNSUPPORTED_VLLM_FIELDS):
+        if getattr(request, name, None) not in (None, [], {}):
             raise OpenAIError(f"{name} is not supported by this server", param=name, code="unsupported_parameter")
+    if not getattr(request, "spaces_between_special_tokens", True):
+        raise OpenAIError("spaces_between_special_tokens=false is not supported by this server",
+                          param="spaces_between_special_tokens", code="unsupported_parameter")
 
 
-def usage_of(outputs: Sequence[RequestOutput], count_completion: bool = True) -> Usage:
+@dataclass(frozen=True)
+class StreamUsage:
+    """A stream's usage reporting (see `OpenAIServing.stream_usage`): `outputs` gives
+    the requests' latest outputs whenever a chunk is written."""
+
+    outputs: Callable[[], Sequence[RequestOutput]]
+    count_completion: bool
+    details: bool
+    #: Whether the stream ends with a usage-only chunk.
+    at_end: bool
+    #: Whether every chunk carries the usage so far.
+    continuous: bool
+
+    def running(self) -> Usage | None:
+        """The usage so far for a chunk, when every chunk carries it."""
+        return self.final() if self.continuous else None
+
+    def final(self) -> Usage:
+        """The usage of everything streamed."""
+        return usage_of(self.outputs(), self.count_completion, self.details)
+
+
+def usage_of(outputs: Sequence[RequestOutput], count_completion: bool = True, details: bool = False) -> Usage:
     """Token counts of a response made of these (finished or partial) outputs
     (`count_completion` False when the generated tokens are not part of it: echo with
-    max_tokens=0)."""
+    max_tokens=0), with the prompt tokens found in the prefix cache when `details`."""
     prompt_tokens = sum(len(output.prompt_token_ids) for output in outputs)
     completion_tokens = sum(len(sample.token_ids) for output in outputs for sample in output.outputs)
     completion_tokens *= count_completion
     total_tokens = prompt_tokens + completion_tokens
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=total_tokens)
+    cached = PromptTokensDetails(cached_tokens=sum(output.num_cached_tokens for output in outputs)) if details else None
+    return Usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=total_tokens,
+        prompt_tokens_details=cached,
+    )
+
+
+def prompt_logprobs_of(output: RequestOutput, fmt: LogprobFormat) -> PromptLogprobs | None:
+    """An output's prompt logprobs in vLLM's response shape (candidates by token id)."""
+    if output.prompt_logprobs is None:
+        return None
+    return [
+        None if candidates is None else {
+            token_id: PromptLogprob(logprob=entry.logprob, rank=entry.rank, decoded_token=fmt.name(token_id, entry))
+            for token_id, entry in candidates.items()
+        }
+        for candidates in output.prompt_logprobs
+    ]

@@ -87,14 +87,14 @@ class ServerProcess:
 
 
 def scrape_metrics(http: httpx.Client) -> dict[str, float]:
-    """Every sample of /metrics by name, with labels other than model_name appended
-    as `[label=value]`."""
+    """Every sample of /metrics by name, with labels other than model_name and engine
+    (the one replica's "0") appended as `[label=value]`."""
     response = http.get("/metrics")
     response.raise_for_status()
     samples: dict[str, float] = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
-            extra = {k: v for k, v in sample.labels.items() if k != "model_name"}
+            extra = {k: v for k, v in sample.labels.items() if k not in ("model_name", "engine")}
             key = sample.name + "".join(f"[{k}={v}]" for k, v in sorted(extra.items()))
             samples[key] = sample.value
     return samples

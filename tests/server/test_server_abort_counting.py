@@ -14,8 +14,8 @@ import httpx
 import pytest
 from server_harness import API_KEY, ENGINE_FLAGS, ServerProcess, scrape_metrics
 
-ABORTS = "accord:request_success_total[finished_reason=abort]"
-RUNNING, WAITING = "accord:num_requests_running", "accord:num_requests_waiting"
+ABORTS = "vllm:request_success_total[finished_reason=abort]"
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 NUM_CLIENTS = 50
 SETTLE_S = 60
 
@@ -67,4 +67,4 @@ def test_closing_a_running_and_many_waiting_requests_counts_every_abort(one_at_a
             "every request to end",
         )
     assert settled[ABORTS] - before == NUM_CLIENTS
-    assert settled["accord:kv_cache_usage_perc"] == 0
+    assert settled["vllm:kv_cache_usage_perc"] == 0

@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
+import pytest
 
 from accord.core.outputs import CompletionOutput, RequestOutput
 from accord.core.sampling_params import SamplingParams
 from accord.core.stats import EngineStats
 from accord.server.app import create_app
+from accord.server.options import ServerOptions
 from accord.server.serving import ServedModel
 
 FAILING_TOKEN, FAILING_LATE_TOKEN = 13, 14
@@ -34,6 +36,8 @@ class StubTokens:
 
 class StubTokenizer:
     """Characters are tokens; records the threads that tokenise."""
+
+    chat_template = None
 
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
@@ -92,7 +96,7 @@ class StubEngine:
 
 
 def client_for(engine: StubEngine, **options) -> httpx.AsyncClient:
-    app = create_app(engine, MODEL, **options)
+    app = create_app(engine, MODEL, ServerOptions(**options))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://stub")
 
 
@@ -168,7 +172,7 @@ def test_429_says_when_to_retry_and_is_counted() -> None:
 
     refused, metrics = asyncio.run(scenario())
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-    assert 'accord:request_rejected_total{model_name="stub",reason="too_many_waiting_requests"} 1.0' in metrics
+    assert 'vllm:admission_rejections_total{model_name="stub",reason="too_many_waiting_requests"} 1.0' in metrics
 
 
 def test_prompts_and_chat_templates_are_tokenised_off_the_event_loop() -> None:
@@ -184,3 +188,14 @@ def test_prompts_and_chat_templates_are_tokenised_off_the_event_loop() -> None:
 
     threads = asyncio.run(scenario())  # the event loop runs in this (the main) thread
     assert len(threads) == 3 and threading.main_thread() not in threads
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/proxy/v1/models"])
+def test_the_api_key_guards_routes_under_the_root_path_too(path: str) -> None:
+    async def scenario() -> tuple[int, int]:
+        async with client_for(StubEngine(), api_keys=("k1", "k2"), root_path="/proxy") as client:
+            refused = await client.get(path)
+            allowed = await client.get(path, headers={"Authorization": "Bearer k2"})
+            return refused.status_code, allowed.status_code
+
+    assert asyncio.run(scenario()) == (401, 200)

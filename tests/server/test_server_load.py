@@ -61,8 +61,8 @@ def test_64_concurrent_requests_with_bad_and_leaving_clients(server: ServerProce
     assert finish_reasons == ["length"] * NUM_GOOD
     assert all(status == 400 for status in statuses), statuses
     deadline = time.monotonic() + 15
-    while scrape_metrics(http)["accord:kv_cache_usage_perc"] > 0 and time.monotonic() < deadline:
+    while scrape_metrics(http)["vllm:kv_cache_usage_perc"] > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     metrics = scrape_metrics(http)
-    assert metrics["accord:kv_cache_usage_perc"] == 0 and metrics["accord:num_requests_running"] == 0
+    assert metrics["vllm:kv_cache_usage_perc"] == 0 and metrics["vllm:num_requests_running"] == 0
     assert "Traceback" not in server.output()

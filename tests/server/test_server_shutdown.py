@@ -24,7 +24,7 @@ def wait_until_admitted(server: ServerProcess, requests: int, timeout: float = 3
     while time.monotonic() < deadline:
         families = text_string_to_metric_families(httpx.get(f"{server.url}/metrics", timeout=10).text)
         held = sum(
-            sample.value for family in families if family.name in ("accord:num_requests_running", "accord:num_requests_waiting")
+            sample.value for family in families if family.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
             for sample in family.samples
         )
         if held >= requests:

@@ -12,6 +12,7 @@ import pytest
 
 from accord.demo.model import DEMO_MODEL_NAME
 from accord.server.tool_parsers import HermesToolParser, get_tool_parser
+from accord.server.tool_parsers.base import tool_call_schema
 
 MODEL = DEMO_MODEL_NAME
 WEATHER_PARAMETERS = {
@@ -99,6 +100,75 @@ def test_auto_parses_hermes_tool_calls_out_of_the_text(client: openai.OpenAI, st
     assert finish_reason == "tool_calls"
 
 
+#: What pydantic writes for nested models (`$defs` + `$ref`, a recursive one, an
+#: Optional as anyOf, enums), as agent frameworks send it.
+NESTED_PARAMETERS = {
+    "$defs": {
+        "WeatherOptions": {
+            "properties": {"unit": {"enum": ["c", "f"], "type": "string"}, "days": {"type": "integer", "minimum": 1,
+                                                                                   "maximum": 3}},
+            "required": ["unit", "days"], "type": "object", "additionalProperties": False,
+        },
+        "Place": {
+            "properties": {"city": {"enum": ["Paris", "Rome"]}, "near": {"anyOf": [{"$ref": "#/$defs/Place"},
+                                                                                    {"type": "null"}]}},
+            "required": ["city", "near"], "type": "object", "additionalProperties": False,
+        },
+    },
+    "properties": {"place": {"$ref": "#/$defs/Place"}, "options": {"$ref": "#/$defs/WeatherOptions"}},
+    "required": ["place", "options"], "type": "object", "additionalProperties": False,
+}
+NESTED_TOOLS = [
+    {"type": "function", "function": {"name": "forecast", "parameters": NESTED_PARAMETERS}},
+    # A second tool defining a same-named definition differently: the two must not mix.
+    {"type": "function", "function": {"name": "other", "parameters": {
+        "$defs": {"WeatherOptions": {"enum": ["x"]}}, "properties": {"o": {"$ref": "#/$defs/WeatherOptions"}},
+        "required": ["o"], "type": "object", "additionalProperties": False}}},
+]
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "forecast"}}],
+                         ids=["required", "named"])
+def test_forced_calls_follow_schemas_with_defs_and_refs(client: openai.OpenAI, choice) -> None:
+    response = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=NESTED_TOOLS, tool_choice=choice, max_tokens=200, seed=0,
+        parallel_tool_calls=False,
+    )
+    calls = response.choices[0].message.tool_calls
+    assert calls
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in NESTED_TOOLS}
+    for call in calls:  # jsonschema resolves each tool's refs against its own schema
+        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+    if isinstance(choice, dict):
+        assert [call.function.name for call in calls] == ["forecast"]
+        assert response.choices[0].finish_reason in ("stop", "length")  # vLLM/OpenAI: "stop" for a named tool
+
+
+def test_auto_choice_takes_schemas_with_defs_and_refs(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=NESTED_TOOLS, tool_choice="auto", max_tokens=4, seed=0
+    )
+    assert response.choices[0].finish_reason in ("length", "stop", "tool_calls")
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_parallel_tool_calls_false_keeps_the_first_auto_call(client: openai.OpenAI, parallel: bool, stream: bool) -> None:
+    one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}}\n</tool_call>'
+    two = one.replace("Rome", "Paris")
+    kwargs = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="auto", max_tokens=200,
+                  parallel_tool_calls=parallel, extra_body={"guided_regex": _regex_literal(one + two)})
+    if stream:
+        names: dict[int, str] = {}
+        for chunk in client.chat.completions.create(stream=True, **kwargs):
+            for part in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                names.setdefault(part.index, part.function.name)
+        count = len(names)
+    else:
+        count = len(client.chat.completions.create(**kwargs).choices[0].message.tool_calls)
+    assert count == (2 if parallel else 1)
+
+
 def test_tool_choice_none_returns_text(client: openai.OpenAI) -> None:
     choice = client.chat.completions.create(
         model=MODEL, messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=5, seed=0
@@ -152,6 +222,24 @@ def test_hermes_streaming_holds_back_a_split_tag_and_emits_whole_calls() -> None
     assert content == "Hi  bye <tool"
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("f", {"a": 1})]
     assert "<" not in "".join(p.content for p in pieces[:2])  # the tag was never leaked as text
+
+
+def test_the_call_schema_keeps_every_kind_of_local_reference_working() -> None:
+    # Draft-07 `definitions`, a root self-reference `#` and a pointer into the body.
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}},
+                                              "size": {"$ref": "#/definitions/Size"},
+                                              "same": {"$ref": "#/properties/size"}},
+            "definitions": {"Size": {"enum": [1, 2]}}, "required": ["size"], "additionalProperties": False}
+    schema = tool_call_schema([{"name": "tree", "parameters": tree}, *[t["function"] for t in NESTED_TOOLS]],
+                              arguments_key="arguments")
+    good = {"name": "tree", "arguments": {"size": 1, "same": 2, "kids": [{"size": 2, "kids": [{"size": 1}]}]}}
+    jsonschema.validate(good, schema)
+    for bad in ({"name": "tree", "arguments": {"size": 1, "kids": [{"size": 3}]}},
+                {"name": "other", "arguments": {"o": {"unit": "c", "days": 1}}},
+                {"name": "forecast", "arguments": {"place": {"city": "Rome", "near": None},
+                                                   "options": {"unit": "k", "days": 1}}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
 
 
 def test_hermes_leaves_malformed_blocks_as_text() -> None:

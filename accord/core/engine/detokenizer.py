@@ -67,10 +67,24 @@ class IncrementalDetokenizer:
         return self._cut_at_stop_string(len(new_text)) if find_stop else None
 
     def visible_text(self, finished: bool) -> str:
-        """The text to report: all of it once finished, else minus the held-back tail."""
-        if finished or not self.holdback:
+        """The text to report: all of it once finished (a last incomplete character as
+        U+FFFD, as vLLM: the text still decodes from the token ids), else minus the
+        held-back tail."""
+        if finished:
+            return self.output_text + self._undecoded_tail()
+        if not self.holdback:
             return self.output_text
         return self.output_text[: max(0, len(self.output_text) - self.holdback)]
+
+    def _undecoded_tail(self) -> str:
+        """The text of the tokens still waiting for the rest of a character."""
+        if self.read_offset >= len(self.token_ids):
+            return ""
+        prefix = self.tokenizer.decode(
+            self.token_ids[self.prefix_offset : self.read_offset], skip_special_tokens=self.skip_special_tokens
+        )
+        window = self.tokenizer.decode(self.token_ids[self.prefix_offset :], skip_special_tokens=self.skip_special_tokens)
+        return window[len(prefix) :] if len(window) > len(prefix) else ""
 
     def _cut_at_stop_string(self, new_chars: int) -> str | None:
         text = self.output_text

@@ -4,6 +4,7 @@ rendered by a sandboxed jinja2 environment (a template is data, never trusted co
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from pathlib import Path
@@ -73,13 +74,16 @@ class Tokenizer:
         messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
         tokenize: bool = False,
+        chat_template: str | None = None,
         **template_kwargs: Any,
     ) -> str | list[int]:
-        """The conversation rendered by the model's chat template; token ids when
-        `tokenize` (encoded without adding special tokens: the template writes them)."""
-        if self._template is None:
+        """The conversation rendered by the model's chat template (or by `chat_template`,
+        a template's source, when given); token ids when `tokenize` (encoded without
+        adding special tokens: the template writes them)."""
+        template = self._template if chat_template is None else _compiled_template(chat_template)
+        if template is None:
             raise ValueError("this model has no chat template (none in tokenizer_config.json or chat_template.jinja)")
-        text = self._template.render(
+        text = template.render(
             messages=list(messages),
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token or "",
@@ -87,6 +91,12 @@ class Tokenizer:
             **template_kwargs,
         )
         return self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_template(source: str) -> Any:
+    # A server given one template (--chat-template) compiles it once, not per request.
+    return _environment().from_string(source)
 
 
 def load_hf_tokenizer(model_dir: str | Path) -> Tokenizer:

@@ -7,10 +7,13 @@ Add a parser by subclassing ToolParser and decorating it with `@register("name")
 
 from __future__ import annotations
 
-from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, get_tool_parser, register
+from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, get_tool_parser, register, tool_parser_names
+from .deepseek_v3 import DeepSeekV3ToolParser
 from .hermes import HermesToolParser
+from .llama3_json import Llama3JsonToolParser
 
 __all__ = [
-    "ExtractedToolCalls", "HermesToolParser", "ParsedToolCall", "StreamingToolCalls", "ToolParser",
-    "get_tool_parser", "register",
+    "DeepSeekV3ToolParser", "ExtractedToolCalls", "HermesToolParser", "Llama3JsonToolParser",
+    "ParsedToolCall", "StreamingToolCalls", "ToolParser",
+    "get_tool_parser", "register", "tool_parser_names",
 ]

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.structured_output.schemas import embed_schemas
+
 _REGISTRY: dict[str, type[ToolParser]] = {}
 
 
@@ -49,7 +51,8 @@ class ToolParser(ABC):
 
     @abstractmethod
     def finish(self) -> StreamingToolCalls:
-        """The end of the stream: whatever was held back (an unfinished call is text)."""
+        """The end of the stream: whatever was held back (calls a format only knows
+        complete at the end, and an unfinished call as text)."""
 
     @classmethod
     @abstractmethod
@@ -57,6 +60,24 @@ class ToolParser(ABC):
         """A Lark grammar (llguidance's dialect) whose every output is one call (more
         when `parallel`) in this format, to one of `tools` (OpenAI function
         definitions: name, parameters) with arguments matching its schema."""
+
+
+def tool_call_schema(tools: Sequence[dict[str, Any]], arguments_key: str) -> dict[str, Any]:
+    """The JSON schema of one call object `{"name": ..., <arguments_key>: {...}}` to
+    one of `tools`, compact (no free whitespace). Each tool's parameter schema keeps
+    its `$defs`/`$ref`s working: they are hoisted to this schema's root."""
+    parameters = {tool["name"]: tool.get("parameters") or {"type": "object"} for tool in tools}
+    placed, definitions = embed_schemas(parameters)
+    variants = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": name}, arguments_key: placed[name]},
+            "required": ["name", arguments_key],
+            "additionalProperties": False,
+        }
+        for name in parameters
+    ]
+    return {"anyOf": variants, "$defs": definitions, "x-guidance": {"whitespace_flexible": False}}
 
 
 def register(name: str) -> Callable[[type[ToolParser]], type[ToolParser]]:
@@ -67,6 +88,11 @@ def register(name: str) -> Callable[[type[ToolParser]], type[ToolParser]]:
         return parser
 
     return add
+
+
+def tool_parser_names() -> list[str]:
+    """The registered parsers' names, sorted."""
+    return sorted(_REGISTRY)
 
 
 def get_tool_parser(name: str) -> type[ToolParser]:
