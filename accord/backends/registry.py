@@ -4,6 +4,7 @@ group, all through one pluggy plugin manager."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from functools import lru_cache
 
 import pluggy
@@ -53,10 +54,13 @@ class BackendRegistry:
     def all(self) -> list[Backend]:
         return [self._backends[n] for n in self.names()]
 
-    def get(self, name: str, *, require_available: bool = True) -> Backend:
-        """The backend called `name`; `auto` picks the available one of highest priority."""
+    def get(
+        self, name: str, *, require_available: bool = True, required_ops: Collection[str] | None = None
+    ) -> Backend:
+        """The backend called `name`; `auto` picks the available one of highest priority
+        with a kernel for each of `required_ops` (every contract when None)."""
         if name == "auto":
-            return self.auto()
+            return self.auto(required_ops)
         backend = self._backends.get(name)
         if backend is None:
             raise UnknownBackendError(f"Unsupported backend: {name}. Supported items: {self.names()}")
@@ -66,9 +70,11 @@ class BackendRegistry:
                 raise BackendUnavailableError(f"backend '{name}' is unavailable: {availability.reason}")
         return backend
 
-    def auto(self) -> Backend:
-        """The available backend with the highest priority whose kernels cover every
-        contract; backends passed over (incomplete, or not for serving) are logged."""
+    def auto(self, required_ops: Collection[str] | None = None) -> Backend:
+        """The available backend with the highest priority whose kernels cover
+        `required_ops` (the ops the model to serve calls; every contract when None), so a
+        plugin lacking an op the model never calls stays eligible; backends passed over
+        (lacking a required op, or not for serving) are logged."""
         passed_over = []
         for backend in self.all():
             availability = backend.availability()
@@ -77,7 +83,7 @@ class BackendRegistry:
             if not availability.auto_selectable:
                 passed_over.append(f"{backend.name} ({availability.reason})")
                 continue
-            missing = missing_kernels(backend)
+            missing = missing_kernels(backend, required_ops)
             if missing:
                 passed_over.append(f"{backend.name} (no kernel for {', '.join(missing)})")
                 continue
@@ -88,10 +94,11 @@ class BackendRegistry:
         raise BackendUnavailableError(f"no backend is available{detail}")
 
 
-def missing_kernels(backend: Backend) -> list[str]:
-    """The contracts `backend` has no kernel for (loads its kernel table)."""
+def missing_kernels(backend: Backend, required_ops: Collection[str] | None = None) -> list[str]:
+    """The contracts among `required_ops` (every contract when None) that `backend` has
+    no kernel for (loads its kernel table)."""
     ops = set(backend.kernels().ops())
-    return sorted(name for name in CONTRACTS if name not in ops)
+    return sorted(name for name in (CONTRACTS if required_ops is None else required_ops) if name not in ops)
 
 
 @lru_cache(maxsize=1)
@@ -100,6 +107,6 @@ def default_registry() -> BackendRegistry:
     return BackendRegistry()
 
 
-def get_backend(name: str = "auto") -> Backend:
-    """Shorthand for `default_registry().get(name)`."""
-    return default_registry().get(name)
+def get_backend(name: str = "auto", required_ops: Collection[str] | None = None) -> Backend:
+    """Shorthand for `default_registry().get(name, required_ops=required_ops)`."""
+    return default_registry().get(name, required_ops=required_ops)

@@ -1,7 +1,9 @@
 """Compares a backend's outputs with the reference's as the contracts define equality:
 normalised MSE within tolerance for values, or ulps of the output dtype for ops
-computed in fp32 and rounded once; exact for indices, top-k ids as sets, quantised
-outputs by their dequantised value under NMSE; NaN always fails, Inf must match."""
+computed in fp32 and rounded once (`OpContract.ulps`); exact for indices, ids whose
+order is free sorted per row first (`OpContract.unordered_rows`), quantised outputs by
+their dequantised value under NMSE (`OpContract.dequantised`); NaN always fails, Inf
+must match. No rule here is keyed by op name: each contract declares its own."""
 
 from __future__ import annotations
 
@@ -11,17 +13,6 @@ from typing import Any, Mapping
 import torch
 
 from ..op_contracts import OpContract
-
-#: Ops whose id order within a row is not part of the contract: (id output, outputs
-#: that travel with each id). Both sides are sorted by id before comparing.
-UNORDERED_ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "moe_route": ("topk_ids", ("topk_weights",)),
-    "sample": ("top_token_ids", ("top_logprobs",)),
-    "indexer_topk": ("ids", ()),
-}
-#: Ops compared by dequantised value: (quantised output, its scales output).
-DEQUANTISED: dict[str, tuple[str, str]] = {"quantize_fp8": ("q", "scales")}
-
 
 #: The units an error figure and its bound are in.
 NMSE, ULPS = "nmse", "ulps"
@@ -128,14 +119,19 @@ def _sorted_rows(outputs: dict[str, torch.Tensor], ids_name: str, companions: tu
         outputs[name] = outputs[name].gather(-1, order)
 
 
-def _canonical(op: str, outputs: Mapping[str, torch.Tensor], args: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """Outputs in the form the contract compares: rows sorted by id, fp8 dequantised."""
+def _canonical(
+    contract: OpContract, outputs: Mapping[str, torch.Tensor], args: Mapping[str, Any]
+) -> dict[str, torch.Tensor]:
+    """Outputs in the form the contract compares: rows sorted by id, quantised values
+    dequantised, as the contract declares."""
     canonical = dict(outputs)
-    if op in UNORDERED_ROWS:
-        _sorted_rows(canonical, *UNORDERED_ROWS[op])
-    if op in DEQUANTISED:
-        q, scales = DEQUANTISED[op]
-        canonical[q] = dequantise(canonical[q], canonical[scales], args["group_size"])
+    rows, quantised = contract.unordered_rows, contract.dequantised
+    if rows is not None:
+        _sorted_rows(canonical, rows.ids, rows.companions)
+    if quantised is not None:
+        canonical[quantised.values] = dequantise(
+            canonical[quantised.values], canonical[quantised.scales], args[quantised.group_param]
+        )
     return canonical
 
 
@@ -189,7 +185,7 @@ def compare_outputs(
         return Comparison(tuple(
             _check(n, got[n], want[n], exact[n], tolerance, contract.ulps_for(want[n].dtype)) for n in want
         ))
-    got_c, want_c = _canonical(contract.name, got, args), _canonical(contract.name, want, args)
+    got_c, want_c = _canonical(contract, got, args), _canonical(contract, want, args)
     return Comparison(tuple(_check(n, got_c[n], want_c[n], exact[n], tolerance) for n in want))
 
 

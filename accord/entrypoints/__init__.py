@@ -13,18 +13,26 @@ from typing import Any
 
 from ..backends import Backend, get_backend
 from ..core.engine import async_llm, llm, llm_engine
+from ..core.worker.contract_ops import worker_contract_ops
 from .model_choice import choose_model
 
 
 @dataclass(frozen=True)
 class RegistryBackend:
-    """A backend factory: the default registry's backend called `name` ("auto" picks
-    the best available), found in whichever process calls it."""
+    """A backend factory: the default registry's backend called `name`, found in
+    whichever process calls it. "auto" picks the best available one with a kernel for
+    every op a worker serving `model` (with `quantization`) calls, or for every contract
+    when no model is given."""
 
     name: str = "auto"
+    model: str | None = None
+    quantization: str | None = None
 
     def __call__(self) -> Backend:
-        return get_backend(self.name)
+        required = None
+        if self.name == "auto" and self.model is not None:
+            required = worker_contract_ops(self.model, self.quantization)
+        return get_backend(self.name, required)
 
 
 class LLMEngine(llm_engine.LLMEngine):
@@ -33,7 +41,8 @@ class LLMEngine(llm_engine.LLMEngine):
     @classmethod
     def from_engine_args(cls, model: str, **kwargs: Any) -> llm_engine.LLMEngine:  # type: ignore[override]
         """Build from keyword engine arguments (vLLM's names, `backend` a registry name)."""
-        return llm_engine.LLMEngine.from_engine_args(model, RegistryBackend(kwargs.get("backend", "auto")), **kwargs)
+        backend = RegistryBackend(kwargs.get("backend", "auto"), model, kwargs.get("quantization"))
+        return llm_engine.LLMEngine.from_engine_args(model, backend, **kwargs)
 
 
 class LLM(llm.LLM):
@@ -45,7 +54,8 @@ class LLM(llm.LLM):
         choice = choose_model(model)
         if engine_args.get("kv_cache_memory") is None and choice.kv_cache_memory is not None:
             engine_args["kv_cache_memory"] = choice.kv_cache_memory
-        super().__init__(choice.path, RegistryBackend(engine_args.get("backend", "auto")), **engine_args)
+        backend = RegistryBackend(engine_args.get("backend", "auto"), str(choice.path), engine_args.get("quantization"))
+        super().__init__(choice.path, backend, **engine_args)
 
 
 class AsyncLLM(async_llm.AsyncLLM):

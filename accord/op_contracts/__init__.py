@@ -7,6 +7,7 @@ from .kernel import CallSignature, CastAdapter, Kernel, KernelSet
 from .spec import (
     FLOAT_DTYPES,
     FP8_DTYPES,
+    Dequantised,
     FP8_MAX,
     INDEX_DTYPES,
     OpContract,
@@ -15,6 +16,7 @@ from .spec import (
     Rule,
     Switch,
     TensorSpec,
+    UnorderedRows,
     dtype_name,
     dtype_named,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "CallSignature",
     "CastAdapter",
     "ContractError",
+    "Dequantised",
     "FLOAT_DTYPES",
     "FP8_DTYPES",
     "FP8_MAX",
@@ -39,6 +42,7 @@ __all__ = [
     "Rule",
     "Switch",
     "TensorSpec",
+    "UnorderedRows",
     "dtype_name",
     "dtype_named",
     "empty_allocator",

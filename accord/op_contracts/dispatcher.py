@@ -2,26 +2,30 @@
 
 On first sight of a call signature the dispatcher validates the call against the op's
 contract and the backend's declared support, works out the boundary adapters to apply,
-and caches that plan. `ops.<name>` is an `OpHandle` bound to one op: a call site keeps it
-(a layer binds `ops.linear` once), and a call whose signature (and whose form: how many
-positional arguments, which keywords) the handle has seen skips binding and validation
-altogether (`fast_path`): a guard over the tensors' dtype, rank, contiguity and device,
-the output allocation and the kernel call. A
-signature the handle has not seen takes the full path, so a changed signature is
-validated (and refused with ContractError) exactly as on first sight. In strict mode
-(`ACCORD_STRICT_CONTRACTS=1`, tests, conformance) every call is validated. Nothing falls
-back to another backend: a backend missing an op raises.
+and caches that plan. `ops.<name>` is an `OpHandle` bound to one op, and every call of
+an op goes through it, one way: a call of a signature (and a form: how many positional
+arguments, which keywords) the handle has seen runs that signature's fast path
+(fast_path.py: a guard, the output allocation and the kernel call); any other call is
+bound, validated on first sight (refused with ContractError where the contract or the
+backend says no), planned and run. In strict mode (`ACCORD_STRICT_CONTRACTS=1`, tests,
+conformance) every call is validated. Nothing falls back to another backend: a backend
+missing an op raises.
+
+A model whose forward is compiled is built on a dispatcher made with `compiled=True`,
+the same ops object it runs on eagerly: while torch.compile traces, a handle's call
+becomes that op's torch.library custom op (torch_ops.py), opaque to the compiler, whose
+implementation calls the handle again when the compiled graph runs. Nothing in the
+model is swapped for compiling.
 
 A `CallHook` installed on a dispatcher (`add_hook`) sees every call of that dispatcher,
 with its arguments as the caller made them, before any adapter or kernel runs (so a
 call whose kernel crashes is seen too); the rollout gate records op signatures this
 way. While a hook is installed calls take the full path; without one the fast path's
-only extra cost is one truth test.
+only extra cost is three truth tests (compiled, strict, hooks).
 """
 
 from __future__ import annotations
 
-import ast
 import logging
 import os
 from collections import Counter
@@ -29,11 +33,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import torch
+from torch.compiler import is_compiling
 
+from . import torch_ops
 from .contracts import CONTRACTS
 from .errors import ContractError
+from .fast_path import MAX_FAST_PATHS, MISS, fast_path
 from .kernel import CallSignature, CastAdapter, Kernel, TensorKey
-from .shapes import cdiv
 from .spec import REQUIRED, OpContract, OutputSpec, dtype_name, shape_dims
 from .validate import SizeStep, describe_tensor, replay_sizes, validate_call
 
@@ -103,6 +109,7 @@ class OpDispatcher(_TypedOps):
         strict: bool | None = None,
         allocator: Allocator = empty_allocator,
         contracts: Mapping[str, OpContract] = CONTRACTS,
+        compiled: bool = False,
     ) -> None:
         self.backend = backend
         self.strict = strict_from_env() if strict is None else strict
@@ -113,6 +120,10 @@ class OpDispatcher(_TypedOps):
         self._callers: dict[str, OpHandle] = {}
         #: The installed hooks; empty (falsy) keeps handles on their fast paths.
         self.hooks: tuple[CallHook, ...] = ()
+        #: Whether a torch.compile'd forward calls these ops: traced calls then become
+        #: the contracts' custom ops (registered here), found again by `key`.
+        self.compiled = compiled
+        self.key = torch_ops.register_dispatcher(self, contracts) if compiled else None
 
     def add_hook(self, hook: CallHook) -> None:
         """Have `hook` see every later call of this dispatcher (and of no other)."""
@@ -298,6 +309,8 @@ class OpHandle:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         dispatcher = self.dispatcher
+        if dispatcher.compiled and is_compiling():
+            return torch_ops.traced_call(dispatcher, self.contract, args, kwargs)
         if dispatcher.strict or dispatcher.hooks:
             return dispatcher.call(self.contract, args, kwargs)
         for path in self._paths:
@@ -307,7 +320,10 @@ class OpHandle:
         call = dispatcher.bind(self.contract, args, kwargs)
         plan = dispatcher.plan_of(self.contract, call)
         if not plan.adapters and len(self._paths) < MAX_FAST_PATHS:
-            self._paths.append(fast_path(dispatcher, self.contract, plan, call, len(args), tuple(kwargs)))
+            allocator = None if dispatcher.allocator is empty_allocator else dispatcher.allocator
+            self._paths.append(fast_path(
+                self.contract, plan, call, len(args), tuple(kwargs), dispatcher.backend.device_type, allocator
+            ))
         return dispatcher._run(self.contract, plan, call)
 
     @property
@@ -319,149 +335,9 @@ class OpHandle:
         return f"<op {self.contract.name} on {self.dispatcher.backend.name}>"
 
 
-#: What a fast path returns when the call is not of its signature.
-MISS: Any = object()
-#: Signatures one handle keeps fast paths for (a call site sees one or two).
-MAX_FAST_PATHS = 4
-
-
-def fast_path(
-    dispatcher: OpDispatcher, contract: OpContract, plan: CallPlan, call: Mapping[str, Any], arity: int,
-    keywords: tuple[str, ...],
-) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
-    """Compile the steady-state call of `plan`'s signature in the form of the bound call
-    `call` that made it (`arity` arguments positional, then the ones named `keywords`):
-    a guard (the same
-    arity and keyword names; per tensor: presence, dtype, rank, contiguity, device type;
-    code-path parameter values; other parameters' types) that returns MISS when the call
-    is of another signature or form, then the sizes the outputs need (as validation
-    learned them), the output allocation and the kernel call. Generated as one Python
-    function, because every generic step (binding a dict, looping over specs) costs
-    about a microsecond."""
-    positional = contract.arg_names[:arity]
-    names = (*positional, *keywords)
-    int_params = {p.name for p in contract.params if p.type is int}
-    env: dict[str, Any] = {
-        "MISS": MISS, "Tensor": torch.Tensor, "kernel": plan.kernel.fn, "dispatcher": dispatcher, "cdiv": cdiv,
-        "empty": torch.empty, "empty_like": torch.empty_like,
-    }
-    device_check = {"cpu": "{0}.is_cpu", "cuda": "{0}.is_cuda"}.get(
-        dispatcher.backend.device_type, "{0}.device.type == " + repr(dispatcher.backend.device_type)
-    )
-    form_check = f"len(args) != {len(positional)} or len(kwargs) != {len(keywords)}"
-    lines = ["def fast(args, kwargs):", f"    if {form_check}: return MISS"]
-    if positional:
-        lines.append(f"    {', '.join(positional)}{',' if len(positional) == 1 else ''} = args")
-    if keywords:
-        # The same count of keywords, all of these names: exactly the form compiled.
-        lines.append("    try:")
-        lines.extend(f"        {name} = kwargs[{name!r}]" for name in keywords)
-        lines.append("    except KeyError: return MISS")
-    for index, spec in enumerate(contract.tensors):
-        key = dict(plan.signature.tensors)[spec.name]
-        if spec.name not in names:
-            continue  # absent: the default (None), as in the signature
-        if key is None:
-            lines.append(f"    if {spec.name} is not None: return MISS")
-            continue
-        dtype, rank, _, contiguous = key
-        env[f"dtype_{index}"] = dtype
-        checks = [
-            f"{spec.name}.__class__ is not Tensor",
-            f"{spec.name}.dtype is not dtype_{index}",
-            f"{spec.name}.dim() != {rank}",
-            f"{'not ' if contiguous else ''}{spec.name}.is_contiguous()",
-            "not " + device_check.format(spec.name),
-        ]
-        lines.append(f"    if {' or '.join(checks)}: return MISS")
-    signature_params = dict(plan.signature.params)
-    for spec in contract.params:
-        if spec.name not in names:
-            continue
-        if spec.name in signature_params:
-            env[f"value_{spec.name}"] = signature_params[spec.name]
-            lines.append(f"    if {spec.name} != value_{spec.name}: return MISS")
-        else:
-            env[f"type_{spec.name}"] = type(call[spec.name])
-            lines.append(f"    if {spec.name}.__class__ is not type_{spec.name}: return MISS")
-    defaults = [s.name for s in contract.tensors if s.name not in names]
-    defaults += [p.name for p in contract.params if p.name not in names]
-    for name in defaults:
-        env[f"default_{name}"] = None if name in {s.name for s in contract.tensors} else contract.param(name).default
-        lines.append(f"    {name} = default_{name}")
-    outputs, allocations = [], []
-    for number, (name, dims, spec) in enumerate(plan.outputs):
-        shape = ", ".join(_symbols_to_locals(d.text, int_params) for d in dims)
-        shape = f"({shape}{',' if len(dims) == 1 else ''})"
-        if isinstance(spec.dtype, torch.dtype):
-            env[f"out_dtype_{number}"] = spec.dtype
-            dtype_expr = f"out_dtype_{number}"
-        else:
-            dtype_expr = _dtype_expression(spec.dtype_sources())
-        outputs.append(name)
-        allocations.append(f"    {name} = {_allocation(dispatcher, contract, plan, spec, shape, dtype_expr, env)}")
-    # Only the sizes the allocations read (and the ones solving them needs) are taken.
-    used = " ".join(allocations)
-    needed = max((n + 1 for n, (symbol, *_) in enumerate(plan.size_steps) if f"s_{symbol}" in used), default=0)
-    for number, (symbol, tensor, axis, dim) in enumerate(plan.size_steps[:needed]):
-        size = f"{tensor}.shape[{axis}]"
-        if dim.text == symbol:
-            lines.append(f"    s_{symbol} = {size}")
-        else:
-            env[f"dim_{number}"] = dim
-            known = ", ".join([f"{s!r}: s_{s}" for s, *_ in plan.size_steps[:number]] + [f"{p!r}: {p}" for p in int_params])
-            lines.append(f"    s_{symbol} = dim_{number}.solve({size}, {{{known}}})[1]")
-    lines.extend(allocations)
-    kernel_args = ", ".join(f"{n}={n}" for n in (*contract.arg_names, *outputs))
-    lines.append(f"    kernel({kernel_args})")
-    lines.append(f"    return {'None' if not outputs else outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ',)'}")
-    source = "\n".join(lines)
-    exec(compile(source, f"<fast path {contract.name}: {plan.signature.describe()}>", "exec"), env)
-    return env["fast"]
-
-
-def _allocation(
-    dispatcher: OpDispatcher, contract: OpContract, plan: CallPlan, spec: OutputSpec, shape: str, dtype: str,
-    env: dict[str, Any],
-) -> str:
-    """The expression that allocates one output in a fast path. With the production
-    allocator torch is called directly (a Python call less), and an output shaped and
-    typed like a contiguous input is `empty_like` of it, the cheapest allocation torch
-    has (the guard has checked that input's contiguity)."""
-    if dispatcher.allocator is not empty_allocator:
-        return f"dispatcher.allocator({shape}, {dtype}, {contract.primary}.device)"
-    keys = dict(plan.signature.tensors)
-    for tensor in contract.tensors:
-        key = keys[tensor.name]
-        if key is not None and key[3] and tensor.shape == spec.shape and spec.dtype == f"like:{tensor.name}":
-            return f"empty_like({tensor.name})"
-    device = "" if dispatcher.backend.device_type == "cpu" else f", device={contract.primary}.device"
-    return f"empty({shape}, dtype={dtype}{device})"
-
-
-def _symbols_to_locals(text: str, int_params: set[str]) -> str:
-    """A dimension expression over the generated function's locals: symbol S is `s_S`,
-    an int parameter is its own argument."""
-    tree = ast.parse(text, mode="eval")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id != "cdiv" and node.id not in int_params:
-            node.id = f"s_{node.id}"
-    return ast.unparse(tree)
-
-
 def tensor_key(value: torch.Tensor) -> TensorKey:
     """One tensor's part of a call signature: (dtype, rank, device type, contiguous)."""
     return (value.dtype, value.dim(), value.device.type, value.is_contiguous())
-
-
-def _dtype_expression(sources: tuple[tuple[str, str], ...]) -> str:
-    """An output's dtype over the fast path's locals: `x.dtype`, `out_dtype`, or
-    `(out_dtype if out_dtype is not None else x.dtype)` for a parameter that may be None."""
-    kind, name = sources[0]
-    first = f"{name}.dtype" if kind == "like" else name
-    if len(sources) == 1:
-        return first
-    return f"({first} if {first} is not None else {_dtype_expression(sources[1:])})"
 
 
 __all__ = ["CallHook", "OpDispatcher", "OpHandle", "CallPlan", "empty_allocator", "strict_from_env", "dtype_name"]

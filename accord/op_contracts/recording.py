@@ -113,8 +113,10 @@ class CallRecorder:
         prepared = tuple(name for name, v in inputs.items() if isinstance(v, torch.Tensor) and _is_prepacked(v))
         with torch.inference_mode(False):
             self._keep(RecordedCall(op, {
-                name: CacheSignature(v.dtype, tuple(v.shape[1:])) if name in caches
-                else _host_copy(v) if isinstance(v, torch.Tensor) else v
+                # An optional cache the call left out (V4's compressed cache on a
+                # sliding-only layer) is recorded as the None it was.
+                name: v if not isinstance(v, torch.Tensor) else CacheSignature(v.dtype, tuple(v.shape[1:]))
+                if name in caches else _host_copy(v)
                 for name, v in inputs.items()
             }, prepared))
 

@@ -47,8 +47,20 @@ def render_contract(contract: OpContract) -> str:
         lines += ["", "Dtype groups (one dtype per group): " + "; ".join(", ".join(g) for g in contract.dtype_groups)]
     if contract.rules:
         lines += ["", "Rules: " + "; ".join(r.doc for r in contract.rules)]
-    lines += ["", *_tolerance_lines(contract), ""]
+    lines += ["", *_comparison_lines(contract), *_tolerance_lines(contract), ""]
     return "\n".join(lines)
+
+
+def _comparison_lines(contract: OpContract) -> list[str]:
+    """How conformance puts outputs in the form it compares, where the contract says."""
+    lines = []
+    if (rows := contract.unordered_rows) is not None:
+        companions = f", `{'`, `'.join(rows.companions)}` following their ids" if rows.companions else ""
+        lines.append(f"Compared with each row of `{rows.ids}` sorted by id (the order is free){companions}.")
+    if (quantised := contract.dequantised) is not None:
+        lines.append(f"`{quantised.values}` judged under NMSE by its dequantised value, `{quantised.values}` * "
+                     f"`{quantised.scales}` (a scale per row, or per `{quantised.group_param}` columns).")
+    return [*lines, ""] if lines else []
 
 
 def _by_dtype(bounds: Mapping[torch.dtype, float]) -> str:

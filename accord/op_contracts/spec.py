@@ -153,6 +153,28 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class UnorderedRows:
+    """An index output whose order within a row is not part of the contract (top-k ids
+    where ties allow any order): conformance sorts each row of `ids` on both sides, the
+    outputs in `companions` (each id's weight, say) travelling with their ids, before
+    comparing."""
+
+    ids: str
+    companions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dequantised:
+    """A quantised output judged by the value it stands for: conformance compares
+    `values` * `scales` (one scale per row where `scales` has one column, else per
+    `group_param` consecutive columns) under the NMSE bound, not the stored codes."""
+
+    values: str
+    scales: str
+    group_param: str
+
+
+@dataclass(frozen=True)
 class OpContract:
     """Everything a call to one op must satisfy, and what it returns.
 
@@ -165,6 +187,8 @@ class OpContract:
     `ulps` marks an op computed in fp32 and rounded once: every floating output must
     lie within that many ulps of its dtype (keyed by the output's dtype) of the
     reference, which computes in fp64 and rounds once; it replaces the NMSE bound.
+    `unordered_rows` and `dequantised` say how conformance puts outputs in the form it
+    compares under NMSE (rows sorted by id; quantised codes dequantised).
     """
 
     name: str
@@ -179,6 +203,8 @@ class OpContract:
     tolerance_key: str | None = None
     fp8_tolerance: Mapping[torch.dtype, float] | None = None
     ulps: Mapping[torch.dtype, int] | None = None
+    unordered_rows: UnorderedRows | None = None
+    dequantised: Dequantised | None = None
     arg_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -188,6 +214,21 @@ class OpContract:
             raise ValueError(f"{self.name}: duplicate argument names")
         if self.primary not in names:
             raise ValueError(f"{self.name}: primary {self.primary!r} is not an argument")
+        outputs = {o.name for o in self.outputs}
+        compared = [*self._unordered_names(), *self._dequantised_names()]
+        unknown = [name for name in compared if name not in outputs]
+        if unknown:
+            raise ValueError(f"{self.name}: comparison rules name {unknown}, which are not outputs")
+        if self.dequantised is not None and self.dequantised.group_param not in names:
+            raise ValueError(f"{self.name}: dequantised's group_param {self.dequantised.group_param!r} is not a parameter")
+
+    def _unordered_names(self) -> tuple[str, ...]:
+        rows = self.unordered_rows
+        return () if rows is None else (rows.ids, *rows.companions)
+
+    def _dequantised_names(self) -> tuple[str, ...]:
+        rule = self.dequantised
+        return () if rule is None else (rule.values, rule.scales)
 
     def tolerance_for(self, dtypes: Mapping[str, torch.dtype | None]) -> float:
         """The NMSE bound for a call with these dtypes (of its tensors, outputs and

@@ -1,16 +1,17 @@
-"""The op contracts as torch.library custom ops, for torch.compile.
+"""The op contracts as torch.library custom ops: how a compiled forward calls an op.
 
 Each contract becomes `torch.ops.accord.<name>(dispatcher, <tensors>, <params>)`: an
 op the compiler treats as opaque (its fake implementation gives the outputs' shapes and
 dtypes from the contract's output specs, validating the call as the dispatcher would),
-and whose real implementation calls the named dispatcher, so the kernels stay the
-backend's and strict validation, hooks and ContractError behave as in eager mode. A
-tensor the contract marks `mutated` (a KV cache) is declared written in the schema, so
-the compiler keeps the write and its order.
+and whose real implementation calls the op's handle on the dispatcher the call names,
+so the kernels stay the backend's and strict validation, hooks and ContractError behave
+as in eager mode. A tensor the contract marks `mutated` (a KV cache) is declared written
+in the schema, so the compiler keeps the write and its order.
 
-`TorchOps(dispatcher)` offers the ops under their usual names (`ops.linear(x, w)`),
-binding arguments as the dispatcher does, so a model can be handed it in place of the
-dispatcher when its forward is compiled.
+Nothing here is a second way to a kernel: a dispatcher made with `compiled=True`
+registers itself here, and while torch.compile traces, its handles call `traced_call`
+instead of running (dispatcher.py). A custom op's arguments are tensors and scalars,
+so the dispatcher travels as the integer key it registered under.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import weakref
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 
 from .contracts import CONTRACTS
-from .dispatcher import OpDispatcher
 from .spec import OpContract, shape_dims
 from .validate import replay_sizes, validate_call
+
+if TYPE_CHECKING:
+    from .dispatcher import OpDispatcher
 
 #: The torch.library namespace: `torch.ops.accord.<op>`.
 NAMESPACE = "accord"
@@ -103,32 +106,19 @@ def _fake(contract: OpContract) -> Callable[..., Any]:
     return fake
 
 
-class TorchOps:
-    """A dispatcher's ops as the custom ops: `TorchOps(ops).linear(x, w)` calls
-    `torch.ops.accord.linear`, which runs `ops.linear` (the dispatcher's kernel)."""
-
-    def __init__(self, dispatcher: OpDispatcher) -> None:
-        register_contract_ops(dispatcher.contracts)
-        key = next(_KEYS)
-        _DISPATCHERS[key] = dispatcher
-        self.dispatcher = dispatcher
-        self.backend = dispatcher.backend
-        for contract in dispatcher.contracts.values():
-            setattr(self, contract.name, _caller(dispatcher, contract, key))
-
-    def prepare_linear_weight(self, weight: torch.Tensor) -> torch.Tensor:
-        """The dispatcher's load-time form of a dense weight (see OpDispatcher)."""
-        return self.dispatcher.prepare_linear_weight(weight)
+def register_dispatcher(dispatcher: "OpDispatcher", contracts: Mapping[str, OpContract] = CONTRACTS) -> int:
+    """Define the custom ops (once per process) and give `dispatcher` the key its
+    traced calls name it by (held weakly: a dropped dispatcher leaves no entry)."""
+    register_contract_ops(contracts)
+    key = next(_KEYS)
+    _DISPATCHERS[key] = dispatcher
+    return key
 
 
-def _caller(dispatcher: OpDispatcher, contract: OpContract, key: int) -> Callable[..., Any]:
-    op = getattr(torch.ops, NAMESPACE).__getattr__(contract.name).default
-    names = contract.arg_names
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        bound = dispatcher.bind(contract, args, kwargs)
-        return op(key, *(bound[name] for name in names))
-
-    call.__name__ = contract.name
-    call.__doc__ = contract.doc
-    return call
+def traced_call(dispatcher: "OpDispatcher", contract: OpContract, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """The call of `contract`'s op on `dispatcher` as torch.compile traces it: the
+    arguments bound to the contract's names as the dispatcher binds them (refused with
+    ContractError alike), then its custom op, one opaque node of the graph."""
+    bound = dispatcher.bind(contract, args, kwargs)
+    op = getattr(getattr(torch.ops, NAMESPACE), contract.name).default
+    return op(dispatcher.key, *(bound[name] for name in contract.arg_names))

@@ -1,13 +1,16 @@
 """Equality as the contracts define it: NMSE within tolerance, NaN always fails, Inf
-must match, indices exact, top-k ids as sets, fp8 by dequantised value."""
+must match, indices exact, top-k ids as sets, fp8 by dequantised value (the last two
+as each contract declares, whatever the op's name)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 
 from accord.conformance.compare import compare_outputs, dequantise, nmse, nonfinite_problem, same_bits
-from accord.op_contracts import CONTRACTS
+from accord.op_contracts import CONTRACTS, Dequantised, UnorderedRows
 
 
 def test_nmse_is_squared_error_over_squared_reference() -> None:
@@ -35,6 +38,29 @@ def test_topk_ids_compare_as_sets_with_their_weights() -> None:
     want = _route([[3, 7]], [[0.6, 0.4]])
     reordered = _route([[7, 3]], [[0.4, 0.6]])
     assert compare_outputs(CONTRACTS["moe_route"], {}, reordered, want, 1e-9).failures == []
+
+
+def test_the_set_comparison_is_the_contracts_declaration_not_its_name() -> None:
+    """A new op declaring unordered rows gets the set comparison; the same op without
+    the declaration compares ids in order."""
+    want, reordered = _route([[3, 7]], [[0.6, 0.4]]), _route([[7, 3]], [[0.4, 0.6]])
+    declared = dataclasses.replace(CONTRACTS["moe_route"], name="my_route")
+    undeclared = dataclasses.replace(declared, unordered_rows=None)
+    assert compare_outputs(declared, {}, reordered, want, 1e-9).failures == []
+    assert compare_outputs(undeclared, {}, reordered, want, 1e-9).failures != []
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {"unordered_rows": UnorderedRows("ids")},
+        {"unordered_rows": UnorderedRows("topk_ids", ("weights",))},
+        {"dequantised": Dequantised("topk_ids", "topk_weights", "group")},
+    ],
+)
+def test_comparison_rules_naming_what_the_contract_lacks_are_refused(rules: dict) -> None:
+    with pytest.raises(ValueError, match="my_route"):
+        dataclasses.replace(CONTRACTS["moe_route"], name="my_route", **rules)
 
 
 def test_topk_weights_must_follow_their_ids() -> None:

@@ -14,7 +14,7 @@ from engine_models import hf_greedy
 
 from accord import SamplingParams
 from accord.backends.registry import get_backend
-from accord.core.worker.compilation import _replace_references, compile_forward
+from accord.core.worker.compilation import compile_forward
 from accord.op_contracts import ContractError, OpDispatcher
 
 MAX_NEW_TOKENS = 6
@@ -37,31 +37,41 @@ class ScaledNorm(torch.nn.Module):
         return self.ops.rms_norm(x * 2, self.weight, eps=1e-6) + 1
 
 
-def test_every_reference_to_the_dispatcher_is_replaced_or_refused() -> None:
-    """Layers reach the dispatcher through attributes, lists and dicts; each one is
-    repointed, and a tuple (which cannot be) is refused instead of left behind."""
-    old, new = object(), object()
-    inner = ScaledNorm(old, torch.ones(4))  # type: ignore[arg-type]
-    holder = torch.nn.Module()
-    holder.inner = inner
-    holder.by_list = [old, [old]]
-    holder.by_name = {"a": old, "b": {"c": old}}
-    _replace_references(holder, old, new)
-    assert inner.ops is new
-    assert holder.by_list == [new, [new]]
-    assert holder.by_name == {"a": new, "b": {"c": new}}
-    holder.frozen = (old,)
-    with pytest.raises(TypeError, match="tuple"):
-        _replace_references(holder, old, new)
+@pytest.mark.slow
+def test_traced_calls_become_the_contracts_custom_ops_on_the_same_dispatcher() -> None:
+    """The layer keeps the dispatcher it was built on; dynamo's graph of its forward holds
+    the contract call as one torch.ops.accord node (the kernel is not traced into), and
+    running that graph runs the dispatcher's kernel."""
+    ops = OpDispatcher(get_backend("reference"), compiled=True)
+    layer = ScaledNorm(ops, torch.rand(32) + 0.5)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep_graph(graph: torch.fx.GraphModule, _: object) -> torch.fx.GraphModule:
+        graphs.append(graph)
+        return graph
+
+    x = torch.randn(4, 32)
+    with torch.inference_mode():
+        got = torch.compile(layer.forward, backend=keep_graph, fullgraph=True)(x)
+        want = OpDispatcher(get_backend("reference")).rms_norm(x * 2, layer.weight, eps=1e-6) + 1
+    assert layer.ops is ops
+    targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert torch.ops.accord.rms_norm.default in targets
+    torch.testing.assert_close(got, want)
+
+
+def test_compiling_a_model_on_an_uncompiled_dispatcher_is_refused() -> None:
+    ops = OpDispatcher(get_backend("reference"))
+    with pytest.raises(ValueError, match="compiled=True"):
+        compile_forward(ScaledNorm(ops, torch.ones(4)), ops)
 
 
 @pytest.mark.slow
 @needs_cxx
 def test_compiled_forward_keeps_contract_errors() -> None:
-    ops = OpDispatcher(get_backend("reference"), strict=True)
+    ops = OpDispatcher(get_backend("reference"), strict=True, compiled=True)
     layer = ScaledNorm(ops, torch.rand(32) + 0.5)
     forward = compile_forward(layer, ops)
-    assert layer.ops is not ops  # handed the custom ops
     x = torch.randn(4, 32)
     with torch.inference_mode():
         expected = ops.rms_norm(x * 2, layer.weight, eps=1e-6) + 1

@@ -68,3 +68,15 @@ def test_the_dispatcher_is_annotated_with_the_typed_ops() -> None:
     source = inspect.getsource(dispatcher)
     assert "from .typed_ops import Ops as _TypedOps" in source and "class OpDispatcher(_TypedOps):" in source
     assert not issubclass(dispatcher.OpDispatcher, Ops)
+
+
+def test_accord_contracts_write_regenerates_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accord.cli.commands import contracts
+    from accord.op_contracts.render import render_reference
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / STUB_PATH).parent.mkdir(parents=True)
+    monkeypatch.setattr(contracts, "CHECKOUT", tmp_path)
+    assert main(["contracts", "--write"]) == 0
+    assert (tmp_path / STUB_PATH).read_text() == render_ops_stub(CONTRACTS.values())
+    assert (tmp_path / contracts.REFERENCE_PATH).read_text() == render_reference(CONTRACTS.values())

@@ -11,12 +11,14 @@ from typing import Any, Callable, Mapping
 
 from ..model_loader.model_config import ModelConfig
 from .causal_lm import CausalLM
+from .contract_ops import decoder_ops
 from .weights import WeightLoader
 
 #: architecture -> module (under accord.core.models) holding its `build_layer` (or, for
 #: a graph that is not the shared decoder skeleton, `load(weights, config)`), and
 #: optionally `is_unused_tensor(name, config)` for tensors it knowingly leaves unread and
-#: `parse_config(raw, config)` for config.json fields of its own.
+#: `parse_config(raw, config)` for config.json fields of its own, and `contract_ops(config)`
+#: where its graph calls other ops than the decoder skeleton's (contract_ops.py).
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "llama",
@@ -43,6 +45,8 @@ class ModelFamily:
     tensor_parallel: bool
     #: Adds the family's own config.json fields to the generic ModelConfig.
     parse_config: Callable[[Mapping[str, Any], ModelConfig], ModelConfig]
+    #: The op contracts its graph calls for a config (what a backend must implement).
+    contract_ops: Callable[[ModelConfig], frozenset[str]]
 
 
 def supported_architectures() -> list[str]:
@@ -77,7 +81,8 @@ def family(architecture: str) -> ModelFamily:
 
     load = getattr(module, "load", None) or partial(CausalLM.load, build_layer=module.build_layer)
     own_fields = getattr(module, "parse_config", None) or (lambda raw, config: config)
-    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False), own_fields)
+    ops = getattr(module, "contract_ops", decoder_ops)
+    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False), own_fields, ops)
 
 
 def parse_model_config(raw: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> ModelConfig:

@@ -60,7 +60,7 @@ class Worker:
             )
         else:
             self.parallel = ParallelContext.single()
-        self.ops = OpDispatcher(backend)
+        self.ops = OpDispatcher(backend, compiled=bool(config.compilation_config))
         if config.record_op_calls is not None:
             # Installed before the model loads, so profile_run's calls are recorded too.
             self.ops.add_hook(CallRecorder(rank_directory(config.record_op_calls, rank)))

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import FLOAT_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, Switch, TensorSpec
+from ..spec import FLOAT_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, Switch, TensorSpec, UnorderedRows
 from .attention import METADATA_GROUP, _metadata_tensors
 from .common import REDUCTION
 
@@ -83,6 +83,7 @@ INDEXER_TOPK = OpContract(
     outputs=(OutputSpec("ids", ("T", "top_k"), "param:ids_dtype", index=True),),
     primary="q",
     tolerance=REDUCTION,
+    unordered_rows=UnorderedRows("ids"),
     dtype_groups=(("q", "key_cache"), METADATA_GROUP),
     rules=(_positive("top_k", "compress_rate"),),
 )

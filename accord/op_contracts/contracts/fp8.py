@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import FLOAT_DTYPES, FP8_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, Switch, TensorSpec
+from ..spec import FLOAT_DTYPES, FP8_DTYPES, Dequantised, OpContract, OutputSpec, ParamSpec, Rule, Switch, TensorSpec
 from .common import ELEMENTWISE, FP32_ACCUMULATED, QUANTISED
 
 GROUP = 128
@@ -55,6 +55,7 @@ QUANTIZE_FP8 = OpContract(
     primary="x",
     tolerance=ELEMENTWISE | {torch.float8_e4m3fn: 2e-3},
     ulps=QUANTISED,
+    dequantised=Dequantised("q", "scales", "group_size"),
     rules=(Rule("static scales are per tensor; groups are 128 wide", _static_scale_per_tensor),),
 )
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec, dtype_name
+from ..spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec, UnorderedRows, dtype_name
 from .common import ELEMENTWISE, FP32_ACCUMULATED, REDUCTION
 
 
@@ -72,6 +72,7 @@ MOE_ROUTE = OpContract(
     ),
     primary="router_logits",
     tolerance=ELEMENTWISE,
+    unordered_rows=UnorderedRows("topk_ids", ("topk_weights",)),
     rules=(Rule("selection inputs are present and top_k/n_group/topk_group fit", _route_inputs_present),),
 )
 

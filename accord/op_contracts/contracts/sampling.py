@@ -6,7 +6,7 @@ import torch
 
 from typing import Any, Mapping
 
-from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec
+from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec, UnorderedRows
 from .common import ELEMENTWISE
 
 
@@ -49,6 +49,7 @@ SAMPLE = OpContract(
     ),
     primary="logits",
     tolerance=ELEMENTWISE,
+    unordered_rows=UnorderedRows("top_token_ids", ("top_logprobs",)),
     rules=(Rule("num_logprobs is at most the vocabulary", _logprobs_fit_vocab),),
 )
 

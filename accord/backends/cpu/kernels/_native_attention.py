@@ -16,12 +16,25 @@ from . import _native
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 #: The metadata index dtypes it reads, by their width in bytes.
 INDEX_BYTES = {torch.int32: 4, torch.int64: 8}
-#: struct decode_call of paged_decode_attention.c: 30 int64 fields.
-CALL_LAYOUT = "30q"
+#: The one argument struct of paged_decode_attention.c, declared here only (the build
+#: writes its C definition): the call's tensors and sizes, in the order `attend_decodes`
+#: packs them.
+DECODE_CALL = _native.Int64Struct("decode_call", (
+    "query", "q_dtype", "out", "out_dtype", "rows", "q_row_stride", "q_head_stride", "out_row_stride",
+    "out_head_stride", "q_heads",
+    "key_cache", "value_cache", "kv_dtype", "num_blocks", "block_size", "block_stride", "slot_stride",
+    "head_stride", "kv_heads", "key_dim", "value_dim",
+    "block_tables", "table_stride", "table_width", "seq_lens", "query_start_loc", "num_seqs", "index_bytes",
+    "sliding_window", "threads",
+))
+#: Its `struct` format, taken once (a decode step packs it per attention call).
+CALL_LAYOUT = DECODE_CALL.layout
 #: What `_native.load` builds and loads (and `_native.build_ahead` starts building).
 LIBRARY = (
     "paged_decode_attention.c",
     (("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float)),),
+    _native.DEFAULT_OPTIMIZATION,
+    (DECODE_CALL,),
 )
 
 
@@ -68,8 +81,8 @@ def attend_decodes(
         or block_tables.stride(1) != 1 or seq_lens.stride(0) != 1 or query_start_loc.stride(0) != 1
     ):
         return None
-    # struct decode_call, field by field, as an immutable bytes object: a graph capture
-    # (`_native_graph`) keeps it as the memory the recorded pointer points into.
+    # struct decode_call, in DECODE_CALL's field order, as an immutable bytes object: a
+    # graph capture (`_native_graph`) keeps it as the memory the recorded pointer points into.
     call = struct.pack(CALL_LAYOUT, *(
         query.data_ptr(), q_code, out.data_ptr(), out_code, rows, q_strides[0], q_strides[1],
         out_strides[0], out_strides[1], q_heads,

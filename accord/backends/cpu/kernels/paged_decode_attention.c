@@ -531,18 +531,10 @@ static int run_decode_task(const struct decode_tasks *w, long task) {
  * more than it saves. */
 #define POSITIONS_PER_THREAD 4096
 
-/* One call's tensors and sizes, every field an int64 (pointers as addresses): one
- * array from Python, as a ctypes call costs about half a microsecond per argument on a
- * slow host. _native_attention.py lists the fields in this order. Strides are in
- * elements; dtypes are FP32 or BF16; index_bytes is the metadata's width, 4 or 8. */
-struct decode_call {
-    int64_t query, q_dtype, out, out_dtype, rows, q_row_stride, q_head_stride, out_row_stride,
-        out_head_stride, q_heads;
-    int64_t key_cache, value_cache, kv_dtype, num_blocks, block_size, block_stride, slot_stride,
-        head_stride, kv_heads, key_dim, value_dim;
-    int64_t block_tables, table_stride, table_width, seq_lens, query_start_loc, num_seqs, index_bytes;
-    int64_t sliding_window, threads;
-};
+/* struct decode_call: one call's tensors and sizes, every field an int64 (pointers as
+ * addresses), passed as one pointer. It is declared once, in _native_attention.py
+ * (DECODE_CALL), and the build defines it ahead of this file. Strides are in elements;
+ * dtypes are FP32 or BF16; index_bytes is the metadata's width, 4 or 8. */
 
 /* The decode rows of a varlen step (see the paged_attention contract), and zeros in the
  * query rows no sequence owns. Returns how many sequences have more than one new row
