@@ -146,6 +146,12 @@ def create_app(
             return JSONResponse(HealthResponse(status="error").model_dump(), status_code=503)
         return JSONResponse(HealthResponse().model_dump())
 
+    @app.get("/version")
+    async def version() -> JSONResponse:
+        """The engine's version, in vLLM's shape, so clients that record the server's
+        version (`accord bench serve`, vLLM's `bench serve`) find it."""
+        return JSONResponse({"version": __version__})
+
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
         """Prometheus metrics in the text exposition format."""

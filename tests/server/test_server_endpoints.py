@@ -1,6 +1,8 @@
-"""The non-generation endpoints: tokenize, detokenize, health and the OpenAPI schema."""
+"""The non-generation endpoints: tokenize, detokenize, health, version and the OpenAPI schema."""
 
 from __future__ import annotations
+
+from importlib.metadata import version
 
 import httpx
 
@@ -24,5 +26,9 @@ def test_tokenize_renders_chat_messages_with_the_template(http: httpx.Client) ->
 
 def test_openapi_schema_lists_every_route(http: httpx.Client) -> None:
     paths = http.get("/openapi.json").json()["paths"]
-    routes = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics"}
+    routes = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics", "/version"}
     assert routes <= set(paths)
+
+
+def test_version_answers_as_vllm_does_with_the_installed_package_version(http: httpx.Client) -> None:
+    assert http.get("/version").json() == {"version": version("accord")}
