@@ -120,6 +120,7 @@ class LLMEngine:
                 max_model_len=max_model_len,
                 eos_token_ids=info.model_config.eos_token_ids,
                 structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
+                speculative=config.speculative,
             )
             for _ in range(config.data_parallel_size)
         ]

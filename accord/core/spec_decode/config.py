@@ -28,8 +28,9 @@ class SpeculativeConfig:
     the latest earlier occurrence of the request's last n tokens, for the longest n in
     [prompt_lookup_min, prompt_lookup_max] that occurs; suffix decoding proposes the
     continuation of the longest suffix of the request's tokens (up to
-    suffix_decoding_max_tree_depth) that occurred before, from the occurrence whose
-    continuation is most frequent. Requests stop getting proposals while at least
+    suffix_decoding_max_tree_depth) that occurred before, token by token with the
+    continuation most of its copies share, while at least suffix_decoding_min_token_prob
+    of them agree. Requests stop getting proposals while at least
     `disable_by_batch_size` requests run.
     """
 
@@ -38,6 +39,7 @@ class SpeculativeConfig:
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 4
     suffix_decoding_max_tree_depth: int = 24
+    suffix_decoding_min_token_prob: float = 0.1
     disable_by_batch_size: int | None = None
 
     @classmethod
@@ -66,7 +68,10 @@ class SpeculativeConfig:
         if "num_speculative_tokens" not in value:
             raise ValueError("speculative_config.num_speculative_tokens is required")
         for name in known[1:]:
-            if name in value and not _is_int(value[name], nullable=name == "disable_by_batch_size"):
+            if name == "suffix_decoding_min_token_prob":
+                if name in value and not (_is_int(value[name], False) or isinstance(value[name], float)):
+                    raise ValueError(f"speculative_config.{name} must be a number, got {value[name]!r}")
+            elif name in value and not _is_int(value[name], nullable=name == "disable_by_batch_size"):
                 raise ValueError(f"speculative_config.{name} must be an integer, got {value[name]!r}")
         config = cls(**value)
         config._check()
@@ -86,6 +91,11 @@ class SpeculativeConfig:
             raise ValueError(
                 f"speculative_config.suffix_decoding_max_tree_depth must be at least 1, "
                 f"got {self.suffix_decoding_max_tree_depth}"
+            )
+        if not 0.0 <= self.suffix_decoding_min_token_prob <= 1.0:
+            raise ValueError(
+                f"speculative_config.suffix_decoding_min_token_prob must be in [0, 1], "
+                f"got {self.suffix_decoding_min_token_prob}"
             )
         if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
             raise ValueError(f"speculative_config.disable_by_batch_size must be at least 1, got {self.disable_by_batch_size}")
