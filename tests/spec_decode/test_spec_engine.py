@@ -53,6 +53,13 @@ def test_greedy_outputs_equal_under_chunked_prefill(counting_llama_dir, make_llm
     assert token_ids(generate(llm)) == token_ids(generate(baseline))
 
 
+def test_greedy_outputs_equal_under_async_scheduling(counting_llama_dir, make_llm, baseline):
+    # Speculating steps run one at a time: the next drafts follow from the last tokens.
+    llm = make_llm(counting_llama_dir, speculative_config=METHODS["ngram"], async_scheduling=True, **ENGINE)
+    assert token_ids(generate(llm)) == token_ids(generate(baseline))
+    assert llm.llm_engine.stats.spec_decode_num_accepted_tokens > 0
+
+
 def test_greedy_outputs_equal_under_forced_preemption(counting_llama_dir, make_llm, baseline):
     # 16 blocks of 16 tokens for four requests of ~76 tokens: some are preempted.
     llm = make_llm(counting_llama_dir, speculative_config=METHODS["ngram"], max_model_len=256,
