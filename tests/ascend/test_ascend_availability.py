@@ -60,18 +60,21 @@ def _run(site: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=environment, timeout=120)
 
 
+@pytest.mark.slow
 def test_torch_npu_without_cann_breaks_a_bare_import_torch(torch_npu_site):
     """The failure the guard exists for, reproduced (so the other tests can fail)."""
     result = _run(torch_npu_site, "-c", "import torch")
     assert result.returncode != 0 and "Failed to load the backend extension: torch_npu" in result.stderr
 
 
+@pytest.mark.slow
 def test_import_accord_then_torch_works_with_torch_npu_without_cann(torch_npu_site):
     result = _run(torch_npu_site, "-c", "import os, accord, torch; print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0"
 
 
+@pytest.mark.slow
 def test_accord_backends_says_cann_is_missing(torch_npu_site):
     result = _run(torch_npu_site, "-m", "accord", "backends")
     assert result.returncode == 0, result.stderr
@@ -80,6 +83,7 @@ def test_accord_backends_says_cann_is_missing(torch_npu_site):
     assert "cannot open shared object file" in line  # the loader's own message names the library
 
 
+@pytest.mark.slow
 def test_a_users_autoload_setting_is_left_alone(torch_npu_site):
     result = _run(torch_npu_site, "-c", "import accord, torch", TORCH_DEVICE_BACKEND_AUTOLOAD="1")
     assert result.returncode != 0 and "Failed to load the backend extension" in result.stderr

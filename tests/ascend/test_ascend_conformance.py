@@ -30,11 +30,13 @@ def report(emulated) -> ConformanceReport:
     return ConformanceRunner(emulated, ReferenceBackend()).run()
 
 
+@pytest.mark.slow
 def test_emulated_conformance_has_no_failure(report):
     failures = [f"{r.op} [{r.combo}] {r.case}: {r.message}" for r in report.results if r.status is Status.FAIL]
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow
 def test_every_op_that_torch_npu_can_run_passes_cases(report):
     passed = {r.op for r in report.results if r.status is Status.PASS}
     assert passed == set(CONTRACTS) - FP8_ONLY
@@ -56,6 +58,7 @@ def test_int64_indices_reach_the_kernels_through_declared_adapters(report):
     assert ("fused_moe", "cast topk_ids int64->int32") in adapted
 
 
+@pytest.mark.slow
 def test_conformance_command_runs_the_emulated_backend():
     env = {**os.environ, "ACCORD_NPU_EMULATE": "1"}
     result = subprocess.run(

@@ -62,6 +62,7 @@ def test_two_plugins_claiming_one_name_is_an_error():
         BackendRegistry(manager)
 
 
+@pytest.mark.slow
 def test_accord_backends_command_lists_every_backend_with_status():
     result = subprocess.run(
         [sys.executable, "-m", "accord", "backends"], capture_output=True, text=True, check=True

@@ -22,6 +22,7 @@ class FixedRegistry:
         return self._backends[name]
 
 
+@pytest.mark.slow
 def test_cpu_backend_passes_every_contract(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "--backend", "cpu"]) == 0
     summary = capsys.readouterr().out.splitlines()[-1]

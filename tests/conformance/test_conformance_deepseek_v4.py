@@ -47,12 +47,14 @@ def test_compressed_cases_include_prompts_ending_mid_block_and_a_first_token() -
     assert any(case.args["topk_ids"] is not None and bool((case.args["topk_ids"] < 0).any()) for case in cases)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["kv_compress", "indexer_topk", "compressed_attention"])
 def test_cpu_passes_the_compressed_kv_contracts(op: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "--backend", "cpu", "--op", op]) == 0
     assert "fail 0" in capsys.readouterr().out.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_accord_conformance_catches_tid2eid_read_at_token_id_width(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -114,6 +114,7 @@ GAPS: dict[str, tuple[str, Any, Selector, Selector | None]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gap", GAPS)
 def test_the_broken_double_fails_the_new_cases_and_only_those(gap: str) -> None:
     op, bug, catching, unaffected = GAPS[gap]
@@ -126,6 +127,7 @@ def test_the_broken_double_fails_the_new_cases_and_only_those(gap: str) -> None:
     assert spared and statuses(spared) == {Status.PASS}, [r.message for r in spared if r.status is Status.FAIL]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gap", GAPS)
 def test_the_cpu_backend_passes_the_new_cases(gap: str) -> None:
     op, _bug, catching, _unaffected = GAPS[gap]
@@ -144,6 +146,7 @@ DRAW_BUGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gap", DRAW_BUGS)
 def test_the_draws_check_names_the_misfit_of_each_sampler_bug(gap: str) -> None:
     op, bug, _catching, _unaffected = GAPS[gap]

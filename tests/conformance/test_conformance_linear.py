@@ -31,6 +31,7 @@ def test_cases_cover_one_and_several_rows_on_prepared_bf16_valued_weights() -> N
     assert {c.row_count() for c in prepared} >= {1, 3, 4, 7}
 
 
+@pytest.mark.slow
 def test_cpu_linear_passes_on_every_weight_form() -> None:
     results = run_linear(get_backend("cpu"))
     assert {r.status for r in results} == {Status.PASS}, [(r.case, r.combo, r.message) for r in results]
@@ -45,12 +46,14 @@ def test_cpu_keeps_a_bf16_copy_of_bf16_valued_fp32_weights() -> None:
     assert hasattr(get_backend("cpu").prepare_linear_weight(case.args["weight"]), BF16_COPY)
 
 
+@pytest.mark.slow
 def test_rounding_activations_to_bf16_fails_exactly_the_few_row_bf16_valued_cases() -> None:
     results = run_linear(Bf16CopyReference("rounds-x", check_exact=True, round_x=True))
     want = {r.case for r in results if "bf16-valued" in r.case and r.case.startswith(FEW_ROWS)}
     assert len(want) == 6 and failed(results) == want
 
 
+@pytest.mark.slow
 def test_a_bf16_copy_of_a_weight_that_is_not_bf16_fails_the_few_row_prepared_fp32_cases() -> None:
     results = run_linear(Bf16CopyReference("inexact-copy", check_exact=False, round_x=False))
     want = {

@@ -50,6 +50,7 @@ def test_the_plugin_is_not_there_without_installing_it() -> None:
     assert "demo" not in BackendRegistry(plugin_manager()).names()
 
 
+@pytest.mark.slow
 def test_conformance_runs_the_discovered_plugin_and_reports_what_it_lacks(site: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(PLUGIN), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "accord", "conformance", "--backend", "demo",

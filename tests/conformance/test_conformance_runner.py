@@ -3,6 +3,7 @@ swaps one reference kernel for a plausible bug and checks the verdicts."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conformance_doubles import (
     PatchedReference,
@@ -32,12 +33,14 @@ def statuses(results: list[CaseResult]) -> set[Status]:
     return {r.status for r in results}
 
 
+@pytest.mark.slow
 def test_reference_against_itself_is_shared_never_passed_and_refuses_illegal_calls() -> None:
     results = run_op(get_backend("reference"), "moe_route")
     assert statuses([r for r in results if r.combo != "illegal calls"]) == {Status.SHARED}
     assert statuses([r for r in results if r.combo == "illegal calls"]) == {Status.REFUSED}
 
 
+@pytest.mark.slow
 def test_router_reading_int32_companions_as_int64_fails_exactly_the_mixed_width_cases() -> None:
     misreading = broken("misread", "moe_route", route_reading_companions_at_token_id_width)
     results = [r for r in run_op(misreading, "moe_route") if r.case.startswith("hash")]
@@ -48,6 +51,7 @@ def test_router_reading_int32_companions_as_int64_fails_exactly_the_mixed_width_
     assert uniform and statuses(uniform) == {Status.PASS}
 
 
+@pytest.mark.slow
 def test_dropped_topk_renormalisation_fails_only_renormalising_routes() -> None:
     results = [r for r in run_op(broken("no-renorm", "moe_route", route_without_renormalisation), "moe_route")
                if r.status is not Status.REFUSED]
@@ -73,6 +77,7 @@ def test_kernel_writing_past_its_output_fails_with_a_guard_breach() -> None:
     assert all("out: 1 guard elements overwritten" in r.message for r in results)
 
 
+@pytest.mark.slow
 def test_unclaimed_dtypes_are_reported_unsupported_not_run_or_passed() -> None:
     int32_only = broken("int32-only", "moe_route", reference_fn("moe_route"), token_ids=(torch.int32,))
     results = run_op(int32_only, "moe_route")
@@ -137,6 +142,7 @@ def test_backend_without_a_kernel_is_unsupported_for_every_legal_case() -> None:
     assert statuses([r for r in results if r.combo != "illegal calls"]) == {Status.UNSUPPORTED}
 
 
+@pytest.mark.slow
 def test_declared_adapters_are_applied_and_noted() -> None:
     casting = PatchedReference(
         "casting", Kernel("moe_route", reference_fn("moe_route"), {"token_ids": (torch.int32,)}, None,

@@ -70,6 +70,7 @@ def test_a_misspelt_forcing_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         cpu_backend.cpu_has_native_bf16.cache_clear()
 
 
+@pytest.mark.slow
 def test_mixtral_bf16_logits_match_transformers_on_the_bf16_path() -> None:
     # The failure seen on AVX512-BF16 hosts (relative max logit difference 0.41 against
     # the 0.05 bound), reproduced here by forcing the path in a fresh process.

@@ -104,6 +104,7 @@ def test_a_capture_records_only_its_own_thread() -> None:
     assert len(graph) == 0
 
 
+@pytest.mark.slow
 def test_a_capture_does_not_import_dynamo() -> None:
     # torch wraps a dispatch mode's handler in torch._disable_dynamo unless the mode opts
     # out; its first call imports dynamo, seconds of start-up on a small host.

@@ -35,6 +35,7 @@ def environment(tmp_path: Path, compiler: Path) -> dict[str, str]:
     return {**os.environ, "CC": str(compiler), "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_importing_the_cpu_kernels_compiles_nothing(tmp_path: Path) -> None:
     compiler, log = logging_compiler(tmp_path)
@@ -53,6 +54,7 @@ print(library.accord_test_add(2, 3))
 """
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_processes_starting_together_build_a_library_once(tmp_path: Path) -> None:
     kernels = tmp_path / "kernels"

@@ -8,6 +8,7 @@ import pytest
 from accord.cli.main import main
 
 
+@pytest.mark.slow
 def test_conformance_world_size_2_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "--backend", "cpu", "--world-size", "2"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

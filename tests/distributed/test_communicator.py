@@ -97,6 +97,7 @@ def probes() -> list[dict[str, Any]]:
     return spawn_ranks(probe_rank)
 
 
+@pytest.mark.slow
 def test_gloo_table_matches_this_torch_build(probes: list[dict[str, Any]]) -> None:
     for probe in probes:
         assert all(probe["carried"].values()), [k for k, ok in probe["carried"].items() if not ok]
@@ -105,6 +106,7 @@ def test_gloo_table_matches_this_torch_build(probes: list[dict[str, Any]]) -> No
         assert all(probe["refused"].values()), probe["refused"]
 
 
+@pytest.mark.slow
 def test_adapter_logged_once_and_counted(probes: list[dict[str, Any]]) -> None:
     for probe in probes:
         assert probe["adapter_logs"] == 1

@@ -48,6 +48,7 @@ VARIANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,architecture,expert_parallel", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_dp2_greedy_equals_transformers_with_requests_split_and_a_replica_idle(
     name: str, architecture: str, expert_parallel: bool, tmp_path: Path
@@ -127,6 +128,7 @@ def test_a_data_parallel_size_below_one_is_refused(size: int) -> None:
 
 
 # -- a dead rank -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_killed_rank_fails_every_replicas_requests_and_health_answers_503(tmp_path: Path) -> None:
     model_dir = save_with_tokenizer(tmp_path / "llama", "llama", {})
     engine = AsyncLLM.from_engine_args(str(model_dir), data_parallel_size=2, **PRESSURE)
@@ -193,6 +195,7 @@ def _lone_collective_rank(rank: int, init_method: str, out_dir: str) -> None:
     destroy_parallel()
 
 
+@pytest.mark.slow
 def test_a_collective_whose_peer_never_comes_raises_after_the_group_timeout(tmp_path: Path) -> None:
     init_method = f"tcp://127.0.0.1:{free_port()}"
     torch.multiprocessing.spawn(_lone_collective_rank, args=(init_method, str(tmp_path)), nprocs=2, join=True)

@@ -129,6 +129,7 @@ def _reference(layout: str, counts: tuple[int, ...], fp8_activations: bool) -> l
     return list(out.split(list(counts)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize(("layout", "tp_size", "dp_size", "counts"), LAYOUTS, ids=[lay[0] for lay in LAYOUTS])
 def test_each_rank_gets_the_full_moe_output_of_its_own_tokens(
@@ -142,6 +143,7 @@ def test_each_rank_gets_the_full_moe_output_of_its_own_tokens(
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fp8_activations_stay_within_fp8_quantisation_of_the_exact_result(ranks: list[dict[str, Any]]) -> None:
     layout, _, _, counts = LAYOUTS[1]
     exact = _reference(layout, counts, fp8_activations=False)
@@ -251,6 +253,7 @@ def v4_rank(comm: TorchCommunicator, model_dir: str) -> dict[tuple[str, int], to
     return outputs
 
 
+@pytest.mark.slow
 def test_deepseek_v4_moe_layers_under_ep_match_one_rank_with_every_expert(tmp_path: Path) -> None:
     from deepseek_v4_models import build_v4_dir
 
@@ -271,6 +274,7 @@ def test_deepseek_v4_moe_layers_under_ep_match_one_rank_with_every_expert(tmp_pa
                 torch.testing.assert_close(outputs[strategy, index], expected[rank], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["allgather", "all_to_all"])
 def test_deepseek_v4_tp2_ep_greedy_equals_transformers(
     strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -299,6 +303,7 @@ def test_deepseek_v4_tp2_ep_greedy_equals_transformers(
     assert [list(o.outputs[0].token_ids) for o in outputs] == prefix_only_greedy(model_dir, prompts, 4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["mixtral", "deepseek_v3"])
 def test_dp2_ep_greedy_equals_transformers_through_all_to_all(
     architecture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

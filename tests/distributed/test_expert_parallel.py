@@ -36,6 +36,7 @@ EP_RANK1_OF_2 = ParallelContext(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("architecture", ["mixtral", "qwen3_moe", "deepseek_v3"])
 def test_tp2_ep_mp_greedy_equals_transformers(

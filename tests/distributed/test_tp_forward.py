@@ -92,6 +92,7 @@ def tp2_results(model_dirs: dict[str, str]) -> dict[str, list[Any]]:
     return {name: [per_rank[r][i] for r in range(len(per_rank))] for i, name in enumerate(names)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [v[0] for v in VARIANTS])
 def test_tp2_logits_equal_tp1(name: str, model_dirs: dict[str, str], tp2_results: dict[str, list[Any]]) -> None:
     expected_logits, expected_tokens = greedy_logits(model_dirs[name], None)

@@ -54,6 +54,7 @@ def test_a_rank_reads_only_its_slices_of_a_gguf_file(tiny_gguf, monkeypatch: pyt
 
 # Q4_K's 256-wide blocks are wider than a rank's 128 o_proj columns, so that slice is
 # cut out of whole blocks; Q8_0's 32-wide blocks split exactly.
+@pytest.mark.slow
 @pytest.mark.parametrize("tensor_type", [Q.Q4_K, Q.Q8_0], ids=lambda t: t.name)
 def test_tp2_greedy_on_a_quantised_gguf_equals_tp1(tensor_type: Q, tiny_gguf) -> None:
     path = str(tiny_gguf(tensor_type))

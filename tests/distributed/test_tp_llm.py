@@ -55,6 +55,7 @@ def tp2_mp_greedy_under_pressure(model: str, **settings: Any) -> tuple[list[list
     return prompts, tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,architecture,overrides", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_tp2_mp_greedy_equals_transformers(name: str, architecture: str, overrides: dict, tmp_path: Path) -> None:
     model_dir = save_with_tokenizer(tmp_path / name, architecture, overrides)

@@ -190,6 +190,7 @@ def test_a_request_that_breaks_its_step_fails_alone(engines: tuple[LLM, LLM], mo
     assert "early" not in pipelined.llm_engine.output_processor, "the early request did not finish with the batch"
 
 
+@pytest.mark.slow
 def test_grammar_constrained_requests_step_one_at_a_time_and_match(engines: tuple[LLM, LLM]) -> None:
     prompts = [{"prompt_token_ids": random_prompt(n, seed=400 + n)} for n in (6, 14)]
     params = [

@@ -126,6 +126,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 TestBlockManagerProperties = BlockManagerMachine.TestCase
 TestBlockManagerProperties.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+TestBlockManagerProperties.pytestmark = [pytest.mark.slow]
 
 
 class _CollidingInt(int):

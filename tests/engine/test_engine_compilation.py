@@ -55,6 +55,7 @@ def test_every_reference_to_the_dispatcher_is_replaced_or_refused() -> None:
         _replace_references(holder, old, new)
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_compiled_forward_keeps_contract_errors() -> None:
     ops = OpDispatcher(get_backend("reference"), strict=True)
@@ -70,6 +71,7 @@ def test_compiled_forward_keeps_contract_errors() -> None:
             forward(x)
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_compiled_forward_gives_transformers_greedy_tokens(llama_dir: Path, make_llm) -> None:
     graphs_before = counters["stats"]["unique_graphs"]

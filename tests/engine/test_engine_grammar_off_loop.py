@@ -24,6 +24,7 @@ def async_llm(llama_dir: Path, make_llm) -> AsyncLLM:
     return AsyncLLM(llm.llm_engine)
 
 
+@pytest.mark.slow
 def test_a_compiling_grammar_blocks_neither_the_event_loop_nor_the_running_requests(
     async_llm: AsyncLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,6 +29,7 @@ def mixed_prompts(vocab_size: int) -> list[list[int]]:
     return prompts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["llama", "deepseek_v3"])
 def test_batched_greedy_equals_alone_and_transformers(
     architecture: str, request: pytest.FixtureRequest, make_llm

@@ -49,6 +49,7 @@ def generate(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
     return [output.outputs[0].token_ids for output in outputs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["llama", "deepseek_v3"])
 def test_tp2_greedy_equals_tp1_and_transformers_under_chunking_caching_and_preemption(
     architecture: str, request: pytest.FixtureRequest
@@ -81,6 +82,7 @@ def mp_engine(llama_dir: Path):
     engine.shutdown()
 
 
+@pytest.mark.slow
 def test_a_method_raising_in_a_worker_names_the_rank_and_the_worker_serves_on(mp_engine) -> None:
     with pytest.raises(WorkerError, match="worker rank 0: AttributeError"):
         mp_engine.executor.collective_rpc("no_such_method")
@@ -90,6 +92,7 @@ def test_a_method_raising_in_a_worker_names_the_rank_and_the_worker_serves_on(mp
     assert len(outputs[0].outputs[0].token_ids) == MAX_NEW_TOKENS
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_start_names_its_rank_and_the_cause(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"]}')
     before = set(multiprocessing.active_children())
@@ -98,6 +101,7 @@ def test_a_worker_that_cannot_start_names_its_rank_and_the_cause(tmp_path: Path)
     assert set(multiprocessing.active_children()) <= before
 
 
+@pytest.mark.slow
 def test_a_killed_worker_fails_the_requests_in_flight_and_stops_every_worker(llama_dir: Path) -> None:
     engine = LLMEngine.from_engine_args(
         str(llama_dir), backend="cpu", tensor_parallel_size=2, max_model_len=256, num_gpu_blocks_override=32
@@ -121,6 +125,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_sigterm_to_an_offline_process_leaves_no_worker_behind(llama_dir: Path, tmp_path: Path) -> None:
     script = tmp_path / "offline.py"
     script.write_text(ORPHAN_SCRIPT)
@@ -136,6 +141,7 @@ def test_sigterm_to_an_offline_process_leaves_no_worker_behind(llama_dir: Path, 
         process.wait()
 
 
+@pytest.mark.slow
 def test_async_scheduling_over_worker_processes_gives_the_same_tokens_and_a_dead_worker_fails_cleanly(
     llama_dir: Path,
 ) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from processes import child_pids, wait_until_gone
 from server_harness import ServerProcess, free_port
 
@@ -40,6 +41,7 @@ def worker_pids(server: ServerProcess) -> list[int]:
     return [pid for pid in child_pids(server.process.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
+@pytest.mark.slow
 def test_serve_tp2_answers_the_openai_client_and_sigterm_leaves_no_process(llama_dir: Path, tmp_path: Path) -> None:
     server = serve_tp2(llama_dir, tmp_path)
     try:
@@ -62,6 +64,7 @@ def test_serve_tp2_answers_the_openai_client_and_sigterm_leaves_no_process(llama
     assert completion.usage.completion_tokens == MAX_TOKENS
 
 
+@pytest.mark.slow
 def test_a_killed_worker_errors_the_requests_in_flight_turns_health_503_and_exits_nonzero(
     llama_dir: Path, tmp_path: Path
 ) -> None:
@@ -100,6 +103,7 @@ def test_a_killed_worker_errors_the_requests_in_flight_turns_health_503_and_exit
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_worker_that_fails_to_start_prints_its_traceback_once(llama_dir: Path, tmp_path: Path) -> None:
     # Half a weights file: the engine reads config and tokenizer, each worker fails to load.
     broken = tmp_path / "broken"

@@ -51,6 +51,7 @@ def test_the_cpu_deploy_config_names_the_cpu_backend_and_the_demo_model() -> Non
     assert (engine.backend, engine.model) == ("cpu", DEMO_MODEL_NAME)
 
 
+@pytest.mark.slow
 def test_the_cpu_deploy_config_passes_the_gate_and_writes_its_reports(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

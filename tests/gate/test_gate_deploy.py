@@ -18,6 +18,9 @@ from gate_helpers import gate_in_subprocess, write_deploy_yaml
 from accord.gate.gate_command import EXIT_FAILED, EXIT_PASSED, run_deploy
 from accord.gate.reports import REPORT_FILES, validate_document
 
+# Every test here runs the gate end to end.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def cpu_gate(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:

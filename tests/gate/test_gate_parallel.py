@@ -44,6 +44,7 @@ def tp2_ep_gate(tiny_moe_model: Path, tmp_path_factory: pytest.TempPathFactory) 
     return run_deploy(deploy, report_dir=folder / "reports"), folder / "reports"
 
 
+@pytest.mark.slow
 def test_a_tp2_ep_deploy_passes_the_gate(tp2_ep_gate: tuple[int, Path]) -> None:
     exit_code, reports = tp2_ep_gate
     document = json.loads((reports / "report.json").read_text())
@@ -54,6 +55,7 @@ def test_a_tp2_ep_deploy_passes_the_gate(tp2_ep_gate: tuple[int, Path]) -> None:
     assert document["environment"]["deploy_config"]["tensor_parallel_size"] == 2
 
 
+@pytest.mark.slow
 def test_the_report_lists_every_rank_s_signatures_and_they_are_replayed(tp2_ep_gate: tuple[int, Path]) -> None:
     report = load_report(tp2_ep_gate[1] / "report.json")
     assert report.ranks == (0, 1)
@@ -67,6 +69,7 @@ def test_the_report_lists_every_rank_s_signatures_and_they_are_replayed(tp2_ep_g
     assert "Op signatures recorded per rank" in (tp2_ep_gate[1] / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_each_rank_s_calls_are_kept_in_the_deploy_s_recording_folder(tp2_ep_gate: tuple[int, Path]) -> None:
     """Rank r's fused_moe calls carry rank r's expert_map (experts 2r and 2r+1 here)."""
     kept = read_recordings(tp2_ep_gate[1].parent / "calls")
@@ -146,6 +149,7 @@ def broken_ep_gates(tiny_moe_model: Path, tmp_path_factory: pytest.TempPathFacto
     return runs
 
 
+@pytest.mark.slow
 def test_an_ep_only_index_width_bug_fails_the_gate_at_tp2_ep(broken_ep_gates: dict[str, tuple[int, Path]]) -> None:
     exit_code, reports = broken_ep_gates["tp2-ep"]
     report = load_report(reports / "report.json")
@@ -157,6 +161,7 @@ def test_an_ep_only_index_width_bug_fails_the_gate_at_tp2_ep(broken_ep_gates: di
     assert all(case.endswith("on ranks 0,1") for _, case in failed)
 
 
+@pytest.mark.slow
 def test_the_same_bug_passes_the_gate_at_tp1(broken_ep_gates: dict[str, tuple[int, Path]]) -> None:
     exit_code, reports = broken_ep_gates["tp1"]
     report = load_report(reports / "report.json")

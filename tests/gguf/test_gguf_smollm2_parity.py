@@ -45,6 +45,7 @@ def transformers_gguf(smollm2_gguf: Path):
     return tokenizer, model
 
 
+@pytest.mark.slow
 def test_chat_prompts_tokenise_as_transformers_does(accord_llm: LLM, transformers_gguf) -> None:
     tokenizer, _ = transformers_gguf
     for question in QUESTIONS:
@@ -54,6 +55,7 @@ def test_chat_prompts_tokenise_as_transformers_does(accord_llm: LLM, transformer
         assert ours == list(theirs), question
 
 
+@pytest.mark.slow
 def test_greedy_chat_answers_are_token_identical_to_transformers(accord_llm: LLM, transformers_gguf) -> None:
     tokenizer, model = transformers_gguf
     outputs = accord_llm.chat(

@@ -32,6 +32,7 @@ def theirs(smollm2_gguf: Path):
     return transformers.AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", TEXTS)
 def test_encodes_as_transformers_gguf_tokenizer(text: str, ours: Tokenizer, theirs) -> None:
     assert ours.encode(text) == theirs.encode(text, add_special_tokens=True)

@@ -63,6 +63,7 @@ def test_the_test_prompts_cover_the_window_and_several_compressed_blocks() -> No
     assert any(n % CSA_RATE and n % HCA_RATE for n in PROMPT_LENGTHS), "one prompt ends mid compression block"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
 def test_batched_chunked_greedy_matches_transformers_prefix_only(backend, engines, prompts, reference_tokens) -> None:
     assert greedy(engines[backend], prompts) == reference_tokens

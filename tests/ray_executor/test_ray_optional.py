@@ -12,6 +12,7 @@ from accord.core.config import EngineConfig
 from accord.core.executor import executor_class
 
 
+@pytest.mark.slow
 def test_accord_and_the_ray_executor_module_import_without_ray() -> None:
     script = (
         "import sys; sys.modules['ray'] = None\n"

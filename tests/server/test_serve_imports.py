@@ -10,10 +10,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 #: Module name prefixes serving a Hugging Face directory on the CPU must not import.
 NOT_FOR_SERVING = ("accord.conformance", "accord.gate", "gguf", "yaml", "triton", "transformers", "ray")
 
 
+@pytest.mark.slow
 def test_the_serve_path_imports_no_suite_gate_gguf_or_gpu_runtime() -> None:
     script = (
         "import json, sys\n"
@@ -29,6 +32,7 @@ def test_the_serve_path_imports_no_suite_gate_gguf_or_gpu_runtime() -> None:
     assert unwanted == []
 
 
+@pytest.mark.slow
 def test_a_gguf_model_still_loads_its_reader_on_use() -> None:
     script = (
         "import json, sys\n"

@@ -50,6 +50,7 @@ def wait_for_metrics(http: httpx.Client, condition, what: str) -> dict[str, floa
     return metrics
 
 
+@pytest.mark.slow
 def test_closing_a_running_and_many_waiting_requests_counts_every_abort(one_at_a_time: ServerProcess) -> None:
     with httpx.Client(base_url=one_at_a_time.url, timeout=30) as http:
         before = scrape_metrics(http).get(ABORTS, 0)

@@ -58,6 +58,7 @@ def test_engine_defaults_are_the_engine_configs_defaults() -> None:
 
 
 
+@pytest.mark.slow
 def test_serving_a_missing_directory_fails_with_a_one_line_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
     result = subprocess.run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import openai
+import pytest
 
 from server_harness import API_KEY, ServerProcess
 
@@ -32,6 +33,7 @@ async def stream_all(url: str) -> list[tuple[int, int]]:
         return await asyncio.gather(*(stream_one(client, i) for i in range(NUM_REQUESTS)))
 
 
+@pytest.mark.slow
 def test_64_concurrent_streams_all_complete_with_correct_usage(server: ServerProcess) -> None:
     results = asyncio.run(stream_all(server.url))
     assert results == [(MAX_TOKENS, MAX_TOKENS)] * NUM_REQUESTS

@@ -30,6 +30,7 @@ def v4_server(tmp_path_factory: pytest.TempPathFactory):
     server.stop()
 
 
+@pytest.mark.slow
 def test_accord_serve_completes_like_transformers_prefix_only(v4_server) -> None:
     server, model_dir = v4_server
     body = {

@@ -17,6 +17,9 @@ import httpx
 import pytest
 from server_harness import API_KEY, ENGINE_FLAGS, ServerProcess, scrape_metrics
 
+# Every test here runs a server of its own end to end.
+pytestmark = pytest.mark.slow
+
 MAX_TOKENS = 2000
 FINISHED_BY_LENGTH = "accord:request_success_total[finished_reason=length]"
 BODY = {"prompt": "A long story:", "max_tokens": MAX_TOKENS, "ignore_eos": True}

@@ -246,6 +246,7 @@ def test_logprobs_offsets_and_bytes_are_right_for_partial_characters(http: httpx
         assert entry["bytes"] == [0xC3]
 
 
+@pytest.mark.slow
 def test_serve_on_a_port_in_use_fails_before_claiming_to_serve(server: ServerProcess) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_harness import ENGINE_FLAGS, ServerProcess
 
@@ -32,6 +33,7 @@ def wait_until_admitted(server: ServerProcess, requests: int, timeout: float = 3
     raise AssertionError(f"the server did not admit {requests} requests within {timeout} s")
 
 
+@pytest.mark.slow
 def test_sigterm_lets_the_request_in_flight_finish_then_exits_zero(demo_model: Path, cache_dir: Path) -> None:
     server = ServerProcess(*ENGINE_FLAGS, "--shutdown-timeout", "60", cache_dir=cache_dir)
     try:
@@ -50,6 +52,7 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_zero(demo_model: P
         server.stop()
 
 
+@pytest.mark.slow
 def test_requests_that_outlive_a_short_drain_end_cleanly(demo_model: Path, cache_dir: Path) -> None:
     server = ServerProcess(*ENGINE_FLAGS, "--shutdown-timeout", "1", cache_dir=cache_dir)
     long = {"prompt": "Once upon a time", "max_tokens": 240, "ignore_eos": True}

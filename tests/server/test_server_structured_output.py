@@ -37,6 +37,7 @@ def stream_text(stream) -> tuple[str, str | None]:
     return text, finish_reason
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_response_format_json_schema_output_validates(client: openai.OpenAI, stream: bool) -> None:
     response_format = {"type": "json_schema", "json_schema": {"name": "city", "schema": SCHEMA}}

@@ -85,6 +85,7 @@ def running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_the_tokenizer_process_starts_for_a_large_prompt_and_stops_with_the_server(cache_dir: Path) -> None:
     server = ServerProcess(*ENGINE_FLAGS, cache_dir=cache_dir)
     try:

@@ -73,6 +73,7 @@ def test_fused_moe_dequantises_fp8_weights_by_their_block_scales(assert_matches_
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "dtype, fp8_dtype, swiglu_limit",
     [(torch.bfloat16, torch.float8_e4m3fn, 0.0), (torch.float16, torch.float8_e4m3fnuz, 4.0)],
