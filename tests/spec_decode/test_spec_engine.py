@@ -11,6 +11,9 @@ import pytest
 from accord.core.sampling_params import SamplingParams
 from accord.core.structured_output.params import StructuredOutputsParams
 
+#: Each test generates through a model (seconds on a 2-core host): the slow tier.
+pytestmark = pytest.mark.slow
+
 METHODS = {
     "ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3},
     "suffix": {"method": "suffix", "num_speculative_tokens": 4},

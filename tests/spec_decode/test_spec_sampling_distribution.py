@@ -5,11 +5,16 @@ engine without speculation."""
 
 from __future__ import annotations
 
+import pytest
+
 from collections import Counter
 
 import torch
 
 from accord.core.sampling_params import SamplingParams
+
+#: Each test generates through a model (seconds on a 2-core host): the slow tier.
+pytestmark = pytest.mark.slow
 
 #: Per position tested; two positions, so a correct engine fails with probability below
 #: 2e-3 over the choice of seeds (the seeds are fixed, so a run repeats its verdict).

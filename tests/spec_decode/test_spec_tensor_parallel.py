@@ -4,8 +4,13 @@ greedy outputs equal those of one rank without speculation."""
 
 from __future__ import annotations
 
+import pytest
+
 from accord import LLM
 from accord.core.sampling_params import SamplingParams
+
+#: Each test generates through a model (seconds on a 2-core host): the slow tier.
+pytestmark = pytest.mark.slow
 
 PROMPTS = [list(range(100 + 7 * i, 130 + 7 * i)) + list(range(100 + 7 * i, 106 + 7 * i)) for i in range(3)]
 ENGINE = {"backend": "cpu", "max_model_len": 256, "num_gpu_blocks_override": 64}
