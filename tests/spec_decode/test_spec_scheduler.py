@@ -137,3 +137,13 @@ def test_finishing_at_an_accepted_stop_token_drops_the_tokens_after_it() -> None
     land(scheduler, scheduler.schedule(), {"r": [6, 7, 8, 9]})
     assert request.output_token_ids == [100, 6, 7] and request.finish_reason == "stop"
     assert scheduler.block_manager.num_free_blocks == scheduler.block_manager.num_blocks
+
+
+def test_drafts_take_only_the_budget_other_decodes_do_not_need() -> None:
+    scheduler = make_scheduler(budget=5)
+    for req_id, prompt in (("a", [1]), ("b", [3]), ("c", [5])):
+        add(scheduler, req_id, prompt)
+    land(scheduler, scheduler.schedule(), {"a": [7], "b": [8], "c": [9]}, {"a": [1, 2, 3], "b": [4, 5], "c": [6]})
+    step = scheduler.schedule()
+    # Five tokens for three decodes: each gets its token, and the two left go to drafts.
+    assert step.num_scheduled_tokens == {"a": 3, "b": 1, "c": 1}

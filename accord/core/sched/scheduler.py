@@ -163,14 +163,18 @@ class Scheduler:
         # request's count is fixed here: preempting another one leaves it unchanged.
         pending = [(request, _tokens_to_compute(request)) for request in self.running]
         pending = [item for item in pending if item[1] <= 1] + [item for item in pending if item[1] > 1]
+        # Drafts take only budget the decodes after them do not need: a batch's decodes
+        # all advance before any request checks drafts.
+        decodes_left = sum(1 for _, to_compute in pending if to_compute <= 1)
         for request, to_compute in pending:
+            decodes_left -= to_compute <= 1
             if budget == 0:
                 break
             if request.status is not RequestStatus.RUNNING or self._stops_when_tokens_land(request):
                 continue  # preempted earlier in this loop, or nothing more to compute
             proposal, request.spec_token_ids = request.spec_token_ids, []
             if speculating and to_compute == 1:
-                proposal = proposal[: self._draft_room(request, budget)]
+                proposal = proposal[: self._draft_room(request, budget - max(0, decodes_left))]
             else:
                 proposal = []
             count = min(to_compute + len(proposal), budget)
