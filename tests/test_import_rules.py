@@ -155,6 +155,8 @@ CORE_ROLES_FORBIDDEN: dict[str, set[str]] = {
     "model_loader": {"engine", "sched", "worker", "executor"},
     "structured_output": {"engine", "sched", "worker", "executor", "models"},
     "distributed": {"engine", "sched", "worker", "executor", "models", "model_loader"},
+    # The proposers read token histories; the runner (worker) calls them.
+    "spec_decode": {"engine", "sched", "worker", "executor", "model_loader"},
 }
 #: What core keeps outside the role folders: data and settings every role shares.
 CORE_SHARED_MODULES = {"__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats"}

@@ -7,6 +7,7 @@ the launcher it starts both read it without importing each other."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from ..core.config import EngineConfig, EngineSetting, engine_settings
 
@@ -52,11 +53,22 @@ def engine_flag_options(setting: EngineSetting) -> dict[str, object]:
     if setting.kind is bool:
         options["action"] = EnableDisableAction
     else:
-        options["type"] = setting.kind
+        options["type"] = json_object if setting.kind is dict else setting.kind
         options["metavar"] = setting.flag.removeprefix("--").replace("-", "_").upper()
     if setting.choices is not None:
         options["choices"] = setting.choices
     return options
+
+
+def json_object(text: str) -> dict:
+    """A dict-valued engine argument's flag value: a JSON object (checked by EngineConfig)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({error}): {text}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, got {text}")
+    return value
 
 
 def engine_config(args: argparse.Namespace, model_dir: str) -> EngineConfig:

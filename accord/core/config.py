@@ -16,6 +16,8 @@ from dataclasses import MISSING, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from .spec_decode.config import SpeculativeConfig
+
 #: KV cache bytes on a CPU when `kv_cache_memory` is not given (vLLM-CPU's default
 #: VLLM_CPU_KVCACHE_SPACE is 4 GiB too).
 DEFAULT_CPU_KV_CACHE_BYTES = 4 << 30
@@ -171,6 +173,12 @@ class EngineConfig:
         "inductor, the contract ops opaque (accord.core.worker.compilation; measured figures in docs/performance.md)",
         flag="--compilation-config", aliases=("-O", "-cc"), at_least=0, at_most=3,
     )
+    speculative_config: dict | None = setting(
+        None, help="speculative decoding as JSON, vLLM's keys: {\"method\": \"ngram\" or \"suffix\", "
+        "\"num_speculative_tokens\": k, \"prompt_lookup_min\": .., \"prompt_lookup_max\": .., "
+        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; draft_model, eagle and mtp are refused)",
+        default_help="off",
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",
@@ -183,6 +191,10 @@ class EngineConfig:
             expected = spec.refusal(value)
             if expected is not None:
                 raise ValueError(f"{spec.name} must be {expected}, got {value!r}")
+        #: The checked speculative decoding setup (None: off).
+        self.speculative: SpeculativeConfig | None = (
+            None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)
+        )
         if self.distributed_executor_backend == "uni" and self.world_size != 1:
             raise ValueError(
                 f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} x "

@@ -4,6 +4,7 @@ counters (vLLM's metric set)."""
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
@@ -21,6 +22,14 @@ class RequestTimes:
     first_token_time: float | None = None
     finished_time: float | None = None
     num_generation_tokens: int = 0
+    #: Speculative decoding: tokens drafted for the request's samples, and accepted.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens (None when nothing was drafted)."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
     @property
     def queue_time(self) -> float | None:
@@ -65,6 +74,29 @@ class EngineStats:
     #: Steps per ITERATION_TOKEN_BUCKETS bucket (and one past the last), and their token sum.
     iteration_tokens_counts: list[int] = field(default_factory=lambda: [0] * (len(ITERATION_TOKEN_BUCKETS) + 1))
     iteration_tokens_sum: int = 0
+    #: Speculative decoding (vLLM's spec_decode counters): requests' draft checks, the
+    #: drafted and accepted tokens, and acceptances by draft position.
+    spec_decode_num_drafts: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
+    spec_decode_num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+
+    def observe_drafts(self, num_drafts: int, num_accepted: int) -> None:
+        """Count one request's check of `num_drafts` drafts, `num_accepted` of them kept
+        (always a prefix: acceptance stops at the first rejection)."""
+        self.spec_decode_num_drafts += 1
+        self.spec_decode_num_draft_tokens += num_drafts
+        self.spec_decode_num_accepted_tokens += num_accepted
+        per_pos = self.spec_decode_num_accepted_tokens_per_pos
+        per_pos.extend([0] * (num_drafts - len(per_pos)))
+        for position in range(num_accepted):
+            per_pos[position] += 1
+
+    @property
+    def spec_decode_acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens since start (None before any draft)."""
+        drafted = self.spec_decode_num_draft_tokens
+        return self.spec_decode_num_accepted_tokens / drafted if drafted else None
 
     def observe_iteration(self, num_tokens: int) -> None:
         """Count one step that computed `num_tokens` tokens."""
@@ -77,9 +109,9 @@ class EngineStats:
         and histogram bucket summed (so kv_cache_usage is over all their blocks)."""
         total = cls()
         for item in fields(cls):
-            if item.name == "iteration_tokens_counts":
-                columns = zip(*(part.iteration_tokens_counts for part in parts))
-                total.iteration_tokens_counts = [sum(column) for column in columns]
+            if item.name in ("iteration_tokens_counts", "spec_decode_num_accepted_tokens_per_pos"):
+                columns = itertools.zip_longest(*(getattr(part, item.name) for part in parts), fillvalue=0)
+                setattr(total, item.name, [sum(column) for column in columns])
             else:
                 setattr(total, item.name, sum(getattr(part, item.name) for part in parts))
         return total

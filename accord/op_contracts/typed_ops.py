@@ -454,3 +454,48 @@ class Ops:
         returns top_token_ids: int64 [B, num_logprobs]
         """
         raise NotImplementedError  # served by OpDispatcher.__getattr__
+
+    def rejection_sample(
+        self,
+        target_logits: torch.Tensor,
+        draft_token_ids: torch.Tensor,
+        num_draft_tokens: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        uniforms: torch.Tensor,
+        race_uniforms: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Speculative decoding's check of K drafted tokens per row against the target model (Leviathan
+        et al. 2023; Chen et al. 2023), lossless: each emitted token is distributed as the target's.
+        Row b has num_draft_tokens[b] <= K drafts d_j; target_logits[b, j] are the target's logits
+        after the first j of them (j = 0..K). p_j is the target's sampling distribution at j exactly
+        as the sample contract defines it (temperature, then top-k, top-p, min-p, renormalised); q_j
+        is draft_probs[b, j] (the draft's filtered distribution), or a point mass on d_j when
+        draft_probs is absent (n-gram and other deterministic proposers). A greedy row (temperature
+        < 1e-5) accepts d_j while d_j == argmax(target_logits[b, j]) (first maximum) and emits that
+        argmax after the last accepted draft. A sampled row accepts d_j while uniforms[b, j] *
+        q_j(d_j) < p_j(d_j) (a draft with q_j(d_j) = 0 is accepted iff p_j(d_j) > 0); at the first
+        rejected j it emits a draw from max(0, p_j - q_j) renormalised (the recovered token; p_j
+        where that is all zero), and with every draft accepted a draw from p_K at the row's last
+        draft position n = num_draft_tokens[b] (the bonus token). The draw is the sample contract's
+        exponential race over the row's race_uniforms: argmax over tokens r > 0 of r /
+        -log(race_uniforms[b]). output_token_ids[b] holds the accepted drafts then the emitted
+        token, -1 after it; num_accepted[b] counts the accepted drafts.
+
+        target_logits: fp32/fp16/bf16 [B, K + 1, V]
+        draft_token_ids: int64 [B, K]
+        num_draft_tokens: int32 [B]: drafts per row, at most K
+        draft_probs: fp32 [B, K, V]: absent: each draft is a point mass
+        temperature: fp32 [B]
+        top_k: int32 [B]: <= 0: off
+        top_p: fp32 [B]: 1.0: off
+        min_p: fp32 [B]: 0.0: off
+        uniforms: fp32 [B, K]: acceptance draws in [0, 1)
+        race_uniforms: fp32 [B, V]: the emitted token's race, in [0, 1)
+        returns output_token_ids: int64 [B, K + 1]
+        returns num_accepted: int32 [B]
+        """
+        raise NotImplementedError  # served by OpDispatcher.__getattr__

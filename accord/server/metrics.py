@@ -200,3 +200,31 @@ class _EngineStatsCollector(Collector):
                 buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
             iteration.add_metric(labels, buckets, stats.iteration_tokens_sum)
         yield iteration
+        yield from _spec_decode_families(label_names, label_values, replicas)
+
+
+#: Speculative decoding's counters, under vLLM's names: (name, help, value of a snapshot).
+_SPEC_DECODE_SERIES: tuple[tuple[str, str, Callable[[EngineStats], int]], ...] = (
+    ("spec_decode_num_drafts", "Draft checks (one per request per step with drafts).", lambda s: s.spec_decode_num_drafts),
+    ("spec_decode_num_draft_tokens", "Drafted tokens checked.", lambda s: s.spec_decode_num_draft_tokens),
+    ("spec_decode_num_accepted_tokens", "Drafted tokens accepted.", lambda s: s.spec_decode_num_accepted_tokens),
+)
+
+
+def _spec_decode_families(
+    label_names: list[str], label_values: list[list[str]], replicas: Sequence[EngineStats]
+) -> Iterator[Metric]:
+    """vLLM's spec-decode counters, the per-position one labelled by draft position."""
+    for name, documentation, value in _SPEC_DECODE_SERIES:
+        family = CounterMetricFamily(f"vllm:{name}", documentation, labels=label_names)
+        for labels, stats in zip(label_values, replicas):
+            family.add_metric(labels, value(stats))
+        yield family
+    per_pos = CounterMetricFamily(
+        "vllm:spec_decode_num_accepted_tokens_per_pos", "Drafted tokens accepted, by draft position.",
+        labels=[*label_names, "position"],
+    )
+    for labels, stats in zip(label_values, replicas):
+        for position, count in enumerate(stats.spec_decode_num_accepted_tokens_per_pos):
+            per_pos.add_metric([*labels, str(position)], count)
+    yield per_pos

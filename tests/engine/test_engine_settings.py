@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import typing
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ VLLM_FLAGS = {
     "distributed_executor_backend": "--distributed-executor-backend",
     "enable_expert_parallel": "--enable-expert-parallel", "data_parallel_size": "--data-parallel-size",
     "enforce_eager": "--enforce-eager", "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
-    "async_scheduling": "--async-scheduling",
+    "async_scheduling": "--async-scheduling", "speculative_config": "--speculative-config",
     # accord's own: where each rank records its op calls (the rollout gate's replay).
     "compilation_config": "--compilation-config",
     "record_op_calls": "--record-op-calls",
@@ -57,13 +58,15 @@ def another_value(setting: EngineSetting) -> Any:
         return 3 if setting.default is None else setting.default + 3
     if setting.kind is float:
         return setting.default / 2
+    if setting.kind is dict:
+        return {"method": "ngram", "num_speculative_tokens": 2}
     return "elsewhere"
 
 
 def cli_argv(setting: EngineSetting, value: Any) -> list[str]:
     if setting.kind is bool:
         return [setting.flag if value else "--no-" + setting.flag.removeprefix("--")]
-    return [setting.flag, str(value)]
+    return [setting.flag, json.dumps(value) if isinstance(value, dict) else str(value)]
 
 
 def from_cli(*argv: str) -> EngineConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from ..case import Case
-from . import attention, cache, deepseek_v4, elementwise, fp8, linear, moe, sampling
+from . import attention, cache, deepseek_v4, elementwise, fp8, linear, moe, rejection, sampling
 from .illegal import illegal_cases
 
 CaseGenerator = Callable[[int], Iterable[Case]]
@@ -20,6 +20,7 @@ GENERATORS: dict[str, CaseGenerator] = {
     **moe.CASES,
     **fp8.CASES,
     **sampling.CASES,
+    **rejection.CASES,
     **deepseek_v4.CASES,  # its own ops, and V4's calls added to the MoE ops' cases
 }
 

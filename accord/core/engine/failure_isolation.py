@@ -64,3 +64,4 @@ def _merge(into: ModelRunnerOutput, part: ModelRunnerOutput) -> None:
     into.logprobs += part.logprobs
     into.top_logprobs += part.top_logprobs
     into.prompt_logprobs.update(part.prompt_logprobs)
+    into.draft_token_ids.update(part.draft_token_ids)

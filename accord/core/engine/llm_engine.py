@@ -49,6 +49,7 @@ from ..model_loader.model_config import ModelConfig
 from ..model_loader.load import read_model_config
 from .failure_isolation import isolate_failure
 from .output_processor import OutputProcessor
+from .stats_log import PeriodicStatsLog
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
 from ..sched.output import ModelRunnerOutput, RequestUpdate, SchedulerOutput
@@ -120,6 +121,7 @@ class LLMEngine:
                 max_model_len=max_model_len,
                 eos_token_ids=info.model_config.eos_token_ids,
                 structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
+                speculative=config.speculative,
             )
             for _ in range(config.data_parallel_size)
         ]
@@ -135,6 +137,7 @@ class LLMEngine:
         #: Steps handed to the executor whose results are not applied yet, oldest first.
         self._in_flight: deque[_StepInFlight] = deque()
         self._max_in_flight = 2 if config.async_scheduling else 1
+        self._stats_log = PeriodicStatsLog()
         logger.info(
             "engine ready on backend %s, %d x %d rank(s) (TP x DP, %s executor): %d KV blocks of %d tokens per rank "
             "(%s, %.1f MiB)",
@@ -330,7 +333,9 @@ class LLMEngine:
         for scheduler, step, result in zip(self.schedulers, flight.steps, results):
             if not step.is_empty and result is not None:
                 updates += scheduler.update_from_output(step, result)
-        processed = self.output_processor.process(updates, time.monotonic(), final_only)
+        now = time.monotonic()
+        processed = self.output_processor.process(updates, now, final_only)
+        self._stats_log.maybe_log(self.stats, now)
         # Samples whose text completed a stop string: the scheduler frees them.
         self._finish_in_schedulers(processed.req_ids_to_abort, "stop")
         return processed.outputs

@@ -184,27 +184,47 @@ class OutputProcessor:
             if sample.params.detokenize:
                 for entry in update.new_prompt_logprobs:
                     self._decode_logprob_tokens(entry)
-        for token, logprob, top in zip(update.new_token_ids, update.new_logprobs, update.new_top_logprobs):
-            if times.first_token_time is None:
-                times.first_token_time = now
-            times.num_generation_tokens += 1
-            sample.token_ids.append(token)
-            if sample.logprobs is not None and top is not None:
-                sample.cumulative_logprob += logprob  # type: ignore[operator]
-                sample.logprobs.append(top)
-                if sample.params.detokenize:
-                    self._decode_logprob_tokens(top)
+        times.num_draft_tokens += update.num_draft_tokens
+        times.num_accepted_tokens += update.num_accepted_tokens
         sample.finish_reason, sample.stop_reason = update.finish_reason, update.stop_reason
-        if not update.new_token_ids or sample.detokenizer is None:
-            return False
-        num_outputs = len(sample.output_token_ids)
-        stop = sample.detokenizer.update(find_stop=num_outputs >= sample.params.min_tokens)
-        # A stop string comes after a stop token and before the length limits (check_stop).
-        if stop is None or stopped_by_token(sample.params, sample.output_token_ids):
-            return False
-        running = not sample.finished
-        sample.finish_reason, sample.stop_reason = "stop", stop
-        return running
+        # One token at a time through the detokeniser when a step brings several (accepted
+        # drafts) and stop strings may end the text: no token past the one completing a
+        # stop string is kept, as when each came from its own step.
+        per_token = len(update.new_token_ids) > 1 and sample.detokenizer is not None and bool(sample.params.stop)
+        groups = (
+            [[item] for item in zip(update.new_token_ids, update.new_logprobs, update.new_top_logprobs)]
+            if per_token
+            else [list(zip(update.new_token_ids, update.new_logprobs, update.new_top_logprobs))]
+        )
+        for group in groups:
+            for token, logprob, top in group:
+                self._append(state, sample, token, logprob, top, now)
+            if not group or sample.detokenizer is None:
+                continue
+            stop = sample.detokenizer.update(find_stop=len(sample.output_token_ids) >= sample.params.min_tokens)
+            # A stop string comes after a stop token and before the length limits (check_stop).
+            if stop is None or stopped_by_token(sample.params, sample.output_token_ids):
+                continue
+            running = update.finish_reason is None or group is not groups[-1]
+            sample.finish_reason, sample.stop_reason = "stop", stop
+            return running
+        return False
+
+    def _append(
+        self, state: _RequestState, sample: _Sample, token: int, logprob: float | None,
+        top: dict[int, Logprob] | None, now: float,
+    ) -> None:
+        """Record one generated token of `sample` (and its logprobs, when asked)."""
+        times = state.times
+        if times.first_token_time is None:
+            times.first_token_time = now
+        times.num_generation_tokens += 1
+        sample.token_ids.append(token)
+        if sample.logprobs is not None and top is not None:
+            sample.cumulative_logprob += logprob  # type: ignore[operator]
+            sample.logprobs.append(top)
+            if sample.params.detokenize:
+                self._decode_logprob_tokens(top)
 
     def _decode_logprob_tokens(self, entry: dict[int, Logprob] | None) -> None:
         for token_id, logprob in (entry or {}).items():

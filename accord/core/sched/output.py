@@ -58,6 +58,10 @@ class SchedulerOutput:
     preempted_req_ids: set[str] = field(default_factory=set)
     #: Allowed tokens of the constrained requests that sample this step (structured output).
     grammar_bitmask: GrammarBitmask | None = None
+    #: Drafted tokens each speculating request computes after its last known token
+    #: (vLLM's name): its count in num_scheduled_tokens is 1 + their number, and the
+    #: step checks them with the rejection sampler.
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
     #: Nothing is scheduled here but another data-parallel replica computes: run one
     #: padding token through the model so this replica joins its MoE layers'
     #: expert-parallel collectives (vLLM's dummy batch).
@@ -76,7 +80,9 @@ class SchedulerOutput:
 @dataclass
 class ModelRunnerOutput:
     """One step's results from the sampling rank: a token for every request that reached
-    the end of its known tokens, and the prompt logprobs computed this step."""
+    the end of its known tokens (a speculating request: its accepted drafts and the
+    token after them, one entry each, consecutively), the prompt logprobs computed this
+    step, and the drafts proposed for the next step."""
 
     #: Requests that sampled, in batch order, with their token, its logprob and (when
     #: asked) the logprob entry of top candidates.
@@ -86,6 +92,8 @@ class ModelRunnerOutput:
     logprobs: list[float | None] = field(default_factory=list)
     top_logprobs: list[dict[int, Logprob] | None] = field(default_factory=list)
     prompt_logprobs: dict[str, list[dict[int, Logprob]]] = field(default_factory=dict)
+    #: Tokens proposed to follow each request's new tokens, for the next step to check.
+    draft_token_ids: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,3 +113,6 @@ class RequestUpdate:
     stop_reason: int | str | None = None
     #: Prompt tokens found in the prefix cache when it was first scheduled.
     num_cached_tokens: int = 0
+    #: Drafted tokens this step checked for the request, and how many it accepted.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0

@@ -49,6 +49,9 @@ class Request:
     #: Tokens that scheduled steps will sample but whose results have not landed yet
     #: (vLLM's num_output_placeholders): at most one per step in flight.
     num_output_placeholders: int = field(default=0, init=False)
+    #: Tokens proposed to follow the last one, for the next step to check (speculative
+    #: decoding); used once, when that step is scheduled.
+    spec_token_ids: list[int] = field(default_factory=list, init=False)
     #: Prompt tokens found in the prefix cache when first scheduled.
     num_cached_tokens: int = field(default=0, init=False)
     #: Prompt positions whose logprobs have come back (position 0 has none to compute).

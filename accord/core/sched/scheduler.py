@@ -23,11 +23,13 @@ step after it computed for it.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from typing import get_args
 
 from ..config import SchedulingPolicy
 from ..outputs import Logprob
+from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
 from .block_manager import BlockManager
@@ -50,6 +52,7 @@ class Scheduler:
         max_model_len: int | None = None,
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         if policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
@@ -60,6 +63,8 @@ class Scheduler:
         self.eos_token_ids = frozenset(eos_token_ids)
         #: Grammar matchers of constrained requests, advanced here as tokens are accepted.
         self._structured_output = structured_output
+        #: Speculative decoding's setup (None: off): proposals land with a step's results.
+        self._speculative = speculative
         # Smaller key = served first and preempted last.
         self.order_key: Callable[[Request], tuple[float, ...]] = (
             (lambda r: (r.arrival_time, r.arrival_order, r.index))
@@ -150,29 +155,43 @@ class Scheduler:
         """Pick this step's requests and token counts, allocating their blocks."""
         budget = self.max_num_batched_tokens
         scheduled: dict[str, int] = {}
+        drafts: dict[str, list[int]] = {}
         batch: list[Request] = []
         preempted: list[Request] = []
+        speculating = self._speculation_on()
         # Decodes first (one token left to compute), then partly computed prompts. A
         # request's count is fixed here: preempting another one leaves it unchanged.
         pending = [(request, _tokens_to_compute(request)) for request in self.running]
         pending = [item for item in pending if item[1] <= 1] + [item for item in pending if item[1] > 1]
+        # Drafts take only budget the decodes after them do not need: a batch's decodes
+        # all advance before any request checks drafts.
+        decodes_left = sum(1 for _, to_compute in pending if to_compute <= 1)
         for request, to_compute in pending:
+            decodes_left -= to_compute <= 1
             if budget == 0:
                 break
             if request.status is not RequestStatus.RUNNING or self._stops_when_tokens_land(request):
                 continue  # preempted earlier in this loop, or nothing more to compute
-            count = min(to_compute, budget)
+            proposal, request.spec_token_ids = request.spec_token_ids, []
+            if speculating and to_compute == 1:
+                proposal = proposal[: self._draft_room(request, budget - max(0, decodes_left))]
+            else:
+                proposal = []
+            count = min(to_compute + len(proposal), budget)
             while not self.block_manager.allocate(request.req_id, request.num_computed_tokens + count):
                 victim = max(self.running, key=self.order_key)
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim.req_id in scheduled:
                     budget += scheduled.pop(victim.req_id)
+                    drafts.pop(victim.req_id, None)
                     batch.remove(victim)
                 if victim is request:
                     break
             else:
                 scheduled[request.req_id] = count
+                if proposal:
+                    drafts[request.req_id] = proposal
                 batch.append(request)
                 budget -= count
         admitted: list[Request] = []
@@ -194,6 +213,7 @@ class Scheduler:
             num_scheduled_tokens=scheduled,
             finished_req_ids=self._finished_ids,
             preempted_req_ids={request.req_id for request in preempted},
+            scheduled_spec_decode_tokens=drafts,
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
@@ -203,13 +223,33 @@ class Scheduler:
         return output
 
     def _advance(self, request: Request, count: int) -> None:
-        """Count a scheduled step's tokens as computed, and hold a placeholder for the
-        token it samples when it reaches the end of the request."""
+        """Count a scheduled step's tokens as computed (drafts included, until their
+        check lands), and hold a placeholder for the token it samples when it reaches
+        the end of the request."""
         start = request.num_computed_tokens
         self.stats.computed_prompt_tokens += max(0, min(start + count, request.num_prompt_tokens) - start)
         request.num_computed_tokens = start + count
-        if request.num_computed_tokens == request.num_tokens + request.num_output_placeholders:
+        if request.num_computed_tokens >= request.num_tokens + request.num_output_placeholders:
             request.num_output_placeholders += 1
+
+    def _speculation_on(self) -> bool:
+        """Whether this step checks drafts: speculative decoding is configured and the
+        batch is below its disable_by_batch_size (vLLM's: large batches are compute
+        bound, so drafts that are rejected cost more than they save)."""
+        config = self._speculative
+        if config is None:
+            return False
+        return config.disable_by_batch_size is None or len(self.running) < config.disable_by_batch_size
+
+    def _draft_room(self, request: Request, budget: int) -> int:
+        """How many drafts `request` may check this step: the step emits up to one token
+        more than it accepts, so never past max_tokens, the context limit or the budget."""
+        room = budget - 1
+        if request.params.max_tokens is not None:
+            room = min(room, request.params.max_tokens - request.num_output_tokens - 1)
+        if self.max_model_len is not None:
+            room = min(room, self.max_model_len - request.num_tokens - 1)
+        return max(0, room)
 
     def _stops_when_tokens_land(self, request: Request) -> bool:
         """Whether the tokens in flight already bring `request` to max_tokens or the
@@ -227,7 +267,10 @@ class Scheduler:
     def needs_landed_tokens(self) -> bool:
         """Whether the next step must wait for the results of the step in flight: a
         grammar-constrained request's token mask follows from its last sampled token,
-        so async scheduling runs steps one at a time while such a request is unfinished."""
+        so async scheduling runs steps one at a time while such a request is unfinished;
+        and so do speculative decoding's steps, whose drafts follow from the last tokens."""
+        if self._speculative is not None and self.requests:
+            return True  # the next step's drafts follow from this step's tokens
         constrained = self._structured_output
         return constrained is not None and any(constrained.is_constrained(req_id) for req_id in self.requests)
 
@@ -319,6 +362,7 @@ class Scheduler:
         # The runner drops a preempted request; it comes back as a new one.
         self._blocks_sent.pop(request.req_id, None)
         request.num_computed_tokens = 0
+        request.spec_token_ids = []
         self._queue(request)
 
     # -- applying a step's results -----------------------------------------------------
@@ -333,6 +377,7 @@ class Scheduler:
             for req_id in step.num_scheduled_tokens
             if req_id in self.requests
         }
+        self._roll_back_rejected(step.scheduled_spec_decode_tokens, result, updates)
         for req_id, entries in result.prompt_logprobs.items():
             request = self.requests.get(req_id)
             if request is not None and request.wants_prompt_logprobs:
@@ -344,10 +389,33 @@ class Scheduler:
             request = self.requests.get(req_id)
             if request is not None:
                 self._append(request, token, logprob, top, updates[req_id])
+        for req_id, proposal in result.draft_token_ids.items():
+            request = self.requests.get(req_id)
+            if request is not None:
+                request.spec_token_ids = proposal
         self.stats.num_steps += 1
         self.stats.observe_iteration(step.total_num_scheduled_tokens)
         self._update_gauges()
         return list(updates.values())
+
+    def _roll_back_rejected(
+        self, drafts: dict[str, list[int]], result: ModelRunnerOutput, updates: dict[str, RequestUpdate]
+    ) -> None:
+        """Count the checked drafts, and take the rejected ones back out of each
+        request's computed tokens: their KV slots are written over by the next step
+        (the blocks stay the request's, as in vLLM, until it ends or is preempted)."""
+        if not drafts:
+            return
+        emitted = Counter(result.req_ids)
+        for req_id, proposal in drafts.items():
+            request = self.requests.get(req_id)
+            if request is None or not emitted[req_id]:
+                continue
+            accepted = emitted[req_id] - 1
+            request.num_computed_tokens -= len(proposal) - accepted
+            self.stats.observe_drafts(len(proposal), accepted)
+            updates[req_id].num_draft_tokens = len(proposal)
+            updates[req_id].num_accepted_tokens = accepted
 
     def _append(
         self, request: Request, token: int, logprob: float | None, top: dict[int, Logprob] | None, update: RequestUpdate

@@ -32,8 +32,10 @@ from .graph_capture import DecodeGraphs, InputSpec, capture_sizes
 from .input_batch import CachedRequestState, InputBatch
 from ..models import CausalLM
 from ..models.layers.mlp import worst_case_expert_load
-from .sampler import Sampler, prompt_logprobs
+from .rejection_sampler import RejectionSampler
+from .sampler import SampledTokens, Sampler, prompt_logprobs
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
+from ..spec_decode.proposers import Proposer, make_proposer, speculates
 from .step_inputs import INDEX_DTYPE, FlatBatch, StepInputs
 from ..structured_output import GrammarBitmask
 
@@ -66,6 +68,13 @@ class ModelRunner:
         self.kv_cache_dtype = backend.fp8_dtype() if config.kv_cache_dtype == "fp8" else model_dtype
         self.kv_caches: list[LayerKVCache] = []
         self.sampler = Sampler(ops, seed=config.seed)
+        self.rejection_sampler = RejectionSampler(ops, self.sampler.rng)
+        #: Drafts the next steps' tokens (speculative decoding; None: off). Only the
+        #: driver's proposals are used: the scheduler hands them to every rank.
+        speculative = config.speculative
+        self.proposer: Proposer | None = (
+            make_proposer(speculative) if speculative is not None and is_driver else None
+        )
         max_blocks = -(-max_model_len // self.block_size)
         self.input_batch = InputBatch(config.max_num_seqs, max_model_len, max_blocks)
         max_tokens = max(config.max_num_batched_tokens or 0, max_model_len, config.max_num_seqs)
@@ -75,6 +84,7 @@ class ModelRunner:
         # The last step's token counts, kept so a failed step can be re-run in parts.
         self._last_step: dict[str, int] = {}
         self._grammar_bitmask: GrammarBitmask | None = None
+        self._drafts: dict[str, list[int]] = {}
 
     # -- KV cache ------------------------------------------------------------------
     @property
@@ -258,6 +268,7 @@ class ModelRunner:
         self.update_states(step)
         self._last_step = dict(step.num_scheduled_tokens)
         self._grammar_bitmask = step.grammar_bitmask
+        self._drafts = step.scheduled_spec_decode_tokens
         if step.is_empty:
             if step.dummy_batch:
                 self.dummy_run()
@@ -291,11 +302,21 @@ class ModelRunner:
         num_computed = np.fromiter((s.num_computed_tokens for s in states), np.int64, count)
         num_new = np.fromiter(num_scheduled_tokens.values(), np.int64, count)
         num_tokens = np.fromiter((s.num_tokens for s in states), np.int64, count)
+        drafts = [self._drafts.get(s.req_id, []) for s in states] if self._drafts else None
+        num_drafts = np.zeros(count, dtype=np.int64)
+        if drafts is not None:
+            num_drafts = np.fromiter(map(len, drafts), np.int64, count)
+            for b in np.flatnonzero(num_drafts):
+                # The drafts sit after the known tokens, where the step reads its inputs.
+                batch.token_ids_np[rows[b], num_tokens[b] : num_tokens[b] + num_drafts[b]] = drafts[b]
         hidden, flat = self._forward(rows, num_computed, num_new)
-        samplers = np.flatnonzero(num_computed + num_new == num_tokens)
+        samplers = np.flatnonzero(num_computed + num_new == num_tokens + num_drafts)
         prompt_entries = self._prompt_logprobs(states, num_computed, num_new, flat, hidden)
         output = ModelRunnerOutput(prompt_logprobs={states[b].req_id: entries for b, entries in prompt_entries})
-        if len(samplers):
+        if len(samplers) and drafts is not None and num_drafts[samplers].any():
+            self._check_drafts(output, [states[b] for b in samplers], [drafts[b] for b in samplers],
+                               flat.last_rows[samplers], hidden)
+        elif len(samplers):
             # Every row a sampler's last (a decode step): the hidden states as they are.
             if len(samplers) == len(hidden):
                 sampling, sampled_rows = states, hidden
@@ -310,10 +331,63 @@ class ModelRunner:
             output.logprobs = sampled.logprobs
             output.top_logprobs = sampled.top_logprobs
             batch.append_tokens(sampling, rows, num_tokens, output.sampled_token_ids)
+        if self.proposer is not None and len(samplers):
+            output.draft_token_ids = self._propose([states[b] for b in samplers])
         # State changes only once nothing can fail any more.
         for b, entries in prompt_entries:
             states[b].num_prompt_logprobs_done += len(entries)
         return output if self.is_driver else None
+
+    def _check_drafts(
+        self,
+        output: ModelRunnerOutput,
+        sampling: list[CachedRequestState],
+        drafts: list[list[int]],
+        last_rows: np.ndarray,
+        hidden: torch.Tensor,
+    ) -> None:
+        """Sample a step where some requests checked drafts: those through the rejection
+        sampler (logits at each draft and after the last), the others through the sampler;
+        every request's tokens go into `output` in batch order and into the batch."""
+        checked = [b for b, draft in enumerate(drafts) if draft]
+        plain = [b for b, draft in enumerate(drafts) if not draft]
+        logit_rows = np.concatenate(
+            [np.arange(last_rows[b] - len(drafts[b]), last_rows[b] + 1) for b in checked] + [last_rows[plain]]
+        )
+        logits = self.model.compute_logits(hidden[torch.from_numpy(logit_rows)])
+        num_checked_rows = len(logit_rows) - len(plain)
+        results: dict[int, SampledTokens] = dict(zip(
+            checked,
+            self.rejection_sampler(logits[:num_checked_rows], [sampling[b] for b in checked], [drafts[b] for b in checked]),
+        ))
+        if plain:
+            sampled = self.sampler(logits[num_checked_rows:], [sampling[b] for b in plain], self._grammar_bitmask)
+            for i, b in enumerate(plain):
+                results[b] = SampledTokens(sampled.token_ids[i : i + 1], sampled.logprobs[i : i + 1],
+                                           sampled.top_logprobs[i : i + 1])
+        states, rows, positions = [], [], []
+        for b, state in enumerate(sampling):
+            tokens = results[b]
+            count = len(tokens.token_ids)
+            output.req_ids += [state.req_id] * count
+            output.sampled_token_ids += tokens.token_ids
+            output.logprobs += tokens.logprobs
+            output.top_logprobs += tokens.top_logprobs
+            states += [state] * count
+            rows += [state.row] * count
+            positions += range(state.num_tokens, state.num_tokens + count)
+        self.input_batch.append_tokens(states, np.array(rows), np.array(positions), output.sampled_token_ids)
+
+    def _propose(self, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
+        """The drafts of the requests that sampled this step and take proposals."""
+        proposals = {}
+        tokens = self.input_batch.token_ids_np
+        for state in sampling:
+            if speculates(state.params, state.num_output_tokens):
+                draft = self.proposer.propose(tokens[state.row, : state.num_tokens])  # type: ignore[union-attr]
+                if draft:
+                    proposals[state.req_id] = draft
+        return proposals
 
     def _prompt_logprobs(
         self,

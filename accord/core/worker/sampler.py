@@ -63,8 +63,8 @@ class Sampler:
 
     def __init__(self, ops: OpDispatcher, seed: int = 0) -> None:
         self.ops = ops
-        # Unseeded requests draw their per-step seeds from here.
-        self._rng = random.Random(seed)
+        #: Unseeded requests draw their per-step seeds from here.
+        self.rng = random.Random(seed)
         # The last step's settings and their tensors (temperature, top_k, top_p, min_p):
         # a batch keeps its requests for many steps, and each tensor costs tens of us here.
         self._settings: tuple[list[SamplingParams], tuple[torch.Tensor, ...]] | None = None
@@ -87,7 +87,7 @@ class Sampler:
             tokens = logits.argmax(dim=-1).tolist()
             return SampledTokens(tokens, [None] * len(tokens), [None] * len(tokens))
         temperature, top_k, top_p, min_p = self._settings_tensors(params, logits.device)
-        seeds = torch.tensor([self._seed_for(seq) for seq in seqs], dtype=torch.int64, device=logits.device)
+        seeds = torch.tensor([draw_seed(seq, self.rng) for seq in seqs], dtype=torch.int64, device=logits.device)
         num_logprobs = max((p.logprobs or 0 for p in params), default=0)
         token_ids, logprobs, top_logprobs, top_token_ids = self.ops.sample(
             logits, temperature, top_k, top_p, min_p, seeds, num_logprobs=num_logprobs
@@ -127,10 +127,14 @@ class Sampler:
         self._settings = (params, tensors)
         return tensors
 
-    def _seed_for(self, seq: SamplingRow) -> int:
-        if seq.params.seed is None:
-            return self._rng.getrandbits(63)
-        return step_seed(seq.params.seed, seq.num_output_tokens)
+
+
+def draw_seed(seq: SamplingRow, rng: random.Random) -> int:
+    """The seed of `seq`'s next draw: from its own seed and progress when it has one,
+    else the next from `rng`."""
+    if seq.params.seed is None:
+        return rng.getrandbits(63)
+    return step_seed(seq.params.seed, seq.num_output_tokens)
 
 
 def apply_penalties(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch.Tensor:

@@ -70,5 +70,9 @@ def sample(
 
 
 def register(kernels: KernelSet) -> None:
-    """Add the sampler (it calls no NPU operator)."""
+    """Add the sampler and the rejection sampler (they call no NPU operator; the latter
+    is the cpu backend's device-agnostic torch, its uniforms made by the caller)."""
+    from ...cpu.kernels import KERNELS as CPU_KERNELS
+
     kernels.register("sample")(sample)
+    kernels.add(CPU_KERNELS.get("rejection_sample"))

@@ -87,3 +87,58 @@ def sample(
             best = raw_logprobs.topk(num_logprobs)
             top_logprobs[b] = best.values
             top_token_ids[b] = best.indices
+
+
+def _race(probs: torch.Tensor, uniform: torch.Tensor) -> int:
+    """The contract's exponential race over a given uniform row: argmax of p / -log(u)
+    among tokens with p > 0 (so a u of 0 never lets an excluded token win)."""
+    return int(torch.argmax(torch.where(probs > 0, probs / -torch.log(uniform), -1.0)))
+
+
+@KERNELS.register("rejection_sample")
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+    uniforms: torch.Tensor,
+    race_uniforms: torch.Tensor,
+    output_token_ids: torch.Tensor,
+    num_accepted: torch.Tensor,
+) -> None:
+    """Accept drafts one at a time, per row, then emit the recovered or bonus token."""
+    output_token_ids.fill_(-1)
+    for b in range(target_logits.shape[0]):
+        temp, drafts = float(temperature[b]), int(num_draft_tokens[b])
+        accepted, emitted = 0, None
+        for j in range(drafts + 1):
+            row = target_logits[b, j].float()
+            if temp < GREEDY_TEMPERATURE:
+                best = int(torch.argmax(row))
+                if j < drafts and int(draft_token_ids[b, j]) == best:
+                    accepted += 1
+                    continue
+                emitted = best
+                break
+            probs = _filtered(torch.softmax(row / temp, dim=0), int(top_k[b]), float(top_p[b]), float(min_p[b]))
+            if j == drafts:  # every draft accepted: the bonus token
+                emitted = _race(probs, race_uniforms[b])
+                break
+            draft = int(draft_token_ids[b, j])
+            if draft_probs is None:
+                draft_dist = torch.zeros_like(probs).index_fill_(0, torch.tensor([draft]), 1.0)
+            else:
+                draft_dist = draft_probs[b, j].float()
+            if bool(uniforms[b, j] * draft_dist[draft] < probs[draft]):  # fp32, as the contract's kernels
+                accepted += 1
+                continue
+            residual = (probs - draft_dist).clamp_(min=0.0)
+            emitted = _race(residual if bool((residual > 0).any()) else probs, race_uniforms[b])
+            break
+        output_token_ids[b, :accepted] = draft_token_ids[b, :accepted]
+        output_token_ids[b, accepted] = emitted
+        num_accepted[b] = accepted

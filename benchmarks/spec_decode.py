@@ -1,0 +1,100 @@
+"""Speculative decoding on the demo model (SmolLM2-135M-Instruct, the cached Q4_1 GGUF
+`accord serve` uses by default) over a seeded prompt set where text repeats
+(benchmarks/spec_decode_prompts.py): greedy decode tokens/s without speculation, with
+ngram (prompt lookup) and with suffix decoding, at batch 1 (one request at a time) and
+batch 32 (the set repeated to 32 requests at once), with the acceptance rate (accepted
+over drafted tokens) and the mean tokens each request gets per step.
+
+    PYTHONPATH=. python benchmarks/spec_decode.py [--tokens 128] [--batch 1 32] [--model PATH]
+
+The greedy outputs of every mode are compared with those without speculation, and a
+difference is printed (it would be a bug: greedy speculation is lossless).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+from spec_decode_prompts import prompt_set
+
+MODES = {
+    "off": None,
+    "ngram k=4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    "suffix k=8": {"method": "suffix", "num_speculative_tokens": 8},
+}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def run(llm, conversations, batch: int, tokens: int) -> tuple[float, list[list[int]]]:
+    """Seconds to generate `tokens` greedy tokens for each conversation, `batch` at a time."""
+    from accord import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    outputs: list[list[int]] = []
+    start = time.perf_counter()
+    for first in range(0, len(conversations), batch):
+        results = llm.chat(conversations[first : first + batch], params, use_tqdm=False)
+        outputs += [result.outputs[0].token_ids for result in results]
+    return time.perf_counter() - start, outputs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model path (default: the demo model, SmolLM2-135M-Instruct)")
+    parser.add_argument("--tokens", type=int, default=128, help="greedy tokens per request")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from accord import LLM
+    from accord.demo.default_model import default_model_path
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    model = args.model or str(default_model_path())
+    prompts = [conversation for _, conversation in prompt_set(args.seed)]
+    print(f"{model}; {cpu_name()}, {torch.get_num_threads()} torch thread(s); {len(prompts)} prompts, "
+          f"{args.tokens} greedy tokens each")
+    print(f"{'batch':>5} {'mode':>12} {'tok/s':>8} {'speed-up':>8} {'accepted/drafted':>17} {'tokens/step':>11}")
+    for batch in args.batch:
+        conversations = (prompts * -(-batch // len(prompts)))[: max(batch, len(prompts))] if batch > 1 else prompts
+        baseline_speed, baseline_outputs = None, None
+        for mode, spec in MODES.items():
+            llm = LLM(model=model, backend="cpu", max_model_len=1024, max_num_seqs=max(batch, 1),
+                      speculative_config=spec)
+            run(llm, conversations[:1], 1, 8)  # warm-up
+            stats = llm.llm_engine.stats
+            drafted, accepted = stats.spec_decode_num_draft_tokens, stats.spec_decode_num_accepted_tokens
+            steps, generated = stats.num_steps, stats.generation_tokens
+            seconds, outputs = run(llm, conversations, batch, args.tokens)
+            speed = sum(map(len, outputs)) / seconds
+            drafted, accepted = stats.spec_decode_num_draft_tokens - drafted, stats.spec_decode_num_accepted_tokens - accepted
+            per_step = (stats.generation_tokens - generated) / max(1, stats.num_steps - steps) / min(batch, len(conversations))
+            if baseline_speed is None:
+                baseline_speed, baseline_outputs = speed, outputs
+            elif outputs != baseline_outputs:
+                print(f"  ! {mode}: greedy outputs differ from those without speculation")
+            rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
+            print(f"{batch:>5} {mode:>12} {speed:>8.1f} {speed / baseline_speed:>7.2f}x {rate:>17} {per_step:>11.2f}")
+            llm.llm_engine.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
