@@ -116,7 +116,9 @@ def _serve_on(args: argparse.Namespace, options: ServerOptions, listener: socket
         settings = engine_config(args, choice.path)
         if settings.kv_cache_memory is None:
             settings.kv_cache_memory = choice.kv_cache_memory
-        llm_engine = LLMEngine(settings, RegistryBackend(settings.backend, str(settings.model), settings.quantization))
+        backend = RegistryBackend(settings.backend, str(settings.model), settings.quantization,
+                                  settings.speculative_config is not None)
+        llm_engine = LLMEngine(settings, backend)
         engine = AsyncLLM(llm_engine)
     except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError) as error:
         # A wrong directory, flag or backend: say what, without a traceback.

@@ -132,7 +132,9 @@ REFUSED = _table({
         "mm_processor_device", "mm_ipc_gpu_memory_gb", "mm_device_do_normalize", "allowed_local_media_path",
         "allowed_media_domains", "trust_request_mm_kwargs",
     ),
-    "speculative decoding": ("speculative_config", "spec_method", "spec_model", "spec_tokens"),
+    "the --spec-* shorthands of speculative decoding (give --speculative-config)": (
+        "spec_method", "spec_model", "spec_tokens",
+    ),
     "reasoning parsers": ("reasoning_parser", "reasoning_parser_plugin", "reasoning_config", "reasoning_effort_map"),
     "pipeline parallelism": ("pipeline_parallel_size",),
     "context parallelism": (

@@ -21,17 +21,18 @@ from .model_choice import choose_model
 class RegistryBackend:
     """A backend factory: the default registry's backend called `name`, found in
     whichever process calls it. "auto" picks the best available one with a kernel for
-    every op a worker serving `model` (with `quantization`) calls, or for every contract
-    when no model is given."""
+    every op a worker serving `model` (with `quantization`, decoding speculatively or
+    not) calls, or for every contract when no model is given."""
 
     name: str = "auto"
     model: str | None = None
     quantization: str | None = None
+    speculative: bool = False
 
     def __call__(self) -> Backend:
         required = None
         if self.name == "auto" and self.model is not None:
-            required = worker_contract_ops(self.model, self.quantization)
+            required = worker_contract_ops(self.model, self.quantization, self.speculative)
         return get_backend(self.name, required)
 
 
@@ -41,7 +42,8 @@ class LLMEngine(llm_engine.LLMEngine):
     @classmethod
     def from_engine_args(cls, model: str, **kwargs: Any) -> llm_engine.LLMEngine:  # type: ignore[override]
         """Build from keyword engine arguments (vLLM's names, `backend` a registry name)."""
-        backend = RegistryBackend(kwargs.get("backend", "auto"), model, kwargs.get("quantization"))
+        backend = RegistryBackend(kwargs.get("backend", "auto"), model, kwargs.get("quantization"),
+                                  kwargs.get("speculative_config") is not None)
         return llm_engine.LLMEngine.from_engine_args(model, backend, **kwargs)
 
 
@@ -54,7 +56,8 @@ class LLM(llm.LLM):
         choice = choose_model(model)
         if engine_args.get("kv_cache_memory") is None and choice.kv_cache_memory is not None:
             engine_args["kv_cache_memory"] = choice.kv_cache_memory
-        backend = RegistryBackend(engine_args.get("backend", "auto"), str(choice.path), engine_args.get("quantization"))
+        backend = RegistryBackend(engine_args.get("backend", "auto"), str(choice.path), engine_args.get("quantization"),
+                                  engine_args.get("speculative_config") is not None)
         super().__init__(choice.path, backend, **engine_args)
 
 

@@ -3,6 +3,7 @@ written by transformers once per session, with the demo byte-level BPE tokenizer
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def one_torch_thread():
     torch.set_num_threads(previous)
 
 
-_ENGINES: dict[tuple, object] = {}
+_ENGINES: dict[tuple[str, str], object] = {}
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +41,8 @@ def make_llm():
     from accord import LLM
 
     def make(model_dir: Path, **engine_args) -> LLM:
-        key = (str(model_dir), tuple(sorted(engine_args.items())))
+        # As JSON, so a dict-valued argument (speculative_config) keys the cache too.
+        key = (str(model_dir), json.dumps(engine_args, sort_keys=True, default=str))
         if key not in _ENGINES:
             _ENGINES[key] = LLM(model=str(model_dir), **engine_args)
         return _ENGINES[key]

@@ -1,6 +1,6 @@
 """The op contracts a worker calls for a model: its graph's (the family's answer, from
-config.json alone), the fp8 linears when weights are quantised at load, and the
-sampler's. `--backend auto` asks a backend for these and no others."""
+config.json alone), the fp8 linears when weights are quantised at load, the
+sampler's, and the rejection sampler's when decoding speculatively. `--backend auto` asks a backend for these and no others."""
 
 from __future__ import annotations
 
@@ -12,11 +12,17 @@ from ..models.registry import family
 
 #: What the sampler calls every step.
 SAMPLER_OPS = frozenset({"sample"})
+#: What a step with draft tokens adds (the drafts are checked against the target).
+SPEC_DECODE_OPS = frozenset({"rejection_sample"})
 
 
-def worker_contract_ops(model: str | Path, quantization: str | None = None) -> frozenset[str]:
+def worker_contract_ops(
+    model: str | Path, quantization: str | None = None, speculative: bool = False
+) -> frozenset[str]:
     """The op contracts a worker serving `model` (a Hugging Face directory or a GGUF
-    file) with `quantization` calls."""
+    file) with `quantization`, and speculative decoding on or off, calls."""
     config = read_model_config(model)
     ops = family(config.architecture).contract_ops(config) | SAMPLER_OPS
-    return ops | FP8_LINEAR if quantization == "fp8" else ops
+    if quantization == "fp8":
+        ops |= FP8_LINEAR
+    return ops | SPEC_DECODE_OPS if speculative else ops
