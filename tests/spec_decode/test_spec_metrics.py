@@ -32,7 +32,7 @@ def test_replicas_add_up_position_by_position() -> None:
 
 
 def test_metrics_export_vllms_spec_decode_counters() -> None:
-    metrics = ServerMetrics("m", lambda: [checked((3, 2), (3, 1))])
+    metrics = ServerMetrics("m", lambda: [checked((3, 2), (3, 1))], 256)
     samples = {
         (sample.name, sample.labels.get("position")): sample.value
         for family in text_string_to_metric_families(metrics.render().decode())
