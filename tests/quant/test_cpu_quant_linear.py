@@ -103,3 +103,17 @@ def test_cpu_quant_linear_passes_conformance() -> None:
     legal = [r for r in results if r.combo != "illegal calls"]
     assert legal and {r.status for r in legal} == {Status.PASS}, [(r.case, r.message) for r in legal if r.status != Status.PASS]
     assert {r.status for r in results if r.combo == "illegal calls"} == {Status.REFUSED}
+
+
+def test_a_captured_decode_graph_replays_the_packed_dot_on_new_activations(cpu) -> None:
+    from accord.backends.cpu.kernels import _native_graph
+
+    if not _native_graph.available():
+        pytest.skip("the native graph replay loop is not built here (no C compiler)")
+    x, qweight, _ = operands("Q4_K", 2)
+    with torch.inference_mode():
+        cpu.quant_linear(x, qweight, None, quant_type="Q4_K")  # first sight: validation
+        graph, out = _native_graph.capture(lambda: cpu.quant_linear(x, qweight, None, quant_type="Q4_K"))
+        x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(7)))
+        graph.replay()
+        assert torch.equal(out, cpu.quant_linear(x, qweight, None, quant_type="Q4_K"))

@@ -1,13 +1,15 @@
 """The op contracts a worker calls for a model: its graph's (the family's answer, from
-config.json alone), the fp8 linears when weights are quantised at load, the
-sampler's, and the rejection sampler's when decoding speculatively. `--backend auto` asks a backend for these and no others."""
+config.json alone), the fp8 linears when weights are quantised at load, the packed
+linears of a GGUF file, the sampler's, and the rejection sampler's when decoding
+speculatively. `--backend auto` asks a backend for these and no others."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..model_loader import gguf
 from ..model_loader.load import read_model_config
-from ..models.contract_ops import FP8_LINEAR
+from ..models.contract_ops import FP8_LINEAR, QUANT_LINEAR
 from ..models.registry import family
 
 #: What the sampler calls every step.
@@ -25,4 +27,6 @@ def worker_contract_ops(
     ops = family(config.architecture).contract_ops(config) | SAMPLER_OPS
     if quantization == "fp8":
         ops |= FP8_LINEAR
+    if gguf.is_gguf(model) and gguf.packs_linears(model):
+        ops |= QUANT_LINEAR
     return ops | SPEC_DECODE_OPS if speculative else ops

@@ -60,9 +60,11 @@ def _packed_dot(
     x32 = x.float().contiguous()
     bias32 = None if bias is None else bias.float().contiguous()
     tokens, depth = x.shape
-    scratch = WORKSPACE.take("gguf activations", (_native_quant.scratch_bytes(tokens, depth),), torch.uint8)
+    # Fresh (small) buffers, not the shared workspace: a captured decode graph keeps
+    # the pointers it recorded, and holds what was allocated during its capture.
+    scratch = torch.empty(_native_quant.scratch_bytes(tokens, depth), dtype=torch.uint8)
     direct = out.dtype == torch.float32 and out.is_contiguous()
-    result = out if direct else WORKSPACE.take("gguf out", tuple(out.shape), torch.float32)
+    result = out if direct else torch.empty(out.shape, dtype=torch.float32)
     _native_quant.dot(x32, qweight, bias32, quant_type, path, result, scratch)
     if not direct:
         out.copy_(result)

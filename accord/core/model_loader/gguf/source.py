@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ....op_contracts import GGUF_FORMATS
 from .checkpoint import GgufCheckpoint
 from .config import hf_config
 from .reader import open_gguf
+
+#: Set to 1 to dequantise every tensor at load (the path before packed linears, kept to
+#: compare against: benchmarks/quant_gguf_cpu.py and the packed-loading tests).
+DEQUANTIZE_ENV = "ACCORD_GGUF_DEQUANTIZE"
+
+
+def keeps_packed() -> bool:
+    """Whether GGUF linear weights load packed (the default) rather than dequantised."""
+    return os.environ.get(DEQUANTIZE_ENV, "0") != "1"
 
 
 @dataclass(frozen=True)
@@ -25,5 +36,18 @@ def open_gguf_model(path: str | Path) -> GgufSource:
     """The model in the GGUF file at `path`, or GgufError naming what is unsupported."""
     file = open_gguf(path)
     config, generation = hf_config(file)
-    checkpoint = GgufCheckpoint(file, config["num_attention_heads"], config["num_key_value_heads"])
+    checkpoint = GgufCheckpoint(
+        file, config["num_attention_heads"], config["num_key_value_heads"], keep_packed=keeps_packed()
+    )
     return GgufSource(config, generation, checkpoint)
+
+
+def packs_linears(path: str | Path) -> bool:
+    """Whether loading the GGUF file at `path` keeps some layer's linear weight packed
+    (a matrix inside the decoder layers in a format quant_linear computes)."""
+    if not keeps_packed():
+        return False
+    return any(
+        t.name.startswith("blk.") and len(t.shape) == 2 and t.tensor_type.name in GGUF_FORMATS
+        for t in open_gguf(path).tensors()
+    )
