@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX2__)
+#if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -29,9 +29,12 @@ typedef struct {
 static const int BLOCK_SIZE[] = {32, 32, 32, 32, 32, 256, 256, 256, 256, 256};
 static const int BLOCK_BYTES[] = {34, 18, 20, 22, 24, 84, 110, 144, 176, 210};
 
-/* IEEE half to float, subnormals included (portable: no F16C needed). */
+/* IEEE half to float, subnormals included (F16C where the build has it). */
 static inline float half(const uint8_t *p) {
     uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#endif
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
     if (exp == 0) {
         float v = ldexpf((float)mant, -24);
@@ -122,12 +125,30 @@ static void unpack(int fmt, const uint8_t *b, unpacked *u) {
     case Q5_K: {
         float d = half(b), dmin = half(b + 2);
         const uint8_t *qh = b + 16, *qs = b + (fmt == Q4_K ? 16 : 48);
+#if defined(__AVX2__)
+        /* Chunk c of 64 weights: 32 bytes' low nibbles, then their high ones; Q5_K's
+         * fifth bits are bits 2c and 2c + 1 of qh's 32 bytes. */
+        __m256i low = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+        __m256i high = _mm256_loadu_si256((const __m256i *)qh);
+        for (int c = 0; c < 4; c++) {
+            __m256i bytes = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i first = _mm256_and_si256(bytes, low), second = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+            if (fmt == Q5_K) {
+                first = _mm256_or_si256(first, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * c), one), 4));
+                second = _mm256_or_si256(
+                    second, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * c + 1), one), 4));
+            }
+            _mm256_storeu_si256((__m256i *)(u->q + 64 * c), first);
+            _mm256_storeu_si256((__m256i *)(u->q + 64 * c + 32), second);
+        }
+#else
         for (int w = 0; w < 256; w++) {
             int r = w % 64, byte = qs[(w / 64) * 32 + r % 32];
             int code = r < 32 ? byte & 0xF : byte >> 4;
             if (fmt == Q5_K) code |= ((qh[w % 32] >> (w / 32)) & 1) << 4;
             u->q[w] = (int8_t)code;
         }
+#endif
         for (int j = 0; j < 8; j++) {
             int sc, mn;
             scale_min_k4(j, b + 4, &sc, &mn);
@@ -140,12 +161,27 @@ static void unpack(int fmt, const uint8_t *b, unpacked *u) {
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *scales = (const int8_t *)(b + 192);
         float d = half(b + 208);
+#if defined(__AVX2__)
+        /* Half h, part k of 32 weights: ql's bytes 32k.. (k < 2) low nibbles, or bytes
+         * 32(k-2).. high nibbles; bits 2k of qh's 32 bytes on top. */
+        __m256i nibble = _mm256_set1_epi8(0xF), two = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
+        for (int h = 0; h < 2; h++) {
+            __m256i high = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                __m256i bytes = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32 * (k % 2)));
+                __m256i low = _mm256_and_si256(k < 2 ? bytes : _mm256_srli_epi16(bytes, 4), nibble);
+                __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * k), two), 4);
+                _mm256_storeu_si256((__m256i *)(u->q + 128 * h + 32 * k), _mm256_sub_epi8(_mm256_or_si256(low, top), offset));
+            }
+        }
+#else
         for (int w = 0; w < 256; w++) {
             int h = w / 128, r = w % 128;
             int byte = ql[h * 64 + r % 64], low = r < 64 ? byte & 0xF : byte >> 4;
             int high = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
             u->q[w] = (int8_t)((low | high << 4) - 32);
         }
+#endif
         for (int g = 0; g < 16; g++) {
             u->scale[g] = d * scales[g];
             u->min[g] = 0.0f;
@@ -203,6 +239,22 @@ static inline __m256i lanes_vnni(__m256i w, __m256i x) {
 #define HAVE_VNNI 1
 #endif
 
+#if defined(__AVX2__)
+/* The 32 codes of a Q8_0, Q4_0 or Q4_1 block straight into a vector (one scale for the
+ * block, no unpacking through memory): 1, or 0 for the other formats. */
+static inline int vector_codes(int fmt, const uint8_t *b, __m256i *codes) {
+    if (fmt == Q8_0) {
+        *codes = _mm256_loadu_si256((const __m256i *)(b + 2));
+        return 1;
+    }
+    if (fmt != Q4_0 && fmt != Q4_1) return 0;
+    __m128i packed = _mm_loadu_si128((const __m128i *)(b + (fmt == Q4_0 ? 2 : 4))), low = _mm_set1_epi8(0xF);
+    __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+    *codes = fmt == Q4_0 ? _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)) : nibbles;
+    return 1;
+}
+#endif
+
 /* Which paths this build has: bit p set for path p. */
 int accord_gguf_paths(void) {
     int paths = 1 << PATH_PLAIN;
@@ -238,8 +290,28 @@ static void row_dot(
 #endif
     for (int t = 0; t < tokens; t++) acc[t] = 0.0f;
     for (long block = 0; block < blocks; block++) {
-        unpack(fmt, row + block * BLOCK_BYTES[fmt], &u);
+        const uint8_t *b = row + block * BLOCK_BYTES[fmt];
         long first = block * bs;
+#if defined(__AVX2__)
+        __m256i w;
+        if (path != PATH_PLAIN && vector_codes(fmt, b, &w)) {
+            /* One scale (and Q4_1's one min) for all 32 weights. */
+            float d = half(b), m = fmt == Q4_1 ? half(b + 2) : 0.0f;
+            for (int t = 0; t < tokens; t++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(xq + t * depth + first));
+#if defined(HAVE_VNNI)
+                __m256i lanes = path == PATH_VNNI ? lanes_vnni(w, v) : lanes_avx2(w, v);
+#else
+                __m256i lanes = lanes_avx2(w, v);
+#endif
+                const float *sum16 = xsum + t * (depth / 16) + first / 16;
+                acc[t] += m * (sum16[0] + sum16[1]);
+                vacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d * xs[t * (depth / 32) + block]), vacc[t]);
+            }
+            continue;
+        }
+#endif
+        unpack(fmt, b, &u);
         for (int t = 0; t < tokens; t++) {
             const int8_t *x = xq + t * depth + first;
             const float *scale = xs + t * (depth / 32) + first / 32, *sum16 = xsum + t * (depth / 16) + first / 16;
@@ -286,7 +358,7 @@ int accord_gguf_linear(
     for (long t = 0; t < tokens; t++)
         quantize_activations(x + t * depth, depth, xq + t * depth, xs + t * (depth / 32), xsum + t * (depth / 16));
     long blocks = depth / BLOCK_SIZE[fmt], row_bytes = blocks * BLOCK_BYTES[fmt];
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
     for (long n = 0; n < rows; n++) {
         float acc[MAX_TOKENS];
         row_dot(fmt, path, weight + n * row_bytes, blocks, depth, (int)tokens, xq, xs, xsum, acc);
@@ -300,7 +372,7 @@ int accord_gguf_dequantize(const uint8_t *weight, float *out, long first, long c
     if (fmt < Q8_0 || fmt > Q6_K) return -1;
     int bs = BLOCK_SIZE[fmt];
     long blocks = depth / bs, row_bytes = blocks * BLOCK_BYTES[fmt];
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
     for (long n = 0; n < count; n++) {
         unpacked u;
         for (long block = 0; block < blocks; block++) {
