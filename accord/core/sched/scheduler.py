@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import get_args
 
 from ..config import SchedulingPolicy
+from ..kv_transfer.base import KVConnectorMetadata, KVConnectorScheduler, ScheduledChunk, TransferRequest
 from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
@@ -53,6 +54,7 @@ class Scheduler:
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
         speculative: SpeculativeConfig | None = None,
+        kv_connector: KVConnectorScheduler | None = None,
     ) -> None:
         if policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
@@ -65,6 +67,8 @@ class Scheduler:
         self._structured_output = structured_output
         #: Speculative decoding's setup (None: off): proposals land with a step's results.
         self._speculative = speculative
+        #: The scheduler half of a KV connector (None: no KV comes from or goes outside).
+        self.kv_connector = kv_connector
         # Smaller key = served first and preempted last.
         self.order_key: Callable[[Request], tuple[float, ...]] = (
             (lambda r: (r.arrival_time, r.arrival_order, r.index))
@@ -135,12 +139,17 @@ class Scheduler:
         stop_reason (a step failed because of them)."""
         return self.finish_requests(req_ids, "error", message)
 
-    def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> None:
+    def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> dict | None:
+        """End `request` and free its blocks; returns what the KV connector hands its
+        caller (kv_transfer_params), if anything."""
         request.finish(reason, stop_reason)
         if request in self.running:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
+        kv_transfer_params = None
+        if self.kv_connector is not None:
+            kv_transfer_params = self.kv_connector.request_finished(_transfer_request(request))
         # A failed step may have left this request's blocks unwritten: never reuse them.
         self.block_manager.free(request.req_id, forget_cached=reason == "error")
         self.requests.pop(request.req_id, None)
@@ -149,6 +158,7 @@ class Scheduler:
         if self._blocks_sent.pop(request.req_id, None) is not None:
             self._finished_ids.add(request.req_id)
         self._update_gauges()
+        return kv_transfer_params
 
     # -- building a step -------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -214,6 +224,7 @@ class Scheduler:
             finished_req_ids=self._finished_ids,
             preempted_req_ids={request.req_id for request in preempted},
             scheduled_spec_decode_tokens=drafts,
+            kv_connector_metadata=self._kv_connector_metadata(batch, scheduled),
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
@@ -329,9 +340,15 @@ class Scheduler:
                 else self.block_manager.find_cached_prefix(request.token_ids, request.num_tokens - 1)
             )
             computed = len(cached) * self.block_manager.block_size
-            count = min(request.num_tokens - computed, budget)
-            if not self.block_manager.allocate(request.req_id, computed + count, cached):
+            external = self._external_tokens(request, computed)
+            count = min(request.num_tokens - computed - external, budget)
+            if not self.block_manager.allocate(request.req_id, computed + external + count, cached):
                 break
+            if self.kv_connector is not None:
+                self.kv_connector.update_state_after_alloc(
+                    _transfer_request(request), self.block_manager.block_table(request.req_id), computed, external
+                )
+            computed += external
             del self.waiting[index]
             if request.num_output_tokens == 0:
                 request.num_cached_tokens = computed
@@ -344,6 +361,28 @@ class Scheduler:
             admitted.append(request)
             budget -= count
         return budget
+
+    def _external_tokens(self, request: Request, num_computed: int) -> int:
+        """Tokens after the `num_computed` cached ones that the KV connector loads
+        instead of the step computing them (0 without a connector)."""
+        if self.kv_connector is None or request.needs_prompt_logprobs:
+            return 0
+        external = self.kv_connector.get_num_new_matched_tokens(_transfer_request(request), num_computed)
+        # The last token is always computed: its logits sample the next one.
+        return max(0, min(external, request.num_tokens - 1 - num_computed))
+
+    def _kv_connector_metadata(self, batch: list[Request], scheduled: dict[str, int]) -> KVConnectorMetadata | None:
+        """This step's KV loads and saves (None without a connector); call before the
+        step's tokens count as computed."""
+        if self.kv_connector is None:
+            return None
+        return self.kv_connector.build_connector_meta([
+            ScheduledChunk(
+                _transfer_request(request), self.block_manager.block_table(request.req_id),
+                request.num_computed_tokens, scheduled[request.req_id],
+            )
+            for request in batch
+        ])
 
     def _waits_for_sibling(self, request: Request) -> bool:
         """n > 1: a sample waits while its sibling computes the shared prompt, then
@@ -435,7 +474,7 @@ class Scheduler:
         if decision is None and grammar_complete:
             decision = "stop", None  # the grammar admits nothing more
         if decision is not None:
-            self._finish(request, *decision)
+            update.kv_transfer_params = self._finish(request, *decision)
             update.finish_reason, update.stop_reason = decision
 
     def _update_gauges(self) -> None:
@@ -445,6 +484,11 @@ class Scheduler:
         stats.kv_blocks_used = manager.num_used_blocks
         stats.prefix_cache_queries = manager.counters.queries
         stats.prefix_cache_hits = manager.counters.hits
+
+
+def _transfer_request(request: Request) -> TransferRequest:
+    """What a KV connector sees of `request` (plain data, never the Request)."""
+    return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params)
 
 
 def _tokens_to_compute(request: Request) -> int:
