@@ -158,7 +158,7 @@ REFUSED = _table({
         "middleware", "tool_parser_plugin",
     ),
     "KV cache events, encoder-cache transfer and KV offloading": (
-        "kv_events_config", "ec_transfer_config", "ec_manager_config", "kv_offloading_size",
+        "kv_events_config", "ec_transfer_config", "ec_manager_config",
         "kv_offloading_backend", "kv_cache_dtype_skip_layers",
     ),
     "weight offloading": (

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from .kv_transfer.config import KVTransferConfig
+from .kv_transfer.config import KVTransferConfig, offloading_config
 from .kv_transfer.factory import check_connector
 from .spec_decode.config import SpeculativeConfig
 
@@ -187,6 +187,11 @@ class EngineConfig:
         "{\"shared_storage_path\": DIR}} (accord.core.kv_transfer; docs/disaggregation.md)",
         default_help="off",
     )
+    kv_offloading_size: float | None = setting(
+        None, help="GiB of CPU memory for a KV tier under the device pool (vLLM's): full blocks are copied there "
+        "as they are computed, and a prefix found there is copied back instead of recomputed "
+        "(accord.core.kv_transfer.offload); needs prefix caching", default_help="no CPU tier", above=0.0,
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",
@@ -207,6 +212,12 @@ class EngineConfig:
         self.kv_transfer: KVTransferConfig | None = (
             None if self.kv_transfer_config is None else KVTransferConfig.parse(self.kv_transfer_config)
         )
+        if self.kv_offloading_size is not None:
+            if self.kv_transfer is not None:
+                raise ValueError("kv_offloading_size with a kv_transfer_config is not supported yet: give one")
+            if not self.enable_prefix_caching:
+                raise ValueError("kv_offloading_size needs enable_prefix_caching: the tier is keyed by its block hashes")
+            self.kv_transfer = offloading_config(self.kv_offloading_size)
         if self.kv_transfer is not None:
             check_connector(self.kv_transfer)
         if self.distributed_executor_backend == "uni" and self.world_size != 1:

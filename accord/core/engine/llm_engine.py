@@ -125,7 +125,7 @@ class LLMEngine:
                 speculative=config.speculative,
                 kv_connector=(
                     None if config.kv_transfer is None
-                    else make_scheduler_connector(config.kv_transfer, config.block_size)
+                    else make_scheduler_connector(config.kv_transfer, config.block_size, info.bytes_per_block)
                 ),
             )
             for _ in range(config.data_parallel_size)

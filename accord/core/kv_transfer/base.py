@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable
 
 import torch
 
@@ -33,11 +33,15 @@ LayerCache = tuple[torch.Tensor, ...]
 
 @dataclass(frozen=True)
 class TransferRequest:
-    """What a connector knows of a request: its id, prompt and kv_transfer_params."""
+    """What a connector knows of a request: its id, prompt, kv_transfer_params, known
+    token count, and (for connectors that read them) its full blocks' prefix-cache keys,
+    the block manager's hash chain."""
 
     req_id: str
     prompt_token_ids: Sequence[int]
     kv_transfer_params: dict[str, Any] | None = None
+    num_tokens: int = 0
+    block_keys: tuple[Hashable, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,14 @@ class KVConnectorScheduler(ABC):
     """The scheduler's half of a connector: which tokens come from outside, and what
     each step moves."""
 
-    def __init__(self, config: KVTransferConfig, block_size: int) -> None:
+    #: Whether the scheduler hands this connector each request's block keys (hashing
+    #: costs; only a block-keyed store needs them).
+    uses_block_keys = False
+
+    def __init__(self, config: KVTransferConfig, block_size: int, bytes_per_block: int) -> None:
         self.config = config
         self.block_size = block_size
+        self.bytes_per_block = bytes_per_block
 
     @abstractmethod
     def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
@@ -155,13 +164,11 @@ class KVConnectorWorker(ABC):
         """Run `forward()` between this step's loads and saves. accord's model forward
         has no per-layer hook, so every layer's load is waited for before it and every
         layer is saved after it (no overlap of transfer and compute yet)."""
-        if metadata.loads:
-            self.start_load_kv(metadata)
-            for layer in range(len(self.kv_caches)):
-                self.wait_for_layer_load(layer)
+        self.start_load_kv(metadata)
+        for layer in range(len(self.kv_caches)):
+            self.wait_for_layer_load(layer)
         result = forward()
-        if metadata.saves:
-            for layer in range(len(self.kv_caches)):
-                self.save_kv_layer(layer, metadata)
-            self.wait_for_save()
+        for layer in range(len(self.kv_caches)):
+            self.save_kv_layer(layer, metadata)
+        self.wait_for_save()
         return result

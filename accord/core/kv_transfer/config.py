@@ -56,3 +56,24 @@ class KVTransferConfig:
     def is_consumer(self) -> bool:
         """Whether this engine loads KV others computed instead of computing it."""
         return self.kv_role in ("kv_consumer", "kv_both")
+
+
+#: The kv_connector_extra_config key for the tier's size in bytes (vLLM's).
+CPU_BYTES_KEY = "cpu_bytes_to_use"
+
+
+def offloading_config(size_gib: float) -> KVTransferConfig:
+    """The connector config `--kv-offloading-size size_gib` stands for."""
+    return KVTransferConfig(
+        kv_connector="OffloadingConnector", kv_role="kv_both",
+        kv_connector_extra_config={CPU_BYTES_KEY: int(size_gib * 2**30)},
+    )
+
+
+def num_cpu_blocks(config: KVTransferConfig, bytes_per_block: int) -> int:
+    """Blocks the tier holds: its bytes over one block's bytes (at least one)."""
+    size = int(config.kv_connector_extra_config.get(CPU_BYTES_KEY, 0))
+    blocks = size // bytes_per_block
+    if blocks < 1:
+        raise ValueError(f"the CPU KV tier of {size} bytes holds no block of {bytes_per_block} bytes")
+    return blocks

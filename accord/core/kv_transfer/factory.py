@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 #: Connector name -> (module, scheduler half, worker half).
 CONNECTORS: dict[str, tuple[str, str, str]] = {
     "SharedStorageConnector": ("accord.core.kv_transfer.shared_storage", "SharedStorageScheduler", "SharedStorageWorker"),
+    "OffloadingConnector": ("accord.core.kv_transfer.offload", "OffloadingScheduler", "OffloadingWorker"),
 }
 
 
@@ -33,9 +34,10 @@ def _halves(config: KVTransferConfig) -> tuple[type[KVConnectorScheduler], type[
     return getattr(module, scheduler_half), getattr(module, worker_half)
 
 
-def make_scheduler_connector(config: KVTransferConfig, block_size: int) -> KVConnectorScheduler:
-    """The scheduler half of the connector `config` names."""
-    return _halves(config)[0](config, block_size)
+def make_scheduler_connector(config: KVTransferConfig, block_size: int, bytes_per_block: int) -> KVConnectorScheduler:
+    """The scheduler half of the connector `config` names, for a cache of blocks of
+    `block_size` tokens costing `bytes_per_block` bytes (on one rank)."""
+    return _halves(config)[0](config, block_size, bytes_per_block)
 
 
 def make_worker_connector(config: KVTransferConfig, block_size: int, rank: int) -> KVConnectorWorker:

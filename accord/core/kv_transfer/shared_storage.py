@@ -66,8 +66,8 @@ def _tensor_name(layer: int, index: int) -> str:
 class SharedStorageScheduler(KVConnectorScheduler):
     """Finds saved prompts on disk and plans each step's file loads and saves."""
 
-    def __init__(self, config: KVTransferConfig, block_size: int) -> None:
-        super().__init__(config, block_size)
+    def __init__(self, config: KVTransferConfig, block_size: int, bytes_per_block: int) -> None:
+        super().__init__(config, block_size, bytes_per_block)
         self.root = storage_path(config)
         self.root.mkdir(parents=True, exist_ok=True)
         self._loads: list[BlockTransfer] = []

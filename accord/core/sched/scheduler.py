@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import get_args
 
 from ..config import SchedulingPolicy
@@ -33,7 +33,7 @@ from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
-from .block_manager import BlockManager
+from .block_manager import BlockKey, BlockManager
 from .check_stop import check_stop
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
@@ -149,7 +149,7 @@ class Scheduler:
             self.waiting.remove(request)
         kv_transfer_params = None
         if self.kv_connector is not None:
-            kv_transfer_params = self.kv_connector.request_finished(_transfer_request(request))
+            kv_transfer_params = self.kv_connector.request_finished(self._transfer_request(request, ()))
         # A failed step may have left this request's blocks unwritten: never reuse them.
         self.block_manager.free(request.req_id, forget_cached=reason == "error")
         self.requests.pop(request.req_id, None)
@@ -340,13 +340,14 @@ class Scheduler:
                 else self.block_manager.find_cached_prefix(request.token_ids, request.num_tokens - 1)
             )
             computed = len(cached) * self.block_manager.block_size
-            external = self._external_tokens(request, computed)
+            transfer = self._transfer_request(request, None)
+            external = self._external_tokens(request, transfer, computed)
             count = min(request.num_tokens - computed - external, budget)
             if not self.block_manager.allocate(request.req_id, computed + external + count, cached):
                 break
             if self.kv_connector is not None:
                 self.kv_connector.update_state_after_alloc(
-                    _transfer_request(request), self.block_manager.block_table(request.req_id), computed, external
+                    transfer, self.block_manager.block_table(request.req_id), computed, external
                 )
             computed += external
             del self.waiting[index]
@@ -362,14 +363,27 @@ class Scheduler:
             budget -= count
         return budget
 
-    def _external_tokens(self, request: Request, num_computed: int) -> int:
+    def _external_tokens(self, request: Request, transfer: TransferRequest | None, num_computed: int) -> int:
         """Tokens after the `num_computed` cached ones that the KV connector loads
         instead of the step computing them (0 without a connector)."""
         if self.kv_connector is None or request.needs_prompt_logprobs:
             return 0
-        external = self.kv_connector.get_num_new_matched_tokens(_transfer_request(request), num_computed)
+        external = self.kv_connector.get_num_new_matched_tokens(transfer, num_computed)
         # The last token is always computed: its logits sample the next one.
         return max(0, min(external, request.num_tokens - 1 - num_computed))
+
+    def _transfer_request(self, request: Request, keys: Sequence[BlockKey] | None) -> TransferRequest | None:
+        """What the KV connector sees of `request` (plain data, never the Request), with
+        `keys` as its block keys when the connector reads them (None: those of its known
+        tokens but the last, for matching); None without a connector."""
+        if self.kv_connector is None:
+            return None
+        if not self.kv_connector.uses_block_keys:
+            keys = ()
+        elif keys is None:
+            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1)
+        return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
+                               request.num_tokens, tuple(keys))
 
     def _kv_connector_metadata(self, batch: list[Request], scheduled: dict[str, int]) -> KVConnectorMetadata | None:
         """This step's KV loads and saves (None without a connector); call before the
@@ -378,7 +392,8 @@ class Scheduler:
             return None
         return self.kv_connector.build_connector_meta([
             ScheduledChunk(
-                _transfer_request(request), self.block_manager.block_table(request.req_id),
+                self._transfer_request(request, self.block_manager.registered_keys(request.req_id)),
+                self.block_manager.block_table(request.req_id),
                 request.num_computed_tokens, scheduled[request.req_id],
             )
             for request in batch
@@ -484,11 +499,6 @@ class Scheduler:
         stats.kv_blocks_used = manager.num_used_blocks
         stats.prefix_cache_queries = manager.counters.queries
         stats.prefix_cache_hits = manager.counters.hits
-
-
-def _transfer_request(request: Request) -> TransferRequest:
-    """What a KV connector sees of `request` (plain data, never the Request)."""
-    return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params)
 
 
 def _tokens_to_compute(request: Request) -> int:
