@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
 for _helpers in ("engine", "server"):
     _directory = str(Path(__file__).resolve().parent.parent / _helpers)
     if _directory not in sys.path:
