@@ -68,3 +68,28 @@ def test_many_prompts_through_a_full_tier_keep_their_tokens(llama_dir: Path, off
     assert manager.num_free_blocks == manager.num_blocks
     tier = offloading.llm_engine.scheduler.kv_connector
     assert tier.blocks_loaded > 0 and tier.blocks_stored > tier.num_slots
+
+
+@pytest.mark.slow
+def test_a_failed_steps_blocks_are_not_served_from_the_tier(
+    llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine_faults import POISON_TOKEN, poison_the_model
+
+    llm = LLM(str(llama_dir), kv_offloading_size=1 / 4096, **{**ENGINE_ARGS, "max_num_seqs": 2})
+    engine = llm.llm_engine
+    poison_the_model(engine, monkeypatch)
+    clean, *others = _prompts(4, 6 * BLOCK + 1)
+    poisoned = {"prompt_token_ids": [POISON_TOKEN] * (6 * BLOCK + 1)}
+    expected = _tokens(LLM(str(llama_dir), **ENGINE_ARGS), clean)
+    # One step holds both prompts and fails; the clean one is re-run alone (its KV is
+    # written) but the step's copies to the tier never ran.
+    outputs = llm.generate([clean, poisoned], GREEDY)
+    assert outputs[0].outputs[0].token_ids == expected and outputs[1].outputs[0].finish_reason == "error"
+    for prompt in others:
+        _tokens(llm, prompt)
+    assert engine.scheduler.block_manager.find_cached_prefix(clean["prompt_token_ids"], 6 * BLOCK) == []
+    computed = engine.stats.computed_prompt_tokens
+    assert _tokens(llm, clean) == expected
+    # Recomputed in full: the tier forgot the blocks whose copies were lost.
+    assert engine.stats.computed_prompt_tokens - computed == 6 * BLOCK + 1

@@ -121,6 +121,10 @@ class KVConnectorScheduler(ABC):
         """`request` finished: forget it, and return the kv_transfer_params its caller
         hands to the instance that continues it (None: nothing to hand on)."""
 
+    def step_failed(self, metadata: KVConnectorMetadata) -> None:
+        """The step that carried `metadata` raised: its saves did not happen (the
+        engine re-runs its requests without them), so nothing may count on them."""
+
 
 class KVConnectorWorker(ABC):
     """The worker's half of a connector: moves KV between this rank's cache and the

@@ -29,6 +29,8 @@ class BlockCopies(KVConnectorMetadata):
 
     to_device: list[tuple[int, int]] = field(default_factory=list)
     to_host: list[tuple[int, int]] = field(default_factory=list)
+    #: The key each `to_host` copy stores (the scheduler's, should the step fail).
+    stored_keys: list[Hashable] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.to_device or self.to_host)
@@ -89,6 +91,7 @@ class OffloadingScheduler(KVConnectorScheduler):
                     break
                 self._slots[key] = slot
                 copies.to_host.append((chunk.block_ids[index], slot))
+                copies.stored_keys.append(key)
                 self.blocks_stored += 1
         return copies
 
@@ -105,6 +108,15 @@ class OffloadingScheduler(KVConnectorScheduler):
 
     def request_finished(self, request: TransferRequest) -> None:
         return None
+
+    def step_failed(self, metadata: KVConnectorMetadata) -> None:
+        # Those slots were never written: forget their keys, so no prefix is served from
+        # them (unless a later step already gave the slot to another key).
+        for key, (_, slot) in zip(metadata.stored_keys, metadata.to_host):  # type: ignore[attr-defined]
+            if self._slots.get(key) == slot:
+                del self._slots[key]
+                self._free_slots.append(slot)
+                self.blocks_stored -= 1
 
 
 class OffloadingWorker(KVConnectorWorker):

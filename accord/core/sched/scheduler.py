@@ -134,6 +134,11 @@ class Scheduler:
             self._finish(request, reason, stop_reason)
         return [RequestUpdate(r.req_id, finish_reason=r.finish_reason, stop_reason=r.stop_reason) for r in finished]
 
+    def step_failed(self, step: SchedulerOutput) -> None:
+        """`step` raised in the workers: the KV connector's saves of it did not happen."""
+        if self.kv_connector is not None and step.kv_connector_metadata is not None:
+            self.kv_connector.step_failed(step.kv_connector_metadata)
+
     def fail(self, req_ids: Iterable[str], message: str) -> list[RequestUpdate]:
         """Finish the given requests with finish_reason "error" and the error's text as
         stop_reason (a step failed because of them)."""
