@@ -69,3 +69,18 @@ def test_a_consumer_without_the_producers_kv_computes_the_prompt_itself(llama_di
     out = decode.generate(PROMPTS[:1], _greedy(6, {"do_remote_prefill": True}))[0]
     assert out.outputs[0].token_ids == expected
     assert decode.llm_engine.stats.computed_prompt_tokens - before == len(out.prompt_token_ids)
+
+
+def test_kv_of_another_dtype_fails_the_request_cleanly_naming_kv_convert(llama_dir: Path, tmp_path: Path) -> None:
+    prefill = LLM(str(llama_dir), kv_transfer_config=_connector("kv_producer", tmp_path), **ENGINE_ARGS)
+    # A bf16 cache on the decode side, fp32 KV from the prefill side: a cross-spec transfer.
+    decode = LLM(str(llama_dir), dtype="bfloat16", kv_transfer_config=_connector("kv_consumer", tmp_path),
+                 **ENGINE_ARGS)
+    params = prefill.generate(PROMPTS[:1], _greedy(1, {"do_remote_decode": True}))[0].kv_transfer_params
+    expected = LLM(str(llama_dir), dtype="bfloat16", **ENGINE_ARGS).generate(PROMPTS[1:2], _greedy(4))
+    start = _free_blocks(decode)
+    # One step: the transferred request fails; the other, computed here, is unharmed.
+    transferred, local = decode.generate(PROMPTS[:2], [_greedy(4, params), _greedy(4)])
+    assert transferred.outputs[0].finish_reason == "error" and "kv_convert" in str(transferred.outputs[0].stop_reason)
+    assert local.outputs[0].token_ids == expected[0].outputs[0].token_ids
+    assert _free_blocks(decode) == start

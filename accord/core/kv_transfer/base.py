@@ -74,6 +74,10 @@ class KVConnectorMetadata:
     def __bool__(self) -> bool:
         return bool(self.loads or self.saves)
 
+    def requests_loading(self) -> set[str]:
+        """The requests whose KV this step loads (a failed load fails them)."""
+        return {load.req_id for load in self.loads}
+
 
 @dataclass(frozen=True)
 class ScheduledChunk:
@@ -135,6 +139,9 @@ class KVConnectorWorker(ABC):
         self.block_size = block_size
         self.rank = rank
         self.kv_caches: list[LayerCache] = []
+        #: Requests whose load failed in the last step (their blocks hold no valid KV),
+        #: with the error's text.
+        self.failed_loads: dict[str, str] = {}
 
     def register_kv_caches(self, kv_caches: list[LayerCache]) -> None:
         """The rank's cache, once allocated; a layout other than the contracts'
@@ -168,9 +175,14 @@ class KVConnectorWorker(ABC):
         """Run `forward()` between this step's loads and saves. accord's model forward
         has no per-layer hook, so every layer's load is waited for before it and every
         layer is saved after it (no overlap of transfer and compute yet)."""
-        self.start_load_kv(metadata)
-        for layer in range(len(self.kv_caches)):
-            self.wait_for_layer_load(layer)
+        self.failed_loads = {}
+        try:
+            self.start_load_kv(metadata)
+            for layer in range(len(self.kv_caches)):
+                self.wait_for_layer_load(layer)
+        except Exception as error:
+            self.failed_loads = dict.fromkeys(metadata.requests_loading(), f"{type(error).__name__}: {error}")
+            raise
         result = forward()
         for layer in range(len(self.kv_caches)):
             self.save_kv_layer(layer, metadata)

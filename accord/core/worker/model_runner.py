@@ -302,7 +302,12 @@ class ModelRunner:
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
         """Run the last step again for only `req_ids` (the step failed and the engine is
-        finding which request made it fail; rewriting a request's KV is harmless)."""
+        finding which request made it fail; rewriting a request's KV is harmless). A
+        request whose KV the connector failed to load fails again: its blocks hold none."""
+        failed_loads = self.kv_connector.failed_loads if self.kv_connector is not None else {}
+        for req_id in req_ids:
+            if req_id in failed_loads:
+                raise RuntimeError(f"the KV connector could not load {req_id}'s KV: {failed_loads[req_id]}")
         return self.run({req_id: self._last_step[req_id] for req_id in req_ids})
 
     @torch.inference_mode()
