@@ -35,7 +35,7 @@ def _free_blocks(llm: LLM) -> int:
     return llm.llm_engine.scheduler.block_manager.num_free_blocks
 
 
-@pytest.mark.parametrize("model", ["llama_dir", "deepseek_v3_dir"])
+@pytest.mark.parametrize("model", ["llama_dir", pytest.param("deepseek_v3_dir", marks=pytest.mark.slow)])
 def test_decode_instance_continues_the_prefill_instances_kv_with_the_same_greedy_text(
     model: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
