@@ -157,8 +157,8 @@ REFUSED = _table({
         "worker_cls", "worker_extension_cls", "scheduler_cls", "logits_processors", "io_processor_plugin",
         "middleware", "tool_parser_plugin",
     ),
-    "KV cache transfer, events and offloading (disaggregated serving)": (
-        "kv_transfer_config", "kv_events_config", "ec_transfer_config", "ec_manager_config", "kv_offloading_size",
+    "KV cache events, encoder-cache transfer and KV offloading": (
+        "kv_events_config", "ec_transfer_config", "ec_manager_config",
         "kv_offloading_backend", "kv_cache_dtype_skip_layers",
     ),
     "weight offloading": (

@@ -16,6 +16,8 @@ from dataclasses import MISSING, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from .kv_transfer.config import KVTransferConfig, offloading_config
+from .kv_transfer.factory import check_connector
 from .spec_decode.config import SpeculativeConfig
 
 #: KV cache bytes on a CPU when `kv_cache_memory` is not given (vLLM-CPU's default
@@ -179,6 +181,17 @@ class EngineConfig:
         "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; draft_model, eagle and mtp are refused)",
         default_help="off", aliases=("-sc",),
     )
+    kv_transfer_config: dict | None = setting(
+        None, help="KV transfer between instances as JSON, vLLM's keys: {\"kv_connector\": \"SharedStorageConnector\", "
+        "\"kv_role\": \"kv_producer\", \"kv_consumer\" or \"kv_both\", \"kv_connector_extra_config\": "
+        "{\"shared_storage_path\": DIR}} (accord.core.kv_transfer; docs/disaggregation.md)",
+        default_help="off",
+    )
+    kv_offloading_size: float | None = setting(
+        None, help="GiB of CPU memory for a KV tier under the device pool (vLLM's): full blocks are copied there "
+        "as they are computed, and a prefix found there is copied back instead of recomputed "
+        "(accord.core.kv_transfer.offload); needs prefix caching", default_help="no CPU tier", above=0.0,
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",
@@ -195,6 +208,18 @@ class EngineConfig:
         self.speculative: SpeculativeConfig | None = (
             None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)
         )
+        #: The checked KV transfer setup (None: no connector).
+        self.kv_transfer: KVTransferConfig | None = (
+            None if self.kv_transfer_config is None else KVTransferConfig.parse(self.kv_transfer_config)
+        )
+        if self.kv_offloading_size is not None:
+            if self.kv_transfer is not None:
+                raise ValueError("kv_offloading_size with a kv_transfer_config is not supported yet: give one")
+            if not self.enable_prefix_caching:
+                raise ValueError("kv_offloading_size needs enable_prefix_caching: the tier is keyed by its block hashes")
+            self.kv_transfer = offloading_config(self.kv_offloading_size)
+        if self.kv_transfer is not None:
+            check_connector(self.kv_transfer)
         if self.distributed_executor_backend == "uni" and self.world_size != 1:
             raise ValueError(
                 f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} x "

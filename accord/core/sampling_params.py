@@ -85,6 +85,9 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     #: A constraint the output must match (JSON schema, regex, choice, grammar).
     structured_outputs: StructuredOutputsParams | None = None
+    #: vLLM's extra_args: settings for engine extensions, such as a KV connector's
+    #: `kv_transfer_params`.
+    extra_args: dict[str, Any] | None = None
     #: Tokens whose generation stops the request (the model's EOS ids); filled in by
     #: the engine, not by callers.
     all_stop_token_ids: set[int] = field(default_factory=set, repr=False)

@@ -118,6 +118,7 @@ class ChatService:
             id=request_id, model=serving.model.name, choices=choices, usage=usage,
             prompt_logprobs=prompt_logprobs_of(final, fmt) if request.prompt_logprobs is not None else None,
             prompt_token_ids=list(final.prompt_token_ids) if request.return_token_ids else None,
+            kv_transfer_params=final.kv_transfer_params,
         )
 
     @staticmethod

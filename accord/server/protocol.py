@@ -145,7 +145,10 @@ class SamplingFields(BaseModel):
     allowed_token_ids: Any = None
     bad_words: Any = None
     cache_salt: Any = None
-    kv_transfer_params: Any = None
+    kv_transfer_params: dict[str, Any] | None = Field(
+        default=None, description="vLLM: the KV connector's parameters (disaggregated prefill: do_remote_decode on "
+        "the prefill instance, the prefill response's kv_transfer_params on the decode instance)"
+    )
     logit_bias: dict[str, float] | None = Field(
         default=None, description="token id (as a string) -> bias in [-100, 100] added to its logit"
     )
@@ -332,6 +335,8 @@ class CompletionResponse(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+    #: vLLM: what the KV connector hands on (a prefill instance's: where its KV is).
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 class TopLogprob(BaseModel):
@@ -383,6 +388,8 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
     prompt_logprobs: PromptLogprobs | None = None
     prompt_token_ids: list[int] | None = None
+    #: vLLM: what the KV connector hands on (a prefill instance's: where its KV is).
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 class DeltaFunctionCall(BaseModel):

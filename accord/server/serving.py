@@ -339,6 +339,7 @@ class OpenAIServing:
                 logit_bias=logit_bias or None,
                 include_stop_str_in_output=request.include_stop_str_in_output,
                 skip_special_tokens=request.skip_special_tokens,
+                extra_args={"kv_transfer_params": request.kv_transfer_params} if request.kv_transfer_params else None,
                 **extra,
             )
             params.verify_vocab(self.model.vocab_size)
@@ -449,7 +450,7 @@ def _param_named_in(message: str) -> str | None:
 
 
 #: vLLM's request fields accord does not implement (both endpoints).
-UNSUPPORTED_VLLM_FIELDS = ("logprob_token_ids", "allowed_token_ids", "bad_words", "cache_salt", "kv_transfer_params")
+UNSUPPORTED_VLLM_FIELDS = ("logprob_token_ids", "allowed_token_ids", "bad_words", "cache_salt")
 
 
 def refuse_unsupported(request: BaseModel, names: Sequence[str]) -> None:

@@ -48,6 +48,7 @@ from ..executor.base import StepSkipped
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.load import read_model_config
 from .failure_isolation import isolate_failure
+from ..kv_transfer.factory import make_scheduler_connector
 from .output_processor import OutputProcessor
 from .stats_log import PeriodicStatsLog
 from ..outputs import RequestOutput
@@ -122,6 +123,10 @@ class LLMEngine:
                 eos_token_ids=info.model_config.eos_token_ids,
                 structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
                 speculative=config.speculative,
+                kv_connector=(
+                    None if config.kv_transfer is None
+                    else make_scheduler_connector(config.kv_transfer, config.block_size, info.bytes_per_block)
+                ),
             )
             for _ in range(config.data_parallel_size)
         ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..sampling_params import SamplingParams
 
@@ -64,6 +65,12 @@ class Request:
         self.token_ids = list(self.prompt_token_ids)
         if self.wants_prompt_logprobs:
             self.num_prompt_logprobs_done = 1
+
+    @property
+    def kv_transfer_params(self) -> dict[str, Any] | None:
+        """What the caller told the KV connector about this request (vLLM carries it in
+        the sampling params' extra_args)."""
+        return (self.params.extra_args or {}).get("kv_transfer_params")
 
     @property
     def num_tokens(self) -> int:

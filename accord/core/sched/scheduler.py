@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import get_args
 
 from ..config import SchedulingPolicy
+from ..kv_transfer.base import KVConnectorMetadata, KVConnectorScheduler, ScheduledChunk, TransferRequest
 from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
-from .block_manager import BlockManager
+from .block_manager import BlockKey, BlockManager
 from .check_stop import check_stop
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
@@ -53,6 +54,7 @@ class Scheduler:
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
         speculative: SpeculativeConfig | None = None,
+        kv_connector: KVConnectorScheduler | None = None,
     ) -> None:
         if policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
@@ -65,6 +67,8 @@ class Scheduler:
         self._structured_output = structured_output
         #: Speculative decoding's setup (None: off): proposals land with a step's results.
         self._speculative = speculative
+        #: The scheduler half of a KV connector (None: no KV comes from or goes outside).
+        self.kv_connector = kv_connector
         # Smaller key = served first and preempted last.
         self.order_key: Callable[[Request], tuple[float, ...]] = (
             (lambda r: (r.arrival_time, r.arrival_order, r.index))
@@ -130,17 +134,27 @@ class Scheduler:
             self._finish(request, reason, stop_reason)
         return [RequestUpdate(r.req_id, finish_reason=r.finish_reason, stop_reason=r.stop_reason) for r in finished]
 
+    def step_failed(self, step: SchedulerOutput) -> None:
+        """`step` raised in the workers: the KV connector's saves of it did not happen."""
+        if self.kv_connector is not None and step.kv_connector_metadata is not None:
+            self.kv_connector.step_failed(step.kv_connector_metadata)
+
     def fail(self, req_ids: Iterable[str], message: str) -> list[RequestUpdate]:
         """Finish the given requests with finish_reason "error" and the error's text as
         stop_reason (a step failed because of them)."""
         return self.finish_requests(req_ids, "error", message)
 
-    def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> None:
+    def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> dict | None:
+        """End `request` and free its blocks; returns what the KV connector hands its
+        caller (kv_transfer_params), if anything."""
         request.finish(reason, stop_reason)
         if request in self.running:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
+        kv_transfer_params = None
+        if self.kv_connector is not None:
+            kv_transfer_params = self.kv_connector.request_finished(self._transfer_request(request, ()))
         # A failed step may have left this request's blocks unwritten: never reuse them.
         self.block_manager.free(request.req_id, forget_cached=reason == "error")
         self.requests.pop(request.req_id, None)
@@ -149,6 +163,7 @@ class Scheduler:
         if self._blocks_sent.pop(request.req_id, None) is not None:
             self._finished_ids.add(request.req_id)
         self._update_gauges()
+        return kv_transfer_params
 
     # -- building a step -------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -214,6 +229,7 @@ class Scheduler:
             finished_req_ids=self._finished_ids,
             preempted_req_ids={request.req_id for request in preempted},
             scheduled_spec_decode_tokens=drafts,
+            kv_connector_metadata=self._kv_connector_metadata(batch, scheduled),
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
@@ -329,9 +345,16 @@ class Scheduler:
                 else self.block_manager.find_cached_prefix(request.token_ids, request.num_tokens - 1)
             )
             computed = len(cached) * self.block_manager.block_size
-            count = min(request.num_tokens - computed, budget)
-            if not self.block_manager.allocate(request.req_id, computed + count, cached):
+            transfer = self._transfer_request(request, None)
+            external = self._external_tokens(request, transfer, computed)
+            count = min(request.num_tokens - computed - external, budget)
+            if not self.block_manager.allocate(request.req_id, computed + external + count, cached):
                 break
+            if self.kv_connector is not None:
+                self.kv_connector.update_state_after_alloc(
+                    transfer, self.block_manager.block_table(request.req_id), computed, external
+                )
+            computed += external
             del self.waiting[index]
             if request.num_output_tokens == 0:
                 request.num_cached_tokens = computed
@@ -344,6 +367,42 @@ class Scheduler:
             admitted.append(request)
             budget -= count
         return budget
+
+    def _external_tokens(self, request: Request, transfer: TransferRequest | None, num_computed: int) -> int:
+        """Tokens after the `num_computed` cached ones that the KV connector loads
+        instead of the step computing them (0 without a connector)."""
+        if self.kv_connector is None or request.needs_prompt_logprobs:
+            return 0
+        external = self.kv_connector.get_num_new_matched_tokens(transfer, num_computed)
+        # The last token is always computed: its logits sample the next one.
+        return max(0, min(external, request.num_tokens - 1 - num_computed))
+
+    def _transfer_request(self, request: Request, keys: Sequence[BlockKey] | None) -> TransferRequest | None:
+        """What the KV connector sees of `request` (plain data, never the Request), with
+        `keys` as its block keys when the connector reads them (None: those of its known
+        tokens but the last, for matching); None without a connector."""
+        if self.kv_connector is None:
+            return None
+        if not self.kv_connector.uses_block_keys:
+            keys = ()
+        elif keys is None:
+            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1)
+        return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
+                               request.num_tokens, tuple(keys))
+
+    def _kv_connector_metadata(self, batch: list[Request], scheduled: dict[str, int]) -> KVConnectorMetadata | None:
+        """This step's KV loads and saves (None without a connector); call before the
+        step's tokens count as computed."""
+        if self.kv_connector is None:
+            return None
+        return self.kv_connector.build_connector_meta([
+            ScheduledChunk(
+                self._transfer_request(request, self.block_manager.registered_keys(request.req_id)),
+                self.block_manager.block_table(request.req_id),
+                request.num_computed_tokens, scheduled[request.req_id],
+            )
+            for request in batch
+        ])
 
     def _waits_for_sibling(self, request: Request) -> bool:
         """n > 1: a sample waits while its sibling computes the shared prompt, then
@@ -435,7 +494,7 @@ class Scheduler:
         if decision is None and grammar_complete:
             decision = "stop", None  # the grammar admits nothing more
         if decision is not None:
-            self._finish(request, *decision)
+            update.kv_transfer_params = self._finish(request, *decision)
             update.finish_reason, update.stop_reason = decision
 
     def _update_gauges(self) -> None:
