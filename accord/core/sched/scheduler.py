@@ -91,7 +91,7 @@ class Scheduler:
         limit); what the data-parallel balancer compares."""
         total = 0
         for request in self.requests.values():
-            limit = request.num_prompt_tokens + (request.params.max_tokens or self.max_model_len or 0)
+            limit = request.num_prompt_tokens + (request.max_output_tokens or self.max_model_len or 0)
             if self.max_model_len is not None:
                 limit = min(limit, self.max_model_len)
             total += max(0, limit - request.num_computed_tokens)
@@ -245,8 +245,8 @@ class Scheduler:
         """How many drafts `request` may check this step: the step emits up to one token
         more than it accepts, so never past max_tokens, the context limit or the budget."""
         room = budget - 1
-        if request.params.max_tokens is not None:
-            room = min(room, request.params.max_tokens - request.num_output_tokens - 1)
+        if request.max_output_tokens is not None:
+            room = min(room, request.max_output_tokens - request.num_output_tokens - 1)
         if self.max_model_len is not None:
             room = min(room, self.max_model_len - request.num_tokens - 1)
         return max(0, room)
@@ -256,7 +256,7 @@ class Scheduler:
         context limit: it stops when they land, so another step would compute past its end."""
         if request.num_output_placeholders == 0:
             return False
-        max_tokens = request.params.max_tokens
+        max_tokens = request.max_output_tokens
         if max_tokens is not None and request.num_output_tokens + request.num_output_placeholders >= max_tokens:
             return True
         return (
@@ -279,9 +279,11 @@ class Scheduler:
         constrained = self._structured_output
         if constrained is None:
             return None
+        # A reasoning model's grammar constrains the answer: the thinking is left free.
         sampling = [
             req_id for req_id, count in scheduled.items()
             if constrained.is_constrained(req_id) and _tokens_to_compute(self.requests[req_id]) == count
+            and not self.requests[req_id].is_thinking
         ]
         return constrained.grammar_bitmask(sampling) if sampling else None
 
@@ -429,8 +431,11 @@ class Scheduler:
         update.new_logprobs.append(logprob)
         update.new_top_logprobs.append(top)
         decision = check_stop(request, self.max_model_len, self.eos_token_ids)
-        grammar_complete = self._structured_output is not None and self._structured_output.accept(
-            request.req_id, token
+        # A reasoning model's grammar reads the answer: thinking tokens pass it by.
+        grammar_complete = (
+            self._structured_output is not None
+            and not request.last_token_thought
+            and self._structured_output.accept(request.req_id, token)
         )
         if decision is None and grammar_complete:
             decision = "stop", None  # the grammar admits nothing more

@@ -1,0 +1,70 @@
+"""The reasoning-parser interface and its registry."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...core.model_loader.tokenizer import Tokenizer
+from ...core.thinking import ThinkingMarkers
+
+_REGISTRY: dict[str, type[ReasoningParser]] = {}
+
+
+@dataclass(frozen=True)
+class ReasoningSplit:
+    """Output text split into the thinking and the answer (None: none of that part)."""
+
+    reasoning: str | None
+    content: str | None
+
+
+class ReasoningParser(ABC):
+    """Reads one model family's thinking format; a fresh instance per choice (the
+    streaming state is the instance's). `thinking` says whether the output begins inside
+    the thinking, as the prompt left it (`ThinkingMarkers.thinks_after`)."""
+
+    def __init__(self, thinking: bool) -> None:
+        self.thinking = thinking
+
+    @classmethod
+    @abstractmethod
+    def markers(cls, tokenizer: Tokenizer) -> ThinkingMarkers:
+        """The family's marker token ids in `tokenizer`; ValueError when it lacks them."""
+
+    @abstractmethod
+    def extract(self, text: str) -> ReasoningSplit:
+        """The thinking and the answer of a whole output."""
+
+    @abstractmethod
+    def feed(self, delta: str) -> ReasoningSplit:
+        """Take the next piece of streamed output; text that may still turn out to be a
+        marker is held back until it is known."""
+
+    @abstractmethod
+    def finish(self) -> ReasoningSplit:
+        """The end of the stream: whatever was held back."""
+
+
+def register(name: str) -> Callable[[type[ReasoningParser]], type[ReasoningParser]]:
+    """Class decorator adding a parser to the registry under `name`."""
+
+    def add(parser: type[ReasoningParser]) -> type[ReasoningParser]:
+        _REGISTRY[name] = parser
+        return parser
+
+    return add
+
+
+def reasoning_parser_names() -> list[str]:
+    """The registered parsers' names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_reasoning_parser(name: str) -> type[ReasoningParser]:
+    """The parser registered as `name`; ValueError listing the known ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown reasoning parser {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
