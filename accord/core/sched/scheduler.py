@@ -34,6 +34,7 @@ from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
 from .block_manager import BlockManager
 from .check_stop import check_stop
+from .policy import make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
 
@@ -65,12 +66,10 @@ class Scheduler:
         self._structured_output = structured_output
         #: Speculative decoding's setup (None: off): proposals land with a step's results.
         self._speculative = speculative
+        #: The order of the queues and who may be admitted (sched/policy.py).
+        self.policy = make_policy(policy, max_num_seqs, max_model_len)
         # Smaller key = served first and preempted last.
-        self.order_key: Callable[[Request], tuple[float, ...]] = (
-            (lambda r: (r.arrival_time, r.arrival_order, r.index))
-            if policy == "fcfs"
-            else (lambda r: (r.priority, r.arrival_time, r.arrival_order, r.index))
-        )
+        self.order_key: Callable[[Request], tuple[float, ...]] = self.policy.order_key
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         #: Every unfinished request, by id.
@@ -317,11 +316,12 @@ class Scheduler:
         """Move waiting requests to running, in policy order, while budgets and blocks
         allow; returns the token budget left."""
         index = 0
+        admits = self.policy.admission(self.running, self.waiting)
         while index < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[index]
             # A preempted request resumes once its last step's token has landed (the
             # runner is sent its tokens in full).
-            if request.num_output_placeholders or self._waits_for_sibling(request):
+            if request.num_output_placeholders or self._waits_for_sibling(request) or not admits(request):
                 index += 1
                 continue
             # At least the last token is always computed: its logits are needed.

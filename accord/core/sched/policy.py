@@ -1,0 +1,119 @@
+"""The order of waiting requests, and which of them may be admitted: FCFS, priority,
+and effort (a reasoning request's expected decode length, its thinking budget plus its
+max_tokens, is known, so lanes keep short requests from queueing behind long thinking
+streams, and each lane is served shortest-remaining first).
+
+The scheduler asks a policy two things: the key that orders its queues (smaller =
+served first, preempted last) and, each step, whether a waiting request may be admitted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..config import SchedulingPolicy
+from .request import Request
+
+#: A step's admission check: whether a waiting request may start now (each True answer
+#: counts it as running for the answers after it).
+Admission = Callable[[Request], bool]
+
+#: Effort lanes by expected decode length (tokens): up to 512, up to 2048, beyond.
+EFFORT_LANE_BOUNDS = (512, 2048)
+#: The share of max_num_seqs the requests of each lane and the longer ones may hold while
+#: a request of a shorter lane waits: the shortest lane is never capped.
+EFFORT_LANE_SHARES = (1.0, 0.5, 0.25)
+
+
+class QueuePolicy(ABC):
+    """How the scheduler orders and admits waiting requests."""
+
+    @abstractmethod
+    def order_key(self, request: Request) -> tuple[float, ...]:
+        """The request's place in the queues: smaller is served first and preempted last."""
+
+    def admission(self, running: Sequence[Request], waiting: Sequence[Request]) -> Admission:
+        """This step's admission check (every request, unless a policy says otherwise)."""
+        return lambda request: True
+
+
+class FcfsPolicy(QueuePolicy):
+    """First come, first served."""
+
+    def order_key(self, request: Request) -> tuple[float, ...]:
+        return request.arrival_time, request.arrival_order, request.index
+
+
+class PriorityPolicy(QueuePolicy):
+    """Lower `priority` first, then first come."""
+
+    def order_key(self, request: Request) -> tuple[float, ...]:
+        return request.priority, request.arrival_time, request.arrival_order, request.index
+
+
+@dataclass(frozen=True)
+class EffortPolicy(QueuePolicy):
+    """Shortest remaining expected decode first (SRPT: with lengths known, it minimises
+    mean latency), with lanes by expected decode length: while a request of a shorter
+    lane waits, the requests of a lane and the longer ones together hold at most that
+    lane's share of the sequences, so short requests always find room; otherwise any
+    lane may use every slot. A request without max_tokens expects the context's room."""
+
+    max_num_seqs: int
+    max_model_len: int | None
+    lane_bounds: tuple[int, ...] = EFFORT_LANE_BOUNDS
+    lane_shares: tuple[float, ...] = EFFORT_LANE_SHARES
+
+    def __post_init__(self) -> None:
+        if len(self.lane_shares) != len(self.lane_bounds) + 1:
+            raise ValueError(f"{len(self.lane_bounds) + 1} effort lanes need as many shares, got {self.lane_shares}")
+
+    def expected_decode_length(self, request: Request) -> int:
+        """Output tokens the request expects in all: its thinking budget (and the end
+        marker) plus max_tokens, or the context's room when it sets no max_tokens."""
+        limit = request.max_output_tokens
+        room = None if self.max_model_len is None else self.max_model_len - request.num_prompt_tokens
+        if limit is None or (room is not None and room < limit):
+            limit = room
+        return limit if limit is not None else math.inf  # type: ignore[return-value]
+
+    def lane(self, request: Request) -> int:
+        """The request's lane (0: the shortest), by its expected decode length."""
+        return bisect.bisect_left(self.lane_bounds, self.expected_decode_length(request))
+
+    def order_key(self, request: Request) -> tuple[float, ...]:
+        remaining = self.expected_decode_length(request) - request.num_output_tokens
+        return remaining, request.arrival_time, request.arrival_order, request.index
+
+    def admission(self, running: Sequence[Request], waiting: Sequence[Request]) -> Admission:
+        if not waiting:
+            return lambda request: True
+        counts = [0] * len(self.lane_shares)
+        for request in running:
+            counts[self.lane(request)] += 1
+        shortest_waiting = min(self.lane(request) for request in waiting)
+        caps = [max(1, math.floor(self.max_num_seqs * share)) for share in self.lane_shares]
+
+        def admits(request: Request) -> bool:
+            lane = self.lane(request)
+            if lane > shortest_waiting and sum(counts[lane:]) >= caps[lane]:
+                return False
+            counts[lane] += 1
+            return True
+
+        return admits
+
+
+def make_policy(name: SchedulingPolicy, max_num_seqs: int, max_model_len: int | None) -> QueuePolicy:
+    """The policy `--scheduling-policy name` selects."""
+    if name == "fcfs":
+        return FcfsPolicy()
+    if name == "priority":
+        return PriorityPolicy()
+    if name == "effort":
+        return EffortPolicy(max_num_seqs, max_model_len)
+    raise ValueError(f"unknown scheduling policy {name!r}")
