@@ -40,6 +40,11 @@ class QueuePolicy(ABC):
         """This step's admission check (every request, unless a policy says otherwise)."""
         return lambda request: True
 
+    def preemptions(self, running: Sequence[Request], waiting: Sequence[Request]) -> list[Request]:
+        """Running requests to preempt before this step, to make room for waiting ones
+        the policy puts first (none, unless a policy says otherwise)."""
+        return []
+
 
 class FcfsPolicy(QueuePolicy):
     """First come, first served."""
@@ -60,8 +65,10 @@ class EffortPolicy(QueuePolicy):
     """Shortest remaining expected decode first (SRPT: with lengths known, it minimises
     mean latency), with lanes by expected decode length: while a request of a shorter
     lane waits, the requests of a lane and the longer ones together hold at most that
-    lane's share of the sequences, so short requests always find room; otherwise any
-    lane may use every slot. A request without max_tokens expects the context's room."""
+    lane's share of the sequences (past it they are not admitted, and when every slot is
+    taken the longest-remaining of them are preempted), so short requests always find
+    room; otherwise any lane may use every slot. A request without max_tokens expects
+    the context's room."""
 
     max_num_seqs: int
     max_model_len: int | None
@@ -89,14 +96,35 @@ class EffortPolicy(QueuePolicy):
         remaining = self.expected_decode_length(request) - request.num_output_tokens
         return remaining, request.arrival_time, request.arrival_order, request.index
 
-    def admission(self, running: Sequence[Request], waiting: Sequence[Request]) -> Admission:
-        if not waiting:
-            return lambda request: True
+    def _lane_counts(self, running: Sequence[Request]) -> list[int]:
         counts = [0] * len(self.lane_shares)
         for request in running:
             counts[self.lane(request)] += 1
+        return counts
+
+    def _caps(self) -> list[int]:
+        return [max(1, math.floor(self.max_num_seqs * share)) for share in self.lane_shares]
+
+    def preemptions(self, running: Sequence[Request], waiting: Sequence[Request]) -> list[Request]:
+        if not waiting or len(running) < self.max_num_seqs:
+            return []  # a free slot takes the next waiting request without preempting
         shortest_waiting = min(self.lane(request) for request in waiting)
-        caps = [max(1, math.floor(self.max_num_seqs * share)) for share in self.lane_shares]
+        wanted = sum(1 for request in waiting if self.lane(request) == shortest_waiting)
+        counts, caps, victims = self._lane_counts(running), self._caps(), []
+        for request in sorted(running, key=self.order_key, reverse=True):
+            lane = self.lane(request)
+            if len(victims) == wanted:
+                break
+            if lane > shortest_waiting and sum(counts[lane:]) > caps[lane]:
+                counts[lane] -= 1
+                victims.append(request)
+        return victims
+
+    def admission(self, running: Sequence[Request], waiting: Sequence[Request]) -> Admission:
+        if not waiting:
+            return lambda request: True
+        counts, caps = self._lane_counts(running), self._caps()
+        shortest_waiting = min(self.lane(request) for request in waiting)
 
         def admits(request: Request) -> bool:
             lane = self.lane(request)
@@ -108,8 +136,10 @@ class EffortPolicy(QueuePolicy):
         return admits
 
 
-def make_policy(name: SchedulingPolicy, max_num_seqs: int, max_model_len: int | None) -> QueuePolicy:
-    """The policy `--scheduling-policy name` selects."""
+def make_policy(name: SchedulingPolicy | QueuePolicy, max_num_seqs: int, max_model_len: int | None) -> QueuePolicy:
+    """The policy `--scheduling-policy name` selects (a policy object is taken as it is)."""
+    if isinstance(name, QueuePolicy):
+        return name
     if name == "fcfs":
         return FcfsPolicy()
     if name == "priority":

@@ -34,7 +34,7 @@ from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
 from .block_manager import BlockManager
 from .check_stop import check_stop
-from .policy import make_policy
+from .policy import QueuePolicy, make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
 
@@ -48,14 +48,14 @@ class Scheduler:
         block_manager: BlockManager,
         max_num_batched_tokens: int,
         max_num_seqs: int,
-        policy: SchedulingPolicy = "fcfs",
+        policy: SchedulingPolicy | QueuePolicy = "fcfs",
         *,
         max_model_len: int | None = None,
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
         speculative: SpeculativeConfig | None = None,
     ) -> None:
-        if policy not in get_args(SchedulingPolicy):
+        if not isinstance(policy, QueuePolicy) and policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -157,6 +157,10 @@ class Scheduler:
         drafts: dict[str, list[int]] = {}
         batch: list[Request] = []
         preempted: list[Request] = []
+        # Room the policy makes for waiting requests it puts first (effort lanes).
+        made_room = self.policy.preemptions(self.running, self.waiting)
+        for victim in made_room:
+            self._preempt(victim)
         speculating = self._speculation_on()
         # Decodes first (one token left to compute), then partly computed prompts. A
         # request's count is fixed here: preempting another one leaves it unchanged.
@@ -204,6 +208,7 @@ class Scheduler:
                     request.token_ids,
                     min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
                 )
+        preempted += made_room
         self.stats.num_preemptions += len(preempted)
         output = SchedulerOutput(
             scheduled_new_reqs=[self._new_request_data(request) for request in admitted],
