@@ -32,7 +32,7 @@ QWEN3_TEMPLATE = (
     "<|im_start|>{{ message['role'] }}\n{{ content }}<|im_end|>\n"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n"
-    "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{%- endif %}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
     "{%- endif %}"
 )
 
@@ -46,7 +46,7 @@ DEEPSEEK_R1_TEMPLATE = (
     "<｜Assistant｜>{{ content }}<｜end▁of▁sentence｜>"
     "{%- endif %}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}<｜Assistant｜><think>\n{%- endif %}"
+    "{%- if add_generation_prompt %}<｜Assistant｜><think>\n{% endif %}"
 )
 
 TEMPLATES = {"qwen3": QWEN3_TEMPLATE, "deepseek_r1": DEEPSEEK_R1_TEMPLATE}
@@ -74,3 +74,23 @@ def write_reasoning_model(directory: Path, family: str) -> Path:
     torch.manual_seed(0)
     LlamaForCausalLM(model_config).float().eval().save_pretrained(directory)
     return directory
+
+
+def hf_greedy_with_budget(
+    model_dir: Path, prompt: list[int], logit_bias: dict[int, float], end_id: int, budget: int | None, length: int
+) -> list[int]:
+    """Greedy continuation by transformers (full forward each step, the bias added to the
+    logits), with the end marker put in at position `budget`: the independent reference."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids, output = torch.tensor([prompt]), []
+    with torch.inference_mode():
+        while len(output) < length:
+            logits = model(ids).logits[0, -1].clone()
+            for token, bias in logit_bias.items():
+                logits[token] += bias
+            token = end_id if len(output) == budget else int(logits.argmax())
+            output.append(token)
+            ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+    return output
