@@ -4,17 +4,11 @@ and one engine per model."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-# The server tests' `accord serve` harness.
-_SERVER_HELPERS = str(Path(__file__).resolve().parent.parent / "server")
-if _SERVER_HELPERS not in sys.path:
-    sys.path.insert(0, _SERVER_HELPERS)
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from reasoning_models import write_reasoning_model  # noqa: E402
+import pytest
+import torch
+from reasoning_models import write_reasoning_model
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,9 +1,10 @@
-"""`accord serve --reasoning-parser` on tiny random models with DeepSeek-R1's and
-Qwen3's chat templates, through the official openai client: the thinking comes back as
+"""The chat API with a reasoning parser (`--reasoning-parser`), on tiny random models
+with DeepSeek-R1's and Qwen3's chat templates, through the official openai client (the
+app in process, over the real engine): the thinking comes back as
 `message.reasoning_content` (and streamed `reasoning_content` deltas), the answer as
-`content`; budgets (explicit, or by reasoning_effort through --reasoning-budgets) end the
-thinking at exactly N tokens; usage and /metrics count the thinking tokens; forced tool
-calls are read from the answer; Qwen3's `enable_thinking=False` answers at once.
+`content`; budgets (explicit, or by reasoning_effort through the server's budgets) end
+the thinking at exactly N tokens; usage and /metrics count the thinking tokens; forced
+tool calls are read from the answer; Qwen3's `enable_thinking=False` answers at once.
 
 The random model would think forever, so `</think>` and EOS are biased away and the
 budget is what ends the thinking. Texts are checked against the tokenizers library's own
@@ -11,65 +12,91 @@ decoding of the returned token ids."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from reasoning_models import THINK_END
-from server_harness import ServerProcess, scrape_metrics
 from tokenizers import Tokenizer
 
-pytestmark = pytest.mark.slow  # two servers start (about 15 s each on 2 cores)
+from accord import AsyncLLM
+from accord.server.app import create_app
+from accord.server.options import ServerOptions
+from accord.server.serving import ServedModel
 
 ASK = [{"role": "user", "content": "Is 7 prime?"}]
 BUDGET, ANSWER_TOKENS = 5, 4
-FLAGS = ("--max-model-len", "256", "--kv-cache-memory-bytes", str(16 << 20), "--max-num-seqs", "8")
+ENGINE_ARGS = {"max_model_len": 256, "kv_cache_memory": 16 << 20, "max_num_seqs": 8}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"],
     "additionalProperties": False}}}
 
 
 class Served:
-    """A server over one tiny reasoning model, its openai client, and the model's tokenizer."""
+    """The app over one tiny reasoning model's engine, in its own event loop, with an
+    openai client on it and the model's tokenizer."""
 
-    def __init__(self, model_dir: Path, parser: str, cache_dir: Path) -> None:
-        self.process = ServerProcess("--model", str(model_dir), "--served-model-name", "tiny", "--reasoning-parser",
-                                     parser, "--reasoning-budgets", "low=3,medium=7", *FLAGS, cache_dir=cache_dir)
-        self.client = openai.OpenAI(base_url=f"{self.process.url}/v1", api_key="none", max_retries=0, timeout=60)
-        self.http = httpx.Client(base_url=self.process.url, timeout=60)
+    def __init__(self, model_dir: Path, parser: str) -> None:
+        self.runner = asyncio.Runner()
+        self.engine = self.runner.run(self._start(model_dir))
+        options = ServerOptions(reasoning_parser=parser, reasoning_budgets={"low": 3, "medium": 7})
+        model = ServedModel("tiny", str(model_dir), self.engine.max_model_len, self.engine.model_config.vocab_size)
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(self.engine, model, options)),
+                                      base_url="http://test", timeout=60)
+        self.client = openai.AsyncOpenAI(base_url="http://test/v1", api_key="none", http_client=self.http,
+                                         max_retries=0)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.end_id = self.tokenizer.token_to_id(THINK_END)
         eos = json.loads((model_dir / "config.json").read_text())["eos_token_id"]
         #: No natural end of the thinking, nor of the output.
         self.bias = {str(self.end_id): -100, str(eos): -100}
 
+    @staticmethod
+    async def _start(model_dir: Path) -> AsyncLLM:
+        return AsyncLLM.from_engine_args(str(model_dir), **ENGINE_ARGS)
+
     def chat(self, **fields):
         extra = fields.pop("extra_body", {})
-        return self.client.chat.completions.create(
+        return self.runner.run(self.client.chat.completions.create(
             model="tiny", messages=ASK, temperature=0.0, logit_bias=self.bias,
             extra_body={"return_token_ids": True, **extra}, **fields,
-        )
+        ))
+
+    def stream(self, **fields) -> list:
+        async def collect() -> list:
+            return [chunk async for chunk in await self.client.chat.completions.create(
+                model="tiny", messages=ASK, temperature=0.0, logit_bias=self.bias, stream=True, **fields)]
+
+        return self.runner.run(collect())
+
+    def metric(self, name: str) -> float:
+        response = self.runner.run(self.http.get("/metrics"))
+        samples = [s for f in text_string_to_metric_families(response.text) for s in f.samples if s.name == name]
+        return sum(sample.value for sample in samples)
 
     def text(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def close(self) -> None:
-        self.http.close()
-        self.process.stop()
+        self.runner.run(self.http.aclose())
+        self.runner.run(self.engine.shutdown())
+        self.runner.close()
 
 
 @pytest.fixture(scope="module")
-def r1(r1_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    served = Served(r1_dir, "deepseek_r1", tmp_path_factory.mktemp("cache"))
+def r1(r1_dir: Path):
+    served = Served(r1_dir, "deepseek_r1")
     yield served
     served.close()
 
 
 @pytest.fixture(scope="module")
-def qwen3(qwen3_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    served = Served(qwen3_dir, "qwen3", tmp_path_factory.mktemp("cache"))
+def qwen3(qwen3_dir: Path):
+    served = Served(qwen3_dir, "qwen3")
     yield served
     served.close()
 
@@ -89,10 +116,10 @@ def test_the_thinking_is_reasoning_content_and_the_answer_content(r1: Served) ->
 
 def test_streamed_reasoning_arrives_as_reasoning_content_deltas(r1: Served) -> None:
     whole = r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET})
-    stream = r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET},
-                     stream=True, stream_options={"include_usage": True})
+    chunks = r1.stream(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET},
+                       stream_options={"include_usage": True})
     reasoning, content, usage, answer_began = "", "", None, False
-    for chunk in stream:
+    for chunk in chunks:
         usage = chunk.usage or usage
         for choice in chunk.choices:
             delta = choice.delta
@@ -133,9 +160,9 @@ def test_forced_tool_calls_are_read_from_the_answer_after_free_thinking(r1: Serv
 
 
 def test_metrics_count_the_thinking_tokens(r1: Served) -> None:
-    before = scrape_metrics(r1.http).get("vllm:reasoning_tokens_total", 0.0)
+    before = r1.metric("vllm:reasoning_tokens_total")
     r1.chat(max_completion_tokens=1, extra_body={"thinking_token_budget": BUDGET})
-    after = scrape_metrics(r1.http)["vllm:reasoning_tokens_total"]
+    after = r1.metric("vllm:reasoning_tokens_total")
     assert after - before == BUDGET
 
 
