@@ -14,7 +14,7 @@ import pytest
 from accord.core.sampling_params import SamplingParams
 from accord.core.sched.block_manager import BlockManager
 from accord.core.sched.output import ModelRunnerOutput
-from accord.core.sched.policy import EffortPolicy
+from accord.core.sched.policy import EffortPolicy, make_policy
 from accord.core.sched.request import Request
 from accord.core.sched.scheduler import Scheduler
 from accord.core.thinking import ThinkingMarkers
@@ -135,3 +135,15 @@ def test_the_answer_budget_follows_the_thinking_when_it_ends_early() -> None:
             req_ids=[item.req_id], sampled_token_ids=[token], logprobs=[0.0], top_logprobs=[None]))
     assert item.output_token_ids == [5, 6, MARKERS.end_id, 8, 8, 8]
     assert item.finish_reason == "length"
+
+
+def test_the_lane_bounds_come_from_the_engine_setting() -> None:
+    policy = make_policy("effort", 8, None, "64,256")
+    assert isinstance(policy, EffortPolicy) and policy.lane_bounds == (64, 256)
+    assert [policy.lane(request(LOW, 0)), policy.lane(request(HIGH, 0))] == [0, 2]
+
+
+@pytest.mark.parametrize("bounds", ["64,x", "256,64"])
+def test_malformed_lane_bounds_are_refused(bounds: str) -> None:
+    with pytest.raises(ValueError, match="effort lane bounds|effort_lane_bounds"):
+        make_policy("effort", 8, None, bounds)

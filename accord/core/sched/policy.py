@@ -24,9 +24,6 @@ Admission = Callable[[Request], bool]
 
 #: Effort lanes by expected decode length (tokens): up to 512, up to 2048, beyond.
 EFFORT_LANE_BOUNDS = (512, 2048)
-#: The share of max_num_seqs the requests of each lane and the longer ones may hold while
-#: a request of a shorter lane waits: the shortest lane is never capped.
-EFFORT_LANE_SHARES = (1.0, 0.5, 0.25)
 
 
 class QueuePolicy(ABC):
@@ -65,19 +62,19 @@ class EffortPolicy(QueuePolicy):
     """Shortest remaining expected decode first (SRPT: with lengths known, it minimises
     mean latency), with lanes by expected decode length: while a request of a shorter
     lane waits, the requests of a lane and the longer ones together hold at most that
-    lane's share of the sequences (past it they are not admitted, and when every slot is
-    taken the longest-remaining of them are preempted), so short requests always find
-    room; otherwise any lane may use every slot. A request without max_tokens expects
-    the context's room."""
+    lane's share of the sequences, 1/2^lane (past it they are not admitted, and when
+    every slot is taken the longest-remaining of them are preempted), so short requests
+    always find room; otherwise any lane may use every slot. A request without
+    max_tokens expects the context's room."""
 
     max_num_seqs: int
     max_model_len: int | None
+    #: Expected decode lengths dividing the lanes, ascending (lane 0: up to the first).
     lane_bounds: tuple[int, ...] = EFFORT_LANE_BOUNDS
-    lane_shares: tuple[float, ...] = EFFORT_LANE_SHARES
 
     def __post_init__(self) -> None:
-        if len(self.lane_shares) != len(self.lane_bounds) + 1:
-            raise ValueError(f"{len(self.lane_bounds) + 1} effort lanes need as many shares, got {self.lane_shares}")
+        if list(self.lane_bounds) != sorted(set(self.lane_bounds)) or any(b < 1 for b in self.lane_bounds):
+            raise ValueError(f"effort lane bounds must be ascending positive token counts, got {self.lane_bounds}")
 
     def expected_decode_length(self, request: Request) -> int:
         """Output tokens the request expects in all: its thinking budget (and the end
@@ -97,13 +94,13 @@ class EffortPolicy(QueuePolicy):
         return remaining, request.arrival_time, request.arrival_order, request.index
 
     def _lane_counts(self, running: Sequence[Request]) -> list[int]:
-        counts = [0] * len(self.lane_shares)
+        counts = [0] * (len(self.lane_bounds) + 1)
         for request in running:
             counts[self.lane(request)] += 1
         return counts
 
     def _caps(self) -> list[int]:
-        return [max(1, math.floor(self.max_num_seqs * share)) for share in self.lane_shares]
+        return [max(1, math.floor(self.max_num_seqs / 2**lane)) for lane in range(len(self.lane_bounds) + 1)]
 
     def preemptions(self, running: Sequence[Request], waiting: Sequence[Request]) -> list[Request]:
         if not waiting or len(running) < self.max_num_seqs:
@@ -136,8 +133,11 @@ class EffortPolicy(QueuePolicy):
         return admits
 
 
-def make_policy(name: SchedulingPolicy | QueuePolicy, max_num_seqs: int, max_model_len: int | None) -> QueuePolicy:
-    """The policy `--scheduling-policy name` selects (a policy object is taken as it is)."""
+def make_policy(
+    name: SchedulingPolicy | QueuePolicy, max_num_seqs: int, max_model_len: int | None, effort_lane_bounds: str = ""
+) -> QueuePolicy:
+    """The policy `--scheduling-policy name` selects (a policy object is taken as it is);
+    effort's lanes from `effort_lane_bounds` ("512,2048"; empty: EFFORT_LANE_BOUNDS)."""
     if isinstance(name, QueuePolicy):
         return name
     if name == "fcfs":
@@ -145,5 +145,13 @@ def make_policy(name: SchedulingPolicy | QueuePolicy, max_num_seqs: int, max_mod
     if name == "priority":
         return PriorityPolicy()
     if name == "effort":
-        return EffortPolicy(max_num_seqs, max_model_len)
+        if not effort_lane_bounds:
+            return EffortPolicy(max_num_seqs, max_model_len)
+        try:
+            bounds = tuple(int(bound) for bound in effort_lane_bounds.split(","))
+        except ValueError:
+            raise ValueError(
+                f"effort_lane_bounds must be comma-separated token counts, got {effort_lane_bounds!r}"
+            ) from None
+        return EffortPolicy(max_num_seqs, max_model_len, bounds)
     raise ValueError(f"unknown scheduling policy {name!r}")
