@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.model_loader.tokenizer import Tokenizer
 from ..core.thinking import ThinkingMarkers
 from .errors import OpenAIError
 from .protocol import ChatCompletionRequest
 from .reasoning_parsers import ReasoningParser, get_reasoning_parser
+from .reasoning_parsers.base import TextEncoder
 
 @dataclass(frozen=True)
 class ServedReasoning:
@@ -42,7 +42,7 @@ class ServedReasoning:
 
 
 def served_reasoning(
-    parser_name: str | None, budgets: Mapping[str, int], tokenizer: Tokenizer
+    parser_name: str | None, budgets: Mapping[str, int], tokenizer: TextEncoder
 ) -> ServedReasoning | None:
     """The reasoning setup of a server started with --reasoning-parser `parser_name`
     (None without one); ValueError when the model's tokenizer lacks the parser's markers."""

@@ -5,11 +5,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from ...core.model_loader.tokenizer import Tokenizer
 from ...core.thinking import ThinkingMarkers
 
 _REGISTRY: dict[str, type[ReasoningParser]] = {}
+
+
+class TextEncoder(Protocol):
+    """What a parser reads of the model's tokenizer: how it encodes a marker."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class ReasoningParser(ABC):
 
     @classmethod
     @abstractmethod
-    def markers(cls, tokenizer: Tokenizer) -> ThinkingMarkers:
+    def markers(cls, tokenizer: TextEncoder) -> ThinkingMarkers:
         """The family's marker token ids in `tokenizer`; ValueError when it lacks them."""
 
     @abstractmethod

@@ -7,10 +7,9 @@ before `</think>` is all thinking; one whose prompt already closed the thinking 
 
 from __future__ import annotations
 
-from ...core.model_loader.tokenizer import Tokenizer
 from ...core.thinking import ThinkingMarkers
 from ..streaming import partial_marker_length
-from .base import ReasoningParser, ReasoningSplit, register
+from .base import ReasoningParser, ReasoningSplit, TextEncoder, register
 
 
 def _split(reasoning: str, content: str) -> ReasoningSplit:
@@ -31,7 +30,7 @@ class ThinkTagReasoningParser(ReasoningParser):
         self._start_possible = True
 
     @classmethod
-    def markers(cls, tokenizer: Tokenizer) -> ThinkingMarkers:
+    def markers(cls, tokenizer: TextEncoder) -> ThinkingMarkers:
         ids = []
         for marker in (cls.START, cls.END):
             encoded = tokenizer.encode(marker, add_special_tokens=False)
