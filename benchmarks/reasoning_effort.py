@@ -7,7 +7,7 @@ so the budget is what ends the thinking), then answers `--answer-tokens` tokens:
 decode length is known, which is what the effort policy schedules by.
 
     PYTHONPATH=. python benchmarks/reasoning_effort.py [--requests 120] [--rate 12] \\
-        [--budgets low=16,medium=96,high=400] [--mix 0.8,0.15,0.05] [--max-num-seqs 8]
+        [--budgets low=16,medium=96,high=400] [--mix 0.8,0.15,0.05] [--max-num-seqs 8] [--lane-bounds 64,256]
 
 Prints, per policy and lane, the mean and p99 seconds from arrival to the last answer
 token, and the whole run's output tokens per second (the two policies must do the same
@@ -54,13 +54,14 @@ def trace(count: int, rate: float, mix: list[float], seed: int) -> list[TracedRe
 
 
 async def replay(model_dir: Path, policy: str, requests: list[TracedRequest], budgets: dict[str, int],
-                 answer_tokens: int, max_num_seqs: int) -> tuple[dict[str, list[float]], float]:
+                 answer_tokens: int, max_num_seqs: int, lane_bounds: str) -> tuple[dict[str, list[float]], float]:
     """Run the trace; returns seconds to the final answer per effort, and output tokens/s."""
     from accord import AsyncLLM, SamplingParams
     from accord.core.thinking import ThinkingMarkers
 
     engine = AsyncLLM.from_engine_args(str(model_dir), backend="cpu", max_model_len=512, max_num_seqs=max_num_seqs,
-                                       max_num_batched_tokens=1024, scheduling_policy=policy)
+                                       max_num_batched_tokens=1024, scheduling_policy=policy,
+                                       effort_lane_bounds=lane_bounds)
     markers = ThinkingMarkers(START_ID, END_ID)
     latencies: dict[str, list[float]] = {effort: [] for effort in EFFORTS}
     tokens = [0]
@@ -98,6 +99,8 @@ def main() -> None:
     parser.add_argument("--mix", default="0.8,0.15,0.05", help="shares of low, medium, high")
     parser.add_argument("--answer-tokens", type=int, default=16)
     parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument("--lane-bounds", default="64,256",
+                        help="--effort-lane-bounds: with the default budgets, one lane per effort (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--model", type=Path, default=None, help="a model directory (default: a tiny random Llama)")
@@ -108,12 +111,13 @@ def main() -> None:
     model_dir = args.model or build(Path(tempfile.mkdtemp()) / "tiny", layers=2, dtype=torch.float32)
     counts = {effort: sum(r.effort == effort for r in requests) for effort in EFFORTS}
     print(f"{args.requests} requests at {args.rate}/s (seed {args.seed}): {counts}; budgets {budgets}, "
-          f"{args.answer_tokens} answer tokens, max_num_seqs {args.max_num_seqs}, {args.threads} torch thread(s)")
+          f"{args.answer_tokens} answer tokens, max_num_seqs {args.max_num_seqs}, effort lanes {args.lane_bounds}, "
+          f"{args.threads} torch thread(s)")
     print(f"{'policy':>7} {'lane':>6} {'mean s':>8} {'p99 s':>8} {'tokens/s':>9}")
     results = {}
     for policy in ("fcfs", "effort"):
         latencies, throughput = asyncio.run(replay(model_dir, policy, requests, budgets, args.answer_tokens,
-                                                   args.max_num_seqs))
+                                                   args.max_num_seqs, args.lane_bounds))
         results[policy] = latencies
         for effort in EFFORTS:
             values = latencies[effort]
