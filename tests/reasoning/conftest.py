@@ -7,17 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from reasoning_models import write_reasoning_model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models run fastest single-threaded on a shared 2-core machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..parser_registry import ParserRegistry
 from ...core.thinking import ThinkingMarkers
-
-_REGISTRY: dict[str, type[ReasoningParser]] = {}
-
 
 class TextEncoder(Protocol):
     """What a parser reads of the model's tokenizer: how it encodes a marker."""
@@ -53,24 +50,10 @@ class ReasoningParser(ABC):
         """The end of the stream: whatever was held back."""
 
 
-def register(name: str) -> Callable[[type[ReasoningParser]], type[ReasoningParser]]:
-    """Class decorator adding a parser to the registry under `name`."""
-
-    def add(parser: type[ReasoningParser]) -> type[ReasoningParser]:
-        _REGISTRY[name] = parser
-        return parser
-
-    return add
-
-
-def reasoning_parser_names() -> list[str]:
-    """The registered parsers' names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def get_reasoning_parser(name: str) -> type[ReasoningParser]:
-    """The parser registered as `name`; ValueError listing the known ones otherwise."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown reasoning parser {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+_REGISTRY: ParserRegistry[type[ReasoningParser]] = ParserRegistry("reasoning parser")
+#: Class decorator adding a parser to the registry under a name.
+register = _REGISTRY.register
+#: The registered parsers' names, sorted.
+reasoning_parser_names = _REGISTRY.names
+#: The parser registered under a name; ValueError listing the known ones otherwise.
+get_reasoning_parser = _REGISTRY.get

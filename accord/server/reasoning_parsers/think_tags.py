@@ -53,12 +53,9 @@ class ThinkTagReasoningParser(ReasoningParser):
             return _split("", self._take_all(delta))
         self._buffer += delta
         if self._start_possible:
-            stripped = self._buffer.lstrip()
-            if self.START.startswith(stripped):
+            if self.START.startswith(self._buffer.lstrip()):
                 return _split("", "")  # maybe the model's own `<think>`: wait
-            self._start_possible = False
-            if stripped.startswith(self.START):
-                self._buffer = stripped[len(self.START):]
+            self._drop_opening()
         reasoning, end, content = self._buffer.partition(self.END)
         if end:
             self.thinking, self._buffer = False, ""
@@ -68,8 +65,17 @@ class ThinkTagReasoningParser(ReasoningParser):
         return _split(reasoning, "")
 
     def finish(self) -> ReasoningSplit:
+        if self.thinking and self._start_possible:
+            self._drop_opening()
         rest, self._buffer = self._buffer, ""
         return _split(rest, "") if self.thinking else _split("", rest)
+
+    def _drop_opening(self) -> None:
+        """Settle whether the output opened with the model's own `<think>` (dropped)."""
+        self._start_possible = False
+        stripped = self._buffer.lstrip()
+        if stripped.startswith(self.START):
+            self._buffer = stripped[len(self.START):]
 
     def _take_all(self, delta: str) -> str:
         rest, self._buffer = self._buffer + delta, ""
