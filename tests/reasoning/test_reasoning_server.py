@@ -148,6 +148,7 @@ def test_an_effort_without_a_budget_on_the_server_is_refused(r1: Served) -> None
     assert refused.value.body["param"] == "reasoning_effort"
 
 
+@pytest.mark.slow  # the tools grammar compiles (~5-10 s on 2 cores)
 def test_forced_tool_calls_are_read_from_the_answer_after_free_thinking(r1: Served) -> None:
     response = r1.chat(max_completion_tokens=60, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
                        extra_body={"thinking_token_budget": BUDGET})

@@ -76,6 +76,7 @@ def test_a_prompt_that_closed_the_thinking_is_never_forced(setup) -> None:
     assert len(tokens) == 5 and markers.end_id not in tokens
 
 
+@pytest.mark.slow  # compiling the grammar's tokenizer takes ~7 s on 2 cores
 def test_a_grammar_constrains_the_answer_and_leaves_the_thinking_free(setup, r1_llm) -> None:
     llm, markers, prompt, bias = setup
     free = generate(llm, prompt, temperature=0.0, max_tokens=BUDGET, logit_bias=bias)
