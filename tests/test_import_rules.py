@@ -164,7 +164,9 @@ CORE_ROLES_FORBIDDEN: dict[str, set[str]] = {
     "kv_transfer": {"engine", "sched", "worker", "executor", "model_loader", "models"},
 }
 #: What core keeps outside the role folders: data and settings every role shares.
-CORE_SHARED_MODULES = {"__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats"}
+CORE_SHARED_MODULES = {
+    "__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats", "thinking",
+}
 STEP_CONTRACT = "accord.core.sched.output"
 
 

@@ -135,7 +135,9 @@ REFUSED = _table({
     "the --spec-* shorthands of speculative decoding (give --speculative-config)": (
         "spec_method", "spec_model", "spec_tokens",
     ),
-    "reasoning parsers": ("reasoning_parser", "reasoning_parser_plugin", "reasoning_config", "reasoning_effort_map"),
+    "reasoning-parser plugins and vLLM's reasoning config (accord's budgets: --reasoning-budgets)": (
+        "reasoning_parser_plugin", "reasoning_config", "reasoning_effort_map",
+    ),
     "pipeline parallelism": ("pipeline_parallel_size",),
     "context parallelism": (
         "decode_context_parallel_size", "dcp_comm_backend", "dcp_q_replicate", "dcp_kv_cache_interleave_size",

@@ -32,7 +32,7 @@ DEFAULT_MAX_CAPTURE_SIZE = 512
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Quantization = Literal["fp8"]
 KVCacheDtype = Literal["auto", "fp8"]
-SchedulingPolicy = Literal["fcfs", "priority"]
+SchedulingPolicy = Literal["fcfs", "priority", "effort"]
 PrefixCachingHashAlgo = Literal["sha256", "builtin"]
 ExecutorBackend = Literal["uni", "mp", "ray"]
 
@@ -133,7 +133,14 @@ class EngineConfig:
         default_help="from the memory budget", at_least=1,
     )
     kv_cache_dtype: KVCacheDtype = setting("auto", help="KV cache dtype")
-    scheduling_policy: SchedulingPolicy = setting("fcfs", help="order of waiting requests")
+    scheduling_policy: SchedulingPolicy = setting(
+        "fcfs", help="order of waiting requests: fcfs, priority (the request's), or effort (lanes by expected decode "
+        "length, the thinking budget plus max_tokens, each shortest remaining first)"
+    )
+    effort_lane_bounds: str = setting(
+        "512,2048", help="with --scheduling-policy effort: the expected decode lengths (tokens, ascending) that "
+        "divide the lanes; lane i and the longer ones hold at most 1/2^i of max_num_seqs while a shorter request waits"
+    )
     seed: int = setting(0, help="random seed of unseeded sampling")
     prefix_caching_hash_algo: PrefixCachingHashAlgo = setting(
         "sha256", help="hash of prefix-cache block keys; builtin is faster but not collision-resistant"

@@ -46,6 +46,8 @@ VLLM_FLAGS = {
     # accord's own: where each rank records its op calls (the rollout gate's replay).
     "compilation_config": "--compilation-config",
     "record_op_calls": "--record-op-calls",
+    # accord's own: the effort scheduling policy's lanes (docs/reasoning.md).
+    "effort_lane_bounds": "--effort-lane-bounds",
 }
 
 

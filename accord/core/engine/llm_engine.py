@@ -54,6 +54,7 @@ from .stats_log import PeriodicStatsLog
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
 from ..sched.output import ModelRunnerOutput, RequestUpdate, SchedulerOutput
+from ..sched.policy import make_policy
 from ..sched.scheduler import Scheduler
 from ..sched.request import Request
 from ..stats import EngineStats
@@ -118,7 +119,7 @@ class LLMEngine:
                 ),
                 config.max_num_batched_tokens,
                 config.max_num_seqs,
-                config.scheduling_policy,
+                make_policy(config.scheduling_policy, config.max_num_seqs, max_model_len, config.effort_lane_bounds),
                 max_model_len=max_model_len,
                 eos_token_ids=info.model_config.eos_token_ids,
                 structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),

@@ -35,6 +35,7 @@ from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
 from .block_manager import BlockKey, BlockManager
 from .check_stop import check_stop
+from .policy import QueuePolicy, make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
 
@@ -48,7 +49,7 @@ class Scheduler:
         block_manager: BlockManager,
         max_num_batched_tokens: int,
         max_num_seqs: int,
-        policy: SchedulingPolicy = "fcfs",
+        policy: SchedulingPolicy | QueuePolicy = "fcfs",
         *,
         max_model_len: int | None = None,
         eos_token_ids: Collection[int] = (),
@@ -56,7 +57,7 @@ class Scheduler:
         speculative: SpeculativeConfig | None = None,
         kv_connector: KVConnectorScheduler | None = None,
     ) -> None:
-        if policy not in get_args(SchedulingPolicy):
+        if not isinstance(policy, QueuePolicy) and policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -69,12 +70,10 @@ class Scheduler:
         self._speculative = speculative
         #: The scheduler half of a KV connector (None: no KV comes from or goes outside).
         self.kv_connector = kv_connector
+        #: The order of the queues and who may be admitted (sched/policy.py).
+        self.policy = make_policy(policy, max_num_seqs, max_model_len)
         # Smaller key = served first and preempted last.
-        self.order_key: Callable[[Request], tuple[float, ...]] = (
-            (lambda r: (r.arrival_time, r.arrival_order, r.index))
-            if policy == "fcfs"
-            else (lambda r: (r.priority, r.arrival_time, r.arrival_order, r.index))
-        )
+        self.order_key: Callable[[Request], tuple[float, ...]] = self.policy.order_key
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         #: Every unfinished request, by id.
@@ -95,7 +94,7 @@ class Scheduler:
         limit); what the data-parallel balancer compares."""
         total = 0
         for request in self.requests.values():
-            limit = request.num_prompt_tokens + (request.params.max_tokens or self.max_model_len or 0)
+            limit = request.num_prompt_tokens + (request.max_output_tokens or self.max_model_len or 0)
             if self.max_model_len is not None:
                 limit = min(limit, self.max_model_len)
             total += max(0, limit - request.num_computed_tokens)
@@ -173,6 +172,10 @@ class Scheduler:
         drafts: dict[str, list[int]] = {}
         batch: list[Request] = []
         preempted: list[Request] = []
+        # Room the policy makes for waiting requests it puts first (effort lanes).
+        made_room = self.policy.preemptions(self.running, self.waiting)
+        for victim in made_room:
+            self._preempt(victim)
         speculating = self._speculation_on()
         # Decodes first (one token left to compute), then partly computed prompts. A
         # request's count is fixed here: preempting another one leaves it unchanged.
@@ -220,6 +223,7 @@ class Scheduler:
                     request.token_ids,
                     min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
                 )
+        preempted += made_room
         self.stats.num_preemptions += len(preempted)
         output = SchedulerOutput(
             scheduled_new_reqs=[self._new_request_data(request) for request in admitted],
@@ -261,8 +265,8 @@ class Scheduler:
         """How many drafts `request` may check this step: the step emits up to one token
         more than it accepts, so never past max_tokens, the context limit or the budget."""
         room = budget - 1
-        if request.params.max_tokens is not None:
-            room = min(room, request.params.max_tokens - request.num_output_tokens - 1)
+        if request.max_output_tokens is not None:
+            room = min(room, request.max_output_tokens - request.num_output_tokens - 1)
         if self.max_model_len is not None:
             room = min(room, self.max_model_len - request.num_tokens - 1)
         return max(0, room)
@@ -272,7 +276,7 @@ class Scheduler:
         context limit: it stops when they land, so another step would compute past its end."""
         if request.num_output_placeholders == 0:
             return False
-        max_tokens = request.params.max_tokens
+        max_tokens = request.max_output_tokens
         if max_tokens is not None and request.num_output_tokens + request.num_output_placeholders >= max_tokens:
             return True
         return (
@@ -295,9 +299,11 @@ class Scheduler:
         constrained = self._structured_output
         if constrained is None:
             return None
+        # A reasoning model's grammar constrains the answer: the thinking is left free.
         sampling = [
             req_id for req_id, count in scheduled.items()
             if constrained.is_constrained(req_id) and _tokens_to_compute(self.requests[req_id]) == count
+            and not self.requests[req_id].is_thinking
         ]
         return constrained.grammar_bitmask(sampling) if sampling else None
 
@@ -331,11 +337,12 @@ class Scheduler:
         """Move waiting requests to running, in policy order, while budgets and blocks
         allow; returns the token budget left."""
         index = 0
+        admits = self.policy.admission(self.running, self.waiting)
         while index < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[index]
             # A preempted request resumes once its last step's token has landed (the
             # runner is sent its tokens in full).
-            if request.num_output_placeholders or self._waits_for_sibling(request):
+            if request.num_output_placeholders or self._waits_for_sibling(request) or not admits(request):
                 index += 1
                 continue
             # At least the last token is always computed: its logits are needed.
@@ -488,8 +495,11 @@ class Scheduler:
         update.new_logprobs.append(logprob)
         update.new_top_logprobs.append(top)
         decision = check_stop(request, self.max_model_len, self.eos_token_ids)
-        grammar_complete = self._structured_output is not None and self._structured_output.accept(
-            request.req_id, token
+        # A reasoning model's grammar reads the answer: thinking tokens pass it by.
+        grammar_complete = (
+            self._structured_output is not None
+            and not request.last_token_thought
+            and self._structured_output.accept(request.req_id, token)
         )
         if decision is None and grammar_complete:
             decision = "stop", None  # the grammar admits nothing more
