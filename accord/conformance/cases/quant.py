@@ -56,7 +56,11 @@ def quant_linear_cases(seed: int) -> Iterator[Case]:
             for dtype in (torch.float32, torch.bfloat16):
                 g = seeded(seed, "quant_linear", fmt.name, tokens, depth, dtype)
                 x = randn(g, (tokens, depth), dtype)
-                yield _case(fmt, f"T={tokens} K={depth} N={width}", x, random_blocks(g, fmt, width, blocks))
+                qweight = random_blocks(g, fmt, width, blocks)
+                # The few-rows shape also carries a bias, at each of x's dtypes.
+                bias = randn(g, (width,), dtype) if tokens == 3 else None
+                name = f"T={tokens} K={depth} N={width}" + (" bias" if bias is not None else "")
+                yield _case(fmt, name, x, qweight, bias)
         g = seeded(seed, "quant_linear extras", fmt.name)
         depth = 2 * fmt.block_size
         qweight = random_blocks(g, fmt, 24, 2)
