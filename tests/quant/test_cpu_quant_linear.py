@@ -74,8 +74,8 @@ def test_the_avx2_and_vnni_dots_give_the_same_bits(cpu, monkeypatch) -> None:
 
 @pytest.mark.parametrize("dtype,bound", [(torch.float32, 1e-10), (torch.bfloat16, 1e-4)])
 def test_many_rows_take_dequantised_tiles_at_the_gemm_s_accuracy(dtype, bound, cpu, reference, monkeypatch) -> None:
-    # Tiles smaller than the weight, so the last one is partial.
-    monkeypatch.setattr(quant, "TILE_ROWS", 16)
+    # Tiles of 16 or 28 rows, smaller than the 37-row weight, so the last one is partial.
+    monkeypatch.setattr(quant, "TILE_ELEMENTS", 16 * 512)
     for name in FORMATS:
         x, qweight, bias = operands(name, quant.DOT_MAX_ROWS + 1, dtype)
         got = cpu.quant_linear(x, qweight, bias, quant_type=name)

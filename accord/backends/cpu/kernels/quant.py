@@ -1,9 +1,9 @@
 """quant_linear on the packed GGUF blocks, chosen by rows: up to `DOT_MAX_ROWS` tokens
 (decode) the weights stream packed through int8 dot products on activations quantised
 per 32 (gguf_quant_gemm.c: VNNI, AVX2 or plain C, the best this host's build has, or
-the one `ACCORD_CPU_QUANT_PATH` names); from there on each tile of `TILE_ROWS` weight
-rows is dequantised and handed to torch's GEMM in x's dtype (oneDNN, AMX for bf16 where
-present), whose compute wins once enough rows share each dequantised weight. Without a C
+the one `ACCORD_CPU_QUANT_PATH` names); from there on each tile of `TILE_ELEMENTS`
+weights is dequantised and handed to torch's GEMM in x's dtype (oneDNN, AMX for bf16
+where present), whose compute wins once enough rows share each dequantised weight. Without a C
 compiler every call takes gguf-py's dequantisation (numpy) and the GEMM.
 """
 
@@ -22,8 +22,9 @@ from ._workspace import WORKSPACE
 
 #: Most tokens the packed dot path serves; more take the dequantised-tile GEMM.
 DOT_MAX_ROWS = 8
-#: Weight rows dequantised per GEMM call: a 256 x 4096 fp32 tile is 4 MiB.
-TILE_ROWS = 256
+#: fp32 elements dequantised per GEMM call (4 MiB tiles: 256 rows of K = 4096, 1820 of
+#: K = 576); fewer, larger tiles cost less Python per call than 256-row ones did.
+TILE_ELEMENTS = 1 << 20
 #: Names one dot path (plain, avx2, vnni) instead of the best built one: tests force each.
 PATH_ENV = "ACCORD_CPU_QUANT_PATH"
 
@@ -75,9 +76,10 @@ def _tiled_gemm(
     native: bool,
 ) -> None:
     rows, depth = qweight.shape[0], x.shape[1]
+    tile_rows = max(1, TILE_ELEMENTS // depth)
     # The GEMM runs in x's dtype (fp32 products of an fp32 out's half operands are exact).
-    for first in range(0, rows, TILE_ROWS):
-        count = min(TILE_ROWS, rows - first)
+    for first in range(0, rows, tile_rows):
+        count = min(tile_rows, rows - first)
         tile = WORKSPACE.take("gguf tile", (count, depth), torch.float32)
         if native:
             _native_quant.dequantize(qweight, first, tile, quant_type)
