@@ -24,7 +24,8 @@ class FixedRegistry:
 
 @pytest.mark.slow
 def test_cpu_backend_passes_every_contract(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["conformance", "--backend", "cpu"]) == 0
+    # The collective section has its own tests (below, and tests/distributed's 2-rank run).
+    assert main(["conformance", "--backend", "cpu", "--no-collectives"]) == 0
     summary = capsys.readouterr().out.splitlines()[-1]
     assert summary.startswith("OK:") and f"over {len(CONTRACTS)} ops" in summary
     assert "fail 0" in summary and "unsupported 0" in summary
@@ -60,3 +61,33 @@ def test_list_prints_every_case_without_running(
     assert len(lines) == len(cases_for("moe_route"))
     refusals = sum(case.expect_refusal for case in cases_for("moe_route"))
     assert sum(line.endswith("(must be refused)") for line in lines) == refusals
+
+
+def test_the_default_run_includes_a_2_rank_collective_section_whose_failure_fails_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accord.conformance import collectives
+    from accord.conformance.collectives import CollectiveResult
+
+    asked = []
+
+    def one_failure(backend_name: str, world_size: int, seed: int) -> list[CollectiveResult]:
+        asked.append((backend_name, world_size))
+        return [CollectiveResult("all_reduce[fp32,even]", 0, "failed", "result differs")]
+
+    monkeypatch.setattr(collectives, "run_collective_conformance", one_failure)
+    monkeypatch.setattr(command, "CONTRACTS", {"silu_and_mul": CONTRACTS["silu_and_mul"]})
+    assert main(["conformance", "--backend", "reference"]) == 1
+    assert asked == [("reference", 2)]
+    assert "1 collective cases on 1 ranks, 1 failed" in capsys.readouterr().out
+
+
+def test_no_collectives_skips_the_section_and_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accord.conformance import collectives
+
+    monkeypatch.setattr(collectives, "run_collective_conformance", lambda *a: pytest.fail("must not run"))
+    monkeypatch.setattr(command, "CONTRACTS", {"silu_and_mul": CONTRACTS["silu_and_mul"]})
+    assert main(["conformance", "--backend", "reference", "--no-collectives"]) == 0
+    assert "collectives: skipped (--no-collectives" in capsys.readouterr().out
