@@ -232,9 +232,11 @@ def v4_fused_moe_cases(seed: int) -> Iterator[Case]:
                 if map_dtype is None:
                     ids = distinct_rows(g, 16, local, top_k).to(torch.int32)[randint(g, 16, (tokens,), torch.int64)]
                 else:
-                    table = distinct_rows(g, 16, experts, top_k).to(torch.int32)
+                    # The hash table never names the last expert: owned here, it stays idle.
+                    table = distinct_rows(g, 16, experts - 1, top_k).to(torch.int32)
                     ids = table[randint(g, 16, (tokens,), torch.int64)]
-                    owned = torch.tensor([e for e in range(experts) if e not in ids[0].tolist()][:local])
+                    others = [e for e in range(experts - 1) if e not in ids[0].tolist()]
+                    owned = torch.tensor([experts - 1, *others[: local - 1]])
                     expert_map = torch.full((experts,), -1, dtype=torch.int64)
                     expert_map[owned] = torch.arange(local)
                     routing["expert_map"] = expert_map.to(map_dtype)
