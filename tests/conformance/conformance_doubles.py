@@ -532,3 +532,12 @@ def fp32_reductions_real_and_bf16_summing(comm: Any, seed: int) -> dict[str, lis
         "real": [run_case(comm, case, seed) for case in cases],
         "bf16 sums": [run_case(Bf16SummingCommunicator(comm), case, seed) for case in cases],
     }
+
+
+def linear_without_an_odd_tail(**call: Any) -> None:
+    """Sums input features in pairs and never runs the tail: an odd K loses its last
+    feature (every hand-written K is even)."""
+    x, depth = call["x"], call["x"].shape[1]
+    if depth % 2:
+        x = x * (torch.arange(depth) < depth - 1).to(x.dtype)
+    reference_fn("linear")(**{**call, "x": x})
