@@ -159,6 +159,11 @@ class EngineConfig:
         "(GPUs); steps run one at a time while a grammar-constrained request is unfinished (docs/performance.md "
         "has the measured figures)",
     )
+    batch_invariant: bool = setting(
+        False, help="make temperature-0 output independent of the batch it runs in (vLLM's VLLM_BATCH_INVARIANT, "
+        "SGLang's deterministic inference): every op runs a kernel conformance checks batch invariant, and start-up "
+        "refuses, naming the ops, where the backend has none (docs/batch_invariance.md)",
+    )
     enforce_eager: bool = setting(
         False, help="run every step eagerly: capture no graphs of the decode step even where the backend can",
     )
