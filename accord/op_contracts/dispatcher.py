@@ -253,7 +253,10 @@ class OpDispatcher(_TypedOps):
             tuple((p.name, call[p.name]) for p in contract.params if p.in_signature),
         )
         outputs = tuple((o.name, shape_dims(o.shape, call), o) for o in contract.outputs)
-        kernel = self.backend.kernel_for(contract.name, batch_invariant=self.batch_invariant)
+        if self.batch_invariant:
+            kernel = self.backend.kernel_for(contract.name, batch_invariant=True)
+        else:
+            kernel = self.backend.kernel_for(contract.name)
         if kernel is None and self.batch_invariant:
             raise ContractError(
                 contract.name, "op", "a batch-invariant kernel", "none", self.backend.name,
