@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conformance_doubles import broken, rms_norm_writing_half_the_columns
+from conformance_doubles import broken, rms_norm_depending_on_batch_size, rms_norm_writing_half_the_columns
 
 from accord.backends import Backend, get_backend
 from accord.conformance import cases_for
@@ -94,3 +94,14 @@ def test_no_collectives_skips_the_section_and_says_so(
     monkeypatch.setattr(command, "CONTRACTS", {"silu_and_mul": CONTRACTS["silu_and_mul"]})
     assert main(["conformance", "--backend", "reference", "--no-collectives"]) == 0
     assert "collectives: skipped (--no-collectives" in capsys.readouterr().out
+
+
+def test_batch_invariant_flag_runs_the_invariant_kernels(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batchy = broken("batchy", "rms_norm", rms_norm_depending_on_batch_size, "batch_variant")
+    monkeypatch.setattr(command, "default_registry", lambda: FixedRegistry(batchy, get_backend("reference")))
+    assert main(["conformance", "--backend", "batchy", "--op", "rms_norm"]) == 0  # declared: passes
+    assert main(["conformance", "--backend", "batchy", "--op", "rms_norm", "--batch-invariant",
+                 "--require-all"]) == 1  # no invariant kernel: unsupported
+    assert "a batch-invariant kernel" in capsys.readouterr().out

@@ -44,6 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--world-size", type=int, default=1, metavar="N",
                         help="run the collective cases (all_reduce, all_gather, reduce_scatter, all_to_all over the "
                         "backend's communicator and dtype contract) on N spawned ranks instead of the op cases")
+    parser.add_argument("--batch-invariant", action="store_true",
+                        help="check the kernels `--batch-invariant` runs: each op's batch-invariant kernel (none: "
+                        "unsupported), every row case at several row counts, bit for bit")
     parser.add_argument("--no-collectives", action="store_true",
                         help="skip the 2-rank collective section the default run (every op) includes on a backend "
                         "with a communicator")
@@ -105,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         print(render_collectives(results))
         return 1 if any(r.status == "failed" for r in results) else 0
     collectives_failed = _collective_section(args, backend)
-    report = ConformanceRunner(backend, reference, args.seed).run(ops, progress=print_op_progress)
+    runner = ConformanceRunner(backend, reference, args.seed, batch_invariant=args.batch_invariant)
+    report = runner.run(ops, progress=print_op_progress)
     print(render(report, verbose=args.verbose))
     if args.report_dir:
         write_op_reports(report, backend, reference, args.report_dir)
