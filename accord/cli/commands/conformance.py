@@ -47,6 +47,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-invariant", action="store_true",
                         help="check the kernels `--batch-invariant` runs: each op's batch-invariant kernel (none: "
                         "unsupported), every row case at several row counts, bit for bit")
+    parser.add_argument("--perf", action="store_true",
+                        help="also time every legal case's kernel and print GFLOP/s (GEMMs) or GB/s against the "
+                        "host's measured copy bandwidth, one line per case")
     parser.add_argument("--no-collectives", action="store_true",
                         help="skip the 2-rank collective section the default run (every op) includes on a backend "
                         "with a communicator")
@@ -111,10 +114,21 @@ def run(args: argparse.Namespace) -> int:
     runner = ConformanceRunner(backend, reference, args.seed, batch_invariant=args.batch_invariant)
     report = runner.run(ops, progress=print_op_progress)
     print(render(report, verbose=args.verbose))
+    if args.perf:
+        _print_perf(backend, ops, args.seed)
     if args.report_dir:
         write_op_reports(report, backend, reference, args.report_dir)
     failed = report.failed or collectives_failed or (args.require_all and report.unsupported_ops())
     return 1 if failed else 0
+
+
+def _print_perf(backend: Backend, ops: list[str], seed: int) -> None:
+    """The perf table of every legal case of `ops` on `backend`."""
+    from ...conformance import cases_for
+    from ...conformance.perf import render_perf, run_perf
+
+    bandwidth, timed = run_perf(backend, (case for op in ops for case in cases_for(op, seed)))
+    print(render_perf(backend.name, bandwidth, timed))
 
 
 #: The ranks of the default run's collective section.
