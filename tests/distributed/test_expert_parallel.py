@@ -47,10 +47,13 @@ def test_tp2_ep_mp_greedy_equals_transformers(
     """Under each token-exchange strategy (the spawned ranks inherit the variable)."""
     monkeypatch.setenv(DISPATCH_ENV, strategy)
     model_dir = save_with_tokenizer(tmp_path / architecture, architecture, {})
-    llm = LLM(
-        str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, distributed_executor_backend="mp",
-        **PRESSURE,
-    )
+    assert_ep_greedy_equals_transformers(model_dir, tensor_parallel_size=2)
+
+
+def assert_ep_greedy_equals_transformers(model_dir: Path, **sizes: int) -> None:
+    """Expert parallel over `sizes` ranks on the mp executor: greedy tokens equal
+    transformers', and the rank processes are gone after shutdown."""
+    llm = LLM(str(model_dir), enable_expert_parallel=True, distributed_executor_backend="mp", **sizes, **PRESSURE)
     try:
         workers = llm.llm_engine.executor.worker_pids
         prompts = pressure_prompts(llm.llm_engine.model_config.vocab_size)
@@ -139,15 +142,5 @@ def test_five_experts_over_two_ranks_greedy_equals_transformers(
     sizes, strategy = UNEVEN_LAYOUTS[layout]
     if strategy is not None:
         monkeypatch.setenv(DISPATCH_ENV, strategy)
-    model_dir = save_with_tokenizer(tmp_path / "mixtral5", "mixtral", {"num_local_experts": 5})
-    llm = LLM(str(model_dir), enable_expert_parallel=True, distributed_executor_backend="mp",
-              **sizes, **PRESSURE)
-    try:
-        workers = llm.llm_engine.executor.worker_pids
-        prompts = pressure_prompts(llm.llm_engine.model_config.vocab_size)
-        tokens = generate(llm, prompts)
-    finally:
-        llm.llm_engine.shutdown()
-    assert wait_until_gone(workers) == []
-    with torch.inference_mode():
-        assert tokens == hf_greedy(model_dir, prompts, MAX_NEW_TOKENS)
+    assert_ep_greedy_equals_transformers(
+        save_with_tokenizer(tmp_path / "mixtral5", "mixtral", {"num_local_experts": 5}), **sizes)
