@@ -16,6 +16,8 @@ from dataclasses import MISSING, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from .kv_transfer.config import KVTransferConfig, offloading_config
+from .kv_transfer.factory import check_connector
 from .spec_decode.config import SpeculativeConfig
 
 #: KV cache bytes on a CPU when `kv_cache_memory` is not given (vLLM-CPU's default
@@ -30,7 +32,7 @@ DEFAULT_MAX_CAPTURE_SIZE = 512
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Quantization = Literal["fp8"]
 KVCacheDtype = Literal["auto", "fp8"]
-SchedulingPolicy = Literal["fcfs", "priority"]
+SchedulingPolicy = Literal["fcfs", "priority", "effort"]
 PrefixCachingHashAlgo = Literal["sha256", "builtin"]
 ExecutorBackend = Literal["uni", "mp", "ray"]
 
@@ -131,7 +133,14 @@ class EngineConfig:
         default_help="from the memory budget", at_least=1,
     )
     kv_cache_dtype: KVCacheDtype = setting("auto", help="KV cache dtype")
-    scheduling_policy: SchedulingPolicy = setting("fcfs", help="order of waiting requests")
+    scheduling_policy: SchedulingPolicy = setting(
+        "fcfs", help="order of waiting requests: fcfs, priority (the request's), or effort (lanes by expected decode "
+        "length, the thinking budget plus max_tokens, each shortest remaining first)"
+    )
+    effort_lane_bounds: str = setting(
+        "512,2048", help="with --scheduling-policy effort: the expected decode lengths (tokens, ascending) that "
+        "divide the lanes; lane i and the longer ones hold at most 1/2^i of max_num_seqs while a shorter request waits"
+    )
     seed: int = setting(0, help="random seed of unseeded sampling")
     prefix_caching_hash_algo: PrefixCachingHashAlgo = setting(
         "sha256", help="hash of prefix-cache block keys; builtin is faster but not collision-resistant"
@@ -184,6 +193,17 @@ class EngineConfig:
         "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; draft_model, eagle and mtp are refused)",
         default_help="off", aliases=("-sc",),
     )
+    kv_transfer_config: dict | None = setting(
+        None, help="KV transfer between instances as JSON, vLLM's keys: {\"kv_connector\": \"SharedStorageConnector\", "
+        "\"kv_role\": \"kv_producer\", \"kv_consumer\" or \"kv_both\", \"kv_connector_extra_config\": "
+        "{\"shared_storage_path\": DIR}} (accord.core.kv_transfer; docs/disaggregation.md)",
+        default_help="off",
+    )
+    kv_offloading_size: float | None = setting(
+        None, help="GiB of CPU memory for a KV tier under the device pool (vLLM's): full blocks are copied there "
+        "as they are computed, and a prefix found there is copied back instead of recomputed "
+        "(accord.core.kv_transfer.offload); needs prefix caching", default_help="no CPU tier", above=0.0,
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",
@@ -200,6 +220,18 @@ class EngineConfig:
         self.speculative: SpeculativeConfig | None = (
             None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)
         )
+        #: The checked KV transfer setup (None: no connector).
+        self.kv_transfer: KVTransferConfig | None = (
+            None if self.kv_transfer_config is None else KVTransferConfig.parse(self.kv_transfer_config)
+        )
+        if self.kv_offloading_size is not None:
+            if self.kv_transfer is not None:
+                raise ValueError("kv_offloading_size with a kv_transfer_config is not supported yet: give one")
+            if not self.enable_prefix_caching:
+                raise ValueError("kv_offloading_size needs enable_prefix_caching: the tier is keyed by its block hashes")
+            self.kv_transfer = offloading_config(self.kv_offloading_size)
+        if self.kv_transfer is not None:
+            check_connector(self.kv_transfer)
         if self.distributed_executor_backend == "uni" and self.world_size != 1:
             raise ValueError(
                 f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} x "

@@ -79,7 +79,8 @@ class Worker:
         self.model_config = loaded.config
         self.max_model_len = config.resolve_max_model_len(loaded.config.max_position_embeddings)
         self.runner = ModelRunner(
-            config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver
+            config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver,
+            rank=rank,
         )
 
     def info(self) -> WorkerInfo:
