@@ -168,6 +168,11 @@ class EngineConfig:
         "(GPUs); steps run one at a time while a grammar-constrained request is unfinished (docs/performance.md "
         "has the measured figures)",
     )
+    batch_invariant: bool = setting(
+        False, help="make temperature-0 output independent of the batch it runs in (vLLM's VLLM_BATCH_INVARIANT, "
+        "SGLang's deterministic inference): every op runs a kernel conformance checks batch invariant, and start-up "
+        "refuses, naming the ops, where the backend has none (docs/batch_invariance.md)",
+    )
     enforce_eager: bool = setting(
         False, help="run every step eagerly: capture no graphs of the decode step even where the backend can",
     )
@@ -253,13 +258,14 @@ class EngineConfig:
 
     def verify_with_model(self, num_routed_experts: int | None, device_count: int | None) -> None:
         """Refuse a parallel layout the model or the host cannot hold, before any worker
-        starts: an expert-parallel size (TP x DP) that does not divide the routed experts,
-        or more ranks than devices (`device_count` None: ranks share one device, as on CPUs)."""
+        starts: an expert-parallel size (TP x DP) past the routed experts (a rank would hold
+        none; a size that does not divide them is placed unevenly, as vLLM does), or more
+        ranks than devices (`device_count` None: ranks share one device, as on CPUs)."""
         tp, dp = self.tensor_parallel_size, self.data_parallel_size
-        if self.enable_expert_parallel and num_routed_experts and num_routed_experts % self.world_size:
+        if self.enable_expert_parallel and num_routed_experts and num_routed_experts < self.world_size:
             raise ValueError(
-                f"{num_routed_experts} routed experts are not divisible by the expert-parallel size "
-                f"{self.world_size} (tensor_parallel_size {tp} x data_parallel_size {dp})"
+                f"{num_routed_experts} routed experts are fewer than the expert-parallel size "
+                f"{self.world_size} (tensor_parallel_size {tp} x data_parallel_size {dp}): a rank would hold no expert"
             )
         if device_count is not None and self.world_size > device_count:
             raise ValueError(

@@ -6,6 +6,9 @@ speculatively. `--backend auto` asks a backend for these and no others."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Collection
+
+from ...op_contracts.dispatcher import KernelProvider
 
 from ..model_loader import gguf
 from ..model_loader.load import read_model_config
@@ -30,3 +33,15 @@ def worker_contract_ops(
     if gguf.is_gguf(model) and gguf.packs_linears(model):
         ops |= QUANT_LINEAR
     return ops | SPEC_DECODE_OPS if speculative else ops
+
+
+def refuse_batch_variant_ops(backend: KernelProvider, ops: Collection[str]) -> None:
+    """Raise ValueError naming every op of `ops` for which `backend` has no kernel
+    `--batch-invariant` may run (`Backend.kernel_for(op, batch_invariant=True)`)."""
+    missing = sorted(op for op in ops if backend.kernel_for(op, batch_invariant=True) is None)
+    if missing:
+        raise ValueError(
+            f"--batch-invariant: backend {backend.name!r} has no batch-invariant kernel for {', '.join(missing)} "
+            "(the model calls them, and the backend declares its kernels batch-variant); turn --batch-invariant "
+            "off or use a backend that registers batch-invariant variants"
+        )
