@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from ..case import Case
-from . import attention, cache, deepseek_v4, elementwise, fp8, linear, moe, rejection, sampling
+from . import attention, cache, deepseek_v4, elementwise, fp8, linear, lora, moe, rejection, sampling
 from .illegal import illegal_cases
 
 CaseGenerator = Callable[[int], Iterable[Case]]
@@ -15,6 +15,7 @@ CaseGenerator = Callable[[int], Iterable[Case]]
 GENERATORS: dict[str, CaseGenerator] = {
     **elementwise.CASES,
     **linear.CASES,
+    **lora.CASES,
     **cache.CASES,
     **attention.CASES,
     **moe.CASES,
