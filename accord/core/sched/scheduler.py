@@ -32,7 +32,7 @@ from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
-from .block_manager import BlockManager
+from .block_manager import BlockManager, chain_root
 from .check_stop import check_stop
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
@@ -53,6 +53,7 @@ class Scheduler:
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
         speculative: SpeculativeConfig | None = None,
+        max_loras: int = 0,
     ) -> None:
         if policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
@@ -65,6 +66,8 @@ class Scheduler:
         self._structured_output = structured_output
         #: Speculative decoding's setup (None: off): proposals land with a step's results.
         self._speculative = speculative
+        #: Distinct LoRA adapters the running requests may use at once (the device slots).
+        self.max_loras = max_loras
         # Smaller key = served first and preempted last.
         self.order_key: Callable[[Request], tuple[float, ...]] = (
             (lambda r: (r.arrival_time, r.arrival_order, r.index))
@@ -204,6 +207,7 @@ class Scheduler:
                     request.req_id,
                     request.token_ids,
                     min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
+                    chain_root(request.lora_int_id),
                 )
         self.stats.num_preemptions += len(preempted)
         output = SchedulerOutput(
@@ -297,6 +301,7 @@ class Scheduler:
             num_computed_tokens=request.num_computed_tokens,
             num_prompt_logprobs=request.params.prompt_logprobs if request.needs_prompt_logprobs else None,
             num_prompt_logprobs_done=request.num_prompt_logprobs_done,
+            lora_request=request.lora_request,
         )
 
     def _cached_request_data(self, requests: list[Request]) -> CachedRequestData:
@@ -319,14 +324,16 @@ class Scheduler:
             request = self.waiting[index]
             # A preempted request resumes once its last step's token has landed (the
             # runner is sent its tokens in full).
-            if request.num_output_placeholders or self._waits_for_sibling(request):
+            if request.num_output_placeholders or self._waits_for_sibling(request) or not self._lora_fits(request):
                 index += 1
                 continue
             # At least the last token is always computed: its logits are needed.
             cached = (
                 []
                 if request.needs_prompt_logprobs
-                else self.block_manager.find_cached_prefix(request.token_ids, request.num_tokens - 1)
+                else self.block_manager.find_cached_prefix(
+                    request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id)
+                )
             )
             computed = len(cached) * self.block_manager.block_size
             count = min(request.num_tokens - computed, budget)
@@ -344,6 +351,14 @@ class Scheduler:
             admitted.append(request)
             budget -= count
         return budget
+
+    def _lora_fits(self, request: Request) -> bool:
+        """Whether `request`'s adapter can run beside the running requests' without
+        more distinct adapters than the workers have device slots."""
+        if not request.lora_int_id:
+            return True
+        running = {r.lora_int_id for r in self.running if r.lora_int_id}
+        return request.lora_int_id in running or len(running) < self.max_loras
 
     def _waits_for_sibling(self, request: Request) -> bool:
         """n > 1: a sample waits while its sibling computes the shared prompt, then
