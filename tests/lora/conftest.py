@@ -15,13 +15,7 @@ if _ENGINE_HELPERS not in sys.path:
     sys.path.insert(0, _ENGINE_HELPERS)
 
 from engine_models import build_model_dir, write_tokenizer  # noqa: E402
-from lora_helpers import make_adapter  # noqa: E402
-
-#: Adapter A: every projection PEFT targets on Llama, rank 8, alpha 16.
-ADAPTER_A = dict(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-#: Adapter B: some projections only (k, gate and up stay base), rank 16, rsLoRA scaling.
-ADAPTER_B = dict(r=16, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"])
-
+from lora_helpers import ADAPTER_A, ADAPTER_B, make_adapter  # noqa: E402
 
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -8,6 +8,11 @@ from typing import Any
 
 import torch
 
+#: Adapter A: every projection PEFT targets on Llama, rank 8, alpha 16.
+ADAPTER_A = dict(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+#: Adapter B: some projections only (k, gate and up stay base), rank 16, rsLoRA scaling.
+ADAPTER_B = dict(r=16, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"])
+
 
 def make_adapter(model_dir: Path, out_dir: Path, seed: int, **lora_config: Any) -> Path:
     """A PEFT LoRA adapter of the model at `model_dir` saved to `out_dir`, with A and B
