@@ -61,3 +61,14 @@ def test_a_mixed_batch_matches_each_adapter_merged_by_peft(model: str, request: 
 def test_one_device_slot_serves_two_adapters_in_turns(llama_dir: Path, llama_adapters: dict[str, Path]) -> None:
     prompts, loras, dirs = mixed_batch(llama_adapters)
     assert generate(llama_dir, prompts, loras, max_loras=1, max_cpu_loras=1) == expected(llama_dir, dirs)
+
+
+@pytest.mark.slow
+def test_chunked_prefill_and_speculative_decoding_keep_each_adapter_s_tokens(
+    llama_dir: Path, llama_adapters: dict[str, Path]
+) -> None:
+    prompts, loras, dirs = mixed_batch(llama_adapters)
+    # 8-token steps chunk every prompt; ngram drafts are checked under each token's adapter.
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    got = generate(llama_dir, prompts, loras, max_loras=2, max_num_batched_tokens=8, speculative_config=spec)
+    assert got == expected(llama_dir, dirs)
