@@ -157,6 +157,9 @@ CORE_ROLES_FORBIDDEN: dict[str, set[str]] = {
     "distributed": {"engine", "sched", "worker", "executor", "models", "model_loader"},
     # The proposers read token histories; the runner (worker) calls them.
     "spec_decode": {"engine", "sched", "worker", "executor", "model_loader"},
+    # LoRA hooks the graphs' projections and reads adapters for the runner (worker), the
+    # scheduler (its requests' adapters) and the engine (checks) above it.
+    "lora": {"engine", "sched", "worker", "executor", "model_loader.load", "model_loader.source", "model_loader.gguf"},
 }
 #: What core keeps outside the role folders: data and settings every role shares.
 CORE_SHARED_MODULES = {"__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats"}
@@ -197,10 +200,12 @@ def test_the_role_rules_catch_a_scheduler_reaching_up() -> None:
 
 
 #: What the server may see of core: the shared data, structured output's request
-#: parameters, and the engine through the EngineClient protocol, nothing below it.
+#: parameters, a request's LoRA adapter, and the engine through the EngineClient
+#: protocol, nothing below it.
 SERVER_VIEW_OF_CORE = {f"accord.core.{name}" for name in CORE_SHARED_MODULES - {"__init__"}} | {
     "accord.core.engine.client",
     "accord.core.structured_output",
+    "accord.core.lora.request",
 }
 SERVER_SOURCES = sorted((PACKAGE_ROOT / "server").rglob("*.py"))
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 from lora_helpers import ADAPTER_A, ADAPTER_B, make_adapter
 
-from accord.core.lora import LoRAAdapterError, LoRARequest, read_adapter
+from accord.core.lora import LoRARequest
+from accord.core.lora.peft import LoRAAdapterError, read_adapter
 from accord.core.lora.layout import LoRALayout
 from accord.core.model_loader.load import read_model_config
 
