@@ -88,7 +88,10 @@ class OpenAIServing:
         #: The LoRA adapters served by name (--lora-modules, then the load endpoint).
         self.adapters = ServedAdapters(engine, (model.name, *model.aliases))
         for module in options.lora_modules:
-            self.adapters.add(module)
+            try:
+                self.adapters.add(module)
+            except OpenAIError as error:  # at start-up: `accord serve` reports it and exits
+                raise ValueError(f"--lora-modules {module.name}: {error.message}") from error
 
     async def off_loop(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a CPU-heavy call (tokenising, template rendering) in the tokenizer pool."""

@@ -85,3 +85,21 @@ def test_adapters_served_by_name_loaded_and_unloaded_at_run_time(
     finally:
         asyncio.run(engine.shutdown())
 
+
+
+def test_lora_modules_on_an_engine_without_lora_are_refused_at_start(llama_dir: Path) -> None:
+    class EngineWithoutLoRA:
+        """What the app asks of an engine at start, LoRA off (LLMEngine.add_lora's refusal)."""
+
+        tokenizer = None
+
+        def get_replica_stats(self) -> list:
+            return []
+
+        def add_lora(self, request) -> bool:
+            raise ValueError(f"LoRA adapter {request.lora_name!r} asked for, but LoRA is off (enable_lora)")
+
+    served = ServedModel("tiny", str(llama_dir), 64, 100)
+    options = ServerOptions(lora_modules=(LoRAModulePath("a", "/adapters/a"),))
+    with pytest.raises(ValueError, match="--lora-modules a: LoRA adapter 'a' asked for, but LoRA is off"):
+        create_app(EngineWithoutLoRA(), served, options)  # type: ignore[arg-type]
