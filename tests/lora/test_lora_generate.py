@@ -35,6 +35,7 @@ def expected(model_dir: Path, dirs: list[Path | None]) -> list[list[int]]:
 
 
 def generate(model_dir: Path, prompts, loras, **engine_args) -> list[list[int]]:
+    engine_args.setdefault("max_num_batched_tokens", 64)  # a given budget: no step timing at start
     llm = LLM(str(model_dir), backend="cpu", enable_lora=True, max_lora_rank=16, max_num_seqs=16,
               max_model_len=128, kv_cache_memory=1 << 22, block_size=4, **engine_args)
     try:
