@@ -42,7 +42,10 @@ ALLOWED: dict[str, set[str]] = {
     # HTTP: never the server's code, and the server never theirs.
     "bench": {"op_contracts", "backends", "core", "entrypoints", "demo"},
     "gate": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server"},
-    "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo", "bench"},
+    # The router speaks HTTP to instances: nothing of the engine.
+    "router": set(),
+    "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo", "bench",
+            "router"},
 }
 
 def module_name(path: Path) -> str:
@@ -160,9 +163,13 @@ CORE_ROLES_FORBIDDEN: dict[str, set[str]] = {
     # LoRA hooks the graphs' projections and reads adapters for the runner (worker), the
     # scheduler (its requests' adapters) and the engine (checks) above it.
     "lora": {"engine", "sched", "worker", "executor", "model_loader.load", "model_loader.source", "model_loader.gguf"},
+    # Connectors see requests as plain data and caches as tensors: below the scheduler and the runner.
+    "kv_transfer": {"engine", "sched", "worker", "executor", "model_loader", "models"},
 }
 #: What core keeps outside the role folders: data and settings every role shares.
-CORE_SHARED_MODULES = {"__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats"}
+CORE_SHARED_MODULES = {
+    "__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats", "thinking",
+}
 STEP_CONTRACT = "accord.core.sched.output"
 
 

@@ -74,9 +74,18 @@ class Backend:
             self._kernels = self.load_kernels()
         return self._kernels
 
-    def kernel_for(self, op: str) -> Kernel | None:
-        """This backend's kernel for `op`, or None when it has none."""
-        return self.kernels().get(op)
+    def kernel_for(self, op: str, batch_invariant: bool = False) -> Kernel | None:
+        """This backend's kernel for `op`, or None when it has none. With
+        `batch_invariant`, the kernel `--batch-invariant` runs: the op's registered
+        batch-invariant variant, or its default kernel where that claims invariance or
+        the backend does not declare the op batch-variant (conformance fails every case
+        where such a kernel's rows depend on their batch mates); else None."""
+        if not batch_invariant:
+            return self.kernels().get(op)
+        default = self.kernels().get(op)
+        if op not in self.batch_variant_ops() and default is not None:
+            return default
+        return self.kernels().invariant(op)
 
     # -- device decisions ----------------------------------------------------------
     def device(self) -> torch.device:

@@ -25,7 +25,7 @@ from ..entrypoints import RegistryBackend
 from ..server.app import create_app
 from ..server.drain import DrainDeadline
 from .engine_flags import engine_config
-from ..demo.default_model import ChecksumMismatch
+from ..demo.default_model import ChecksumMismatch, DefaultModelUnavailable
 from ..entrypoints.model_choice import choose_model
 from ..server.options import ServerOptions
 from ..server.serving import ServedModel
@@ -127,7 +127,7 @@ def serve(args: argparse.Namespace, options: ServerOptions) -> int:
 def _serve_on(args: argparse.Namespace, options: ServerOptions, listener: socket.socket) -> int:
     try:
         choice = choose_model(args.model)
-    except ChecksumMismatch as error:
+    except (ChecksumMismatch, DefaultModelUnavailable) as error:
         print(f"accord serve: error: {error}", file=sys.stderr)
         return 1
     try:

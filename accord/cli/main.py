@@ -13,7 +13,7 @@ from .. import __version__
 
 #: Subcommand modules; each defines `add_parser(subparsers)` that sets `func`.
 COMMAND_MODULES = tuple(f"accord.cli.commands.{name}" for name in ("serve", "backends", "contracts", "conformance")) + (
-    "accord.bench.cli",
+    "accord.bench.cli", "accord.router.cli",
 )
 
 

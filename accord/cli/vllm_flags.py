@@ -134,7 +134,9 @@ REFUSED = _table({
     "the --spec-* shorthands of speculative decoding (give --speculative-config)": (
         "spec_method", "spec_model", "spec_tokens",
     ),
-    "reasoning parsers": ("reasoning_parser", "reasoning_parser_plugin", "reasoning_config", "reasoning_effort_map"),
+    "reasoning-parser plugins and vLLM's reasoning config (accord's budgets: --reasoning-budgets)": (
+        "reasoning_parser_plugin", "reasoning_config", "reasoning_effort_map",
+    ),
     "pipeline parallelism": ("pipeline_parallel_size",),
     "context parallelism": (
         "decode_context_parallel_size", "dcp_comm_backend", "dcp_q_replicate", "dcp_kv_cache_interleave_size",
@@ -156,8 +158,8 @@ REFUSED = _table({
         "worker_cls", "worker_extension_cls", "scheduler_cls", "logits_processors", "io_processor_plugin",
         "middleware", "tool_parser_plugin",
     ),
-    "KV cache transfer, events and offloading (disaggregated serving)": (
-        "kv_transfer_config", "kv_events_config", "ec_transfer_config", "ec_manager_config", "kv_offloading_size",
+    "KV cache events, encoder-cache transfer and KV offloading": (
+        "kv_events_config", "ec_transfer_config", "ec_manager_config",
         "kv_offloading_backend", "kv_cache_dtype_skip_layers",
     ),
     "weight offloading": (

@@ -26,15 +26,18 @@ class Unit:
     agrees: Agreement
 
 
-def units(case: Case, device: torch.device) -> list[Unit]:
+def units(case: Case, device: torch.device, several_row_counts: bool = False) -> list[Unit]:
     """The case's independent units, each as its own call (fresh arguments on
-    `device`); empty when the case has fewer than two or no independent units."""
+    `device`); empty when the case has fewer than two or no independent units. With
+    `several_row_counts` (the batch-invariant run), row cases also run their first m
+    rows as a batch of their own for m between 1 and all of them, so a kernel whose
+    reduction order changes with the row count shows at every size it switches at."""
     if "query_start_loc" in case.args:
         found = _sequences(case, device)
     elif "slot_mapping" in case.args:
         found = _tokens(case, device)
     elif case.row_independent:
-        found = _rows(case, device)
+        found = _rows(case, device) + (_row_prefixes(case, device) if several_row_counts else [])
     else:
         found = []
     return found if len(found) > 1 else []
@@ -50,6 +53,20 @@ def _rows(case: Case, device: torch.device) -> list[Unit]:
             same_bits(alone[name], full[name][row : row + 1]) for name in outputs))
 
     return [unit(row) for row in range(case.row_count())]
+
+
+def _row_prefixes(case: Case, device: torch.device) -> list[Unit]:
+    """The first m rows as their own batch, for m = 2, about half, and all but one."""
+    aligned = row_aligned_tensors(case.contract, case.args)
+    outputs = row_aligned_outputs(case.contract, case.args)
+    total = case.row_count()
+
+    def unit(m: int) -> Unit:
+        args = {k: v[:m] if k in aligned else v for k, v in case.fresh_args(device).items()}
+        return Unit(f"rows 0-{m - 1}", args, lambda full, alone: all(
+            same_bits(alone[name], full[name][:m]) for name in outputs))
+
+    return [unit(m) for m in sorted({2, total // 2, total - 1}) if 1 < m < total]
 
 
 def _sequences(case: Case, device: torch.device) -> list[Unit]:

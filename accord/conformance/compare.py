@@ -90,6 +90,19 @@ def ulp_distance(got: torch.Tensor, want: torch.Tensor, reference: torch.Tensor,
     return float(distance.max()) if distance.numel() else 0.0
 
 
+def rounding_bias(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The larger of |mean signed error| and |mean error away from zero|, in ulps of
+    `want`'s dtype, over finite reference elements: a rounding direction a kernel
+    takes systematically (toward -Inf, toward zero) shows here even where each element
+    is within one ulp."""
+    got64, want64 = got.double(), want.double()
+    finite = torch.isfinite(want64)
+    if not bool(finite.any()):
+        return 0.0
+    distance = ((got64 - want64) / ulp(want64, want.dtype))[finite]
+    return max(abs(float(distance.mean())), abs(float((distance * want64[finite].sign()).mean())))
+
+
 def nonfinite_problem(got: torch.Tensor, want: torch.Tensor) -> str | None:
     """Why `got`'s NaN/Inf pattern is wrong (any NaN; Inf where the reference has none
     or of the other sign), or None."""
@@ -141,7 +154,8 @@ def _is_exact(contract: OpContract, name: str, tensor: torch.Tensor) -> bool:
 
 
 def _check(
-    name: str, got: torch.Tensor, want: torch.Tensor, exact: bool, tolerance: float, ulps: int | None = None
+    name: str, got: torch.Tensor, want: torch.Tensor, exact: bool, tolerance: float, ulps: int | None = None,
+    bias: float | None = None,
 ) -> OutputCheck:
     if exact:
         mismatched = int((got != want).sum())
@@ -155,6 +169,8 @@ def _check(
     if ulps is not None:
         error = ulp_error(got, want)
         failure = f"{error:.3g} ulps > {ulps}" if error > ulps else None
+        if failure is None and bias is not None and (drift := rounding_bias(got, want)) > bias:
+            failure = f"a systematic rounding direction: mean error {drift:.3g} ulps > {bias:g}"
         return OutputCheck(name, error, bound, failure, unit=ULPS)
     error = nmse(got, want)
     failure = f"NMSE {error:.3g} > {tolerance:.3g}" if error > tolerance else None
@@ -171,7 +187,8 @@ def compare_outputs(
 ) -> Comparison:
     """Check every reference output (mutated tensors included) against the backend's:
     by NMSE within `tolerance`, or, `by_ulps`, each value output within the contract's
-    ulps for its dtype (the tensors as stored: an op rounded once is not canonicalised)."""
+    ulps for its dtype and without a rounding bias past the contract's (the tensors as
+    stored: an op rounded once is not canonicalised)."""
     layout = [
         OutputCheck(name, float("nan"), tolerance, f"is {got[name].dtype}{list(got[name].shape)}, "
                     f"expected {want[name].dtype}{list(want[name].shape)}")
@@ -183,7 +200,8 @@ def compare_outputs(
     exact = {name: _is_exact(contract, name, tensor) for name, tensor in want.items()}
     if by_ulps:
         return Comparison(tuple(
-            _check(n, got[n], want[n], exact[n], tolerance, contract.ulps_for(want[n].dtype)) for n in want
+            _check(n, got[n], want[n], exact[n], tolerance, contract.ulps_for(want[n].dtype),
+                   (contract.rounding_bias or {}).get(want[n].dtype)) for n in want
         ))
     got_c, want_c = _canonical(contract, got, args), _canonical(contract, want, args)
     return Comparison(tuple(_check(n, got_c[n], want_c[n], exact[n], tolerance) for n in want))

@@ -24,13 +24,17 @@ OpProgress = Callable[[str, list[CaseResult], float], None]
 
 
 class ConformanceRunner:
-    """Checks `backend` against `reference` (the golden) on seeded cases."""
+    """Checks `backend` against `reference` (the golden) on seeded cases. With
+    `batch_invariant` it checks the kernels `--batch-invariant` runs instead: every
+    op's batch-invariant kernel (none is unsupported), whose rows must give the same
+    bits at several row counts, whatever the backend declares."""
 
-    def __init__(self, backend: Backend, reference: Backend, seed: int = 0) -> None:
+    def __init__(self, backend: Backend, reference: Backend, seed: int = 0, batch_invariant: bool = False) -> None:
         self.backend = backend
         self.reference = reference
         self.seed = seed
-        self._ops = OpDispatcher(backend, strict=True)
+        self.batch_invariant = batch_invariant
+        self._ops = OpDispatcher(backend, strict=True, batch_invariant=batch_invariant)
         self._golden = OpDispatcher(reference, strict=True)
         # Cases are generated on the CPU (the same bits everywhere) and copied over.
         self._device = backend.device()
@@ -115,7 +119,7 @@ class ConformanceRunner:
     def shares_reference_kernel(self, op: str) -> bool:
         """Whether the backend runs the reference's own kernel for `op` (a comparison
         of the reference with itself, reported as `shared`, never as a pass)."""
-        mine, golden = self.backend.kernel_for(op), self.reference.kernel_for(op)
+        mine, golden = self.backend.kernel_for(op, self.batch_invariant), self.reference.kernel_for(op)
         return mine is not None and golden is not None and mine.fn is golden.fn
 
     def _undeclared(self, op: str, deterministic: bool, variant_units: list[str] | None) -> list[str]:
@@ -125,7 +129,10 @@ class ConformanceRunner:
         if not deterministic and op not in self.backend.nondeterministic_ops():
             problems.append("two identical calls gave different bits, and the backend does not declare "
                             "the op nondeterministic (Backend.nondeterministic_ops)")
-        if variant_units and op not in self.backend.batch_variant_ops():
+        if variant_units and self.batch_invariant:
+            problems.append(f"{', '.join(variant_units)} gave other bits than in the full batch, under the kernel "
+                            "batch-invariant mode runs")
+        elif variant_units and op not in self.backend.batch_variant_ops():
             problems.append(f"{', '.join(variant_units)} alone gave other bits than in the batch, and the backend "
                             "does not declare the op batch-variant (Backend.batch_variant_ops)")
         return problems
@@ -170,7 +177,7 @@ class ConformanceRunner:
     def _batch_variant_units(self, case: Case, full: Execution) -> list[str] | None:
         """The rows, sequences or tokens whose output alone differs from theirs in the
         batch (None when the case has no independent units to check)."""
-        checked = units(case, self._device)
+        checked = units(case, self._device, several_row_counts=self.batch_invariant)
         if not checked:
             return None
         variant = []

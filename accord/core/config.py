@@ -16,6 +16,8 @@ from dataclasses import MISSING, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from .kv_transfer.config import KVTransferConfig, offloading_config
+from .kv_transfer.factory import check_connector
 from .spec_decode.config import SpeculativeConfig
 
 #: KV cache bytes on a CPU when `kv_cache_memory` is not given (vLLM-CPU's default
@@ -30,7 +32,7 @@ DEFAULT_MAX_CAPTURE_SIZE = 512
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Quantization = Literal["fp8"]
 KVCacheDtype = Literal["auto", "fp8"]
-SchedulingPolicy = Literal["fcfs", "priority"]
+SchedulingPolicy = Literal["fcfs", "priority", "effort"]
 PrefixCachingHashAlgo = Literal["sha256", "builtin"]
 ExecutorBackend = Literal["uni", "mp", "ray"]
 
@@ -131,7 +133,14 @@ class EngineConfig:
         default_help="from the memory budget", at_least=1,
     )
     kv_cache_dtype: KVCacheDtype = setting("auto", help="KV cache dtype")
-    scheduling_policy: SchedulingPolicy = setting("fcfs", help="order of waiting requests")
+    scheduling_policy: SchedulingPolicy = setting(
+        "fcfs", help="order of waiting requests: fcfs, priority (the request's), or effort (lanes by expected decode "
+        "length, the thinking budget plus max_tokens, each shortest remaining first)"
+    )
+    effort_lane_bounds: str = setting(
+        "512,2048", help="with --scheduling-policy effort: the expected decode lengths (tokens, ascending) that "
+        "divide the lanes; lane i and the longer ones hold at most 1/2^i of max_num_seqs while a shorter request waits"
+    )
     seed: int = setting(0, help="random seed of unseeded sampling")
     prefix_caching_hash_algo: PrefixCachingHashAlgo = setting(
         "sha256", help="hash of prefix-cache block keys; builtin is faster but not collision-resistant"
@@ -158,6 +167,11 @@ class EngineConfig:
         "the host time between steps behind the device; pays where the device runs apart from the host "
         "(GPUs); steps run one at a time while a grammar-constrained request is unfinished (docs/performance.md "
         "has the measured figures)",
+    )
+    batch_invariant: bool = setting(
+        False, help="make temperature-0 output independent of the batch it runs in (vLLM's VLLM_BATCH_INVARIANT, "
+        "SGLang's deterministic inference): every op runs a kernel conformance checks batch invariant, and start-up "
+        "refuses, naming the ops, where the backend has none (docs/batch_invariance.md)",
     )
     enforce_eager: bool = setting(
         False, help="run every step eagerly: capture no graphs of the decode step even where the backend can",
@@ -191,6 +205,17 @@ class EngineConfig:
         None, help="LoRA adapters kept read on the host (least recently used dropped past it, read again when "
         "asked for); at least max_loras", at_least=1, default_help="max_loras",
     )
+    kv_transfer_config: dict | None = setting(
+        None, help="KV transfer between instances as JSON, vLLM's keys: {\"kv_connector\": \"SharedStorageConnector\", "
+        "\"kv_role\": \"kv_producer\", \"kv_consumer\" or \"kv_both\", \"kv_connector_extra_config\": "
+        "{\"shared_storage_path\": DIR}} (accord.core.kv_transfer; docs/disaggregation.md)",
+        default_help="off",
+    )
+    kv_offloading_size: float | None = setting(
+        None, help="GiB of CPU memory for a KV tier under the device pool (vLLM's): full blocks are copied there "
+        "as they are computed, and a prefix found there is copied back instead of recomputed "
+        "(accord.core.kv_transfer.offload); needs prefix caching", default_help="no CPU tier", above=0.0,
+    )
     record_op_calls: str | None = setting(
         None, help="folder each rank records the first calls of every op signature into, profile_run's "
         "included (what `accord conformance --deploy` replays; it sets this itself)",
@@ -211,6 +236,18 @@ class EngineConfig:
             raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")
         if self.enable_lora and self.tensor_parallel_size > 1:
             raise ValueError("enable_lora with tensor_parallel_size > 1 is not supported yet (LoRA's slots are not sharded)")
+        #: The checked KV transfer setup (None: no connector).
+        self.kv_transfer: KVTransferConfig | None = (
+            None if self.kv_transfer_config is None else KVTransferConfig.parse(self.kv_transfer_config)
+        )
+        if self.kv_offloading_size is not None:
+            if self.kv_transfer is not None:
+                raise ValueError("kv_offloading_size with a kv_transfer_config is not supported yet: give one")
+            if not self.enable_prefix_caching:
+                raise ValueError("kv_offloading_size needs enable_prefix_caching: the tier is keyed by its block hashes")
+            self.kv_transfer = offloading_config(self.kv_offloading_size)
+        if self.kv_transfer is not None:
+            check_connector(self.kv_transfer)
         if self.distributed_executor_backend == "uni" and self.world_size != 1:
             raise ValueError(
                 f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} x "
@@ -242,13 +279,14 @@ class EngineConfig:
 
     def verify_with_model(self, num_routed_experts: int | None, device_count: int | None) -> None:
         """Refuse a parallel layout the model or the host cannot hold, before any worker
-        starts: an expert-parallel size (TP x DP) that does not divide the routed experts,
-        or more ranks than devices (`device_count` None: ranks share one device, as on CPUs)."""
+        starts: an expert-parallel size (TP x DP) past the routed experts (a rank would hold
+        none; a size that does not divide them is placed unevenly, as vLLM does), or more
+        ranks than devices (`device_count` None: ranks share one device, as on CPUs)."""
         tp, dp = self.tensor_parallel_size, self.data_parallel_size
-        if self.enable_expert_parallel and num_routed_experts and num_routed_experts % self.world_size:
+        if self.enable_expert_parallel and num_routed_experts and num_routed_experts < self.world_size:
             raise ValueError(
-                f"{num_routed_experts} routed experts are not divisible by the expert-parallel size "
-                f"{self.world_size} (tensor_parallel_size {tp} x data_parallel_size {dp})"
+                f"{num_routed_experts} routed experts are fewer than the expert-parallel size "
+                f"{self.world_size} (tensor_parallel_size {tp} x data_parallel_size {dp}): a rank would hold no expert"
             )
         if device_count is not None and self.world_size > device_count:
             raise ValueError(

@@ -51,3 +51,6 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: RequestTimes = field(default_factory=RequestTimes)
+    #: Set by a KV connector when the request finished (vLLM's): what the instance that
+    #: continues it needs, such as where the prefill instance left the prompt's KV.
+    kv_transfer_params: dict | None = None

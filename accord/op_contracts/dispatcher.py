@@ -61,7 +61,7 @@ class KernelProvider(Protocol):
     name: str
     device_type: str
 
-    def kernel_for(self, op: str) -> Kernel | None: ...
+    def kernel_for(self, op: str, batch_invariant: bool = False) -> Kernel | None: ...
 
 
 class CallHook(Protocol):
@@ -110,8 +110,11 @@ class OpDispatcher(_TypedOps):
         allocator: Allocator = empty_allocator,
         contracts: Mapping[str, OpContract] = CONTRACTS,
         compiled: bool = False,
+        batch_invariant: bool = False,
     ) -> None:
         self.backend = backend
+        #: Whether only batch-invariant kernels run (`--batch-invariant`).
+        self.batch_invariant = batch_invariant
         self.strict = strict_from_env() if strict is None else strict
         self.allocator = allocator
         self.contracts = contracts
@@ -250,7 +253,16 @@ class OpDispatcher(_TypedOps):
             tuple((p.name, call[p.name]) for p in contract.params if p.in_signature),
         )
         outputs = tuple((o.name, shape_dims(o.shape, call), o) for o in contract.outputs)
-        kernel = self.backend.kernel_for(contract.name)
+        if self.batch_invariant:
+            kernel = self.backend.kernel_for(contract.name, batch_invariant=True)
+        else:
+            kernel = self.backend.kernel_for(contract.name)
+        if kernel is None and self.batch_invariant:
+            raise ContractError(
+                contract.name, "op", "a batch-invariant kernel", "none", self.backend.name,
+                hint=f"batch-invariant mode runs only kernels conformance checks batch invariant, and this backend has "
+                f"none for {contract.name}; turn --batch-invariant off or pick a backend that has one",
+            )
         if kernel is None:
             raise ContractError(
                 contract.name,

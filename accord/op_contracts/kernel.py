@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -72,6 +74,9 @@ class Kernel:
     keyword arguments and writes its outputs in place. `claims` narrows the dtypes the
     kernel takes per argument (absent: every dtype the contract allows); `supports`
     may refuse further signatures with a reason, like llama.cpp's `supports_op`.
+    `batch_invariant` claims each row's result never depends on the rows beside it
+    (a fixed reduction order whatever the row count): conformance's batch-invariant
+    run checks the claim, and `--batch-invariant` admits only kernels that make it.
     """
 
     op: str
@@ -79,6 +84,7 @@ class Kernel:
     claims: Mapping[str, tuple[torch.dtype, ...]] = field(default_factory=dict)
     supports: Callable[[CallSignature], str | None] | None = None
     adapters: tuple[CastAdapter, ...] = ()
+    batch_invariant: bool = False
 
     def refusal(self, signature: CallSignature) -> str | None:
         """Why this kernel will not run `signature`, or None when it will."""
@@ -136,6 +142,8 @@ class KernelSet:
         self.backend = backend
         self.contracts = contracts
         self._kernels: dict[str, Kernel] = {}
+        #: Batch-invariant variants of ops whose default kernel is not invariant.
+        self._invariant: dict[str, Kernel] = {}
 
     def check(self, op: str, fn: Callable[..., None]) -> None:
         """Refuse `fn` as the kernel of `op` unless `op` has a contract and `fn` takes
@@ -159,14 +167,19 @@ class KernelSet:
         claims: Mapping[str, tuple[torch.dtype, ...]] | None = None,
         supports: Callable[[CallSignature], str | None] | None = None,
         adapters: tuple[CastAdapter, ...] = (),
+        batch_invariant: bool = False,
+        invariant_variant: bool = False,
     ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-        """Decorator: make the function the kernel for `op`."""
+        """Decorator: make the function the kernel for `op` (claiming batch invariance
+        with `batch_invariant`), or with `invariant_variant` the batch-invariant kernel
+        `--batch-invariant` runs instead of the op's default one."""
 
         def decorate(fn: Callable[..., None]) -> Callable[..., None]:
-            if op in self._kernels:
+            table = self._invariant if invariant_variant else self._kernels
+            if op in table:
                 raise ValueError(f"kernel for {op} registered twice")
             self.check(op, fn)
-            self._kernels[op] = Kernel(op, fn, dict(claims or {}), supports, adapters)
+            table[op] = Kernel(op, fn, dict(claims or {}), supports, adapters, batch_invariant or invariant_variant)
             return fn
 
         return decorate
@@ -178,6 +191,17 @@ class KernelSet:
 
     def get(self, op: str) -> Kernel | None:
         return self._kernels.get(op)
+
+    def invariant(self, op: str) -> Kernel | None:
+        """The batch-invariant kernel of `op`: its variant, or the default kernel where
+        that claims invariance; None when there is neither."""
+        default = self._kernels.get(op)
+        return self._invariant.get(op) or (default if default is not None and default.batch_invariant else None)
+
+    def add_invariant(self, kernel: Kernel) -> None:
+        """Register an already built batch-invariant variant (a backend reusing another's)."""
+        self.check(kernel.op, kernel.fn)
+        self._invariant[kernel.op] = dataclasses.replace(kernel, batch_invariant=True)
 
     def ops(self) -> tuple[str, ...]:
         return tuple(sorted(self._kernels))

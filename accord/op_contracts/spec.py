@@ -188,7 +188,10 @@ class OpContract:
     lie within that many ulps of its dtype (keyed by the output's dtype) of the
     reference, which computes in fp64 and rounds once; it replaces the NMSE bound.
     `unordered_rows` and `dequantised` say how conformance puts outputs in the form it
-    compares under NMSE (rows sorted by id; quantised codes dequantised).
+    compares under NMSE (rows sorted by id; quantised codes dequantised). `rounding_bias`
+    caps, per output dtype judged in ulps, the mean signed error (and the mean error
+    away from zero) in ulps: the per-element bound admits a neighbour at a midpoint,
+    never a systematic rounding direction (round-toward-zero moves half the codes).
     """
 
     name: str
@@ -205,6 +208,7 @@ class OpContract:
     ulps: Mapping[torch.dtype, int] | None = None
     unordered_rows: UnorderedRows | None = None
     dequantised: Dequantised | None = None
+    rounding_bias: Mapping[torch.dtype, float] | None = None
     arg_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ from .drain import DrainDeadline
 from .errors import OpenAIError, install_error_handlers
 from .metrics import ServerMetrics
 from .options import ServerOptions
+from .reasoning import served_reasoning
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -89,7 +90,9 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, limit=options.max_request_body_bytes)
     metrics = ServerMetrics(model.name, engine.get_replica_stats, model.max_model_len)
     serving = OpenAIServing(engine, model, metrics, options, drain)
-    completions, chat = CompletionService(serving), ChatService(serving, get_tool_parser(options.tool_call_parser))
+    reasoning = served_reasoning(options.reasoning_parser, options.reasoning_budgets, engine.tokenizer)
+    completions = CompletionService(serving)
+    chat = ChatService(serving, get_tool_parser(options.tool_call_parser), reasoning)
     card = ModelCard(id=model.name, root=model.name, max_model_len=model.max_model_len, description=model.description)
 
     api = APIRouter(prefix="/v1", responses=_ERROR_RESPONSES)

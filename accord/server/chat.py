@@ -24,8 +24,11 @@ from .protocol import (
     FunctionCall,
     NamedToolChoice,
     ToolCall,
+    Usage,
     random_id,
 )
+from .reasoning import ServedReasoning, refuse_reasoning_fields
+from .reasoning_parsers import ReasoningParser, ReasoningSplit
 from .request_stream import RequestStream, abort_all
 from .serving import OpenAIServing, prompt_logprobs_of, refuse_unsupported, usage_of
 from .streaming import DONE_EVENT, DeltaTracker, SampleDelta, error_event, sse_event, whole
@@ -38,9 +41,13 @@ UNSUPPORTED_FIELDS = ("functions", "function_call", "modalities")
 class ChatService:
     """Serves chat completions over the shared serving logic."""
 
-    def __init__(self, serving: OpenAIServing, tool_parser: type[ToolParser]) -> None:
+    def __init__(
+        self, serving: OpenAIServing, tool_parser: type[ToolParser], reasoning: ServedReasoning | None = None
+    ) -> None:
         self.serving = serving
         self.tool_parser = tool_parser
+        #: The reasoning model's parser and budgets (--reasoning-parser), if any.
+        self.reasoning = reasoning
 
     async def create(self, request: ChatCompletionRequest) -> ChatCompletionResponse | StreamingResponse:
         """Answer one chat completions request."""
@@ -80,8 +87,15 @@ class ChatService:
             parallel = request.parallel_tool_calls and tool_choice == "required"
             constraint = StructuredOutputsParams(grammar=self.tool_parser.grammar(definitions, parallel))
         prompt_logprobs = serving.num_logprobs(request.prompt_logprobs, "prompt_logprobs")
+        reasoning = self.reasoning
+        if reasoning is None:
+            refuse_reasoning_fields(request)
+            thinking: dict[str, object] = {}
+        else:
+            # The engine keeps the grammar (and the budget) to the answer by these markers.
+            thinking = {"thinking_markers": reasoning.markers, "thinking_token_budget": reasoning.budget(request)}
         params = serving.sampling_params(
-            request, max_tokens, logprobs, prompt_logprobs=prompt_logprobs, structured_outputs=constraint
+            request, max_tokens, logprobs, prompt_logprobs=prompt_logprobs, structured_outputs=constraint, **thinking
         )
         request_id = random_id("chatcmpl")
         streams = await serving.start([prompt], params, request_id, request.priority, lora_request)
@@ -99,26 +113,45 @@ class ChatService:
         echo = self._echo(request)
         for sample in final.outputs:
             delta = whole(sample.index, sample)
-            message, finish_reason = ChatResponseMessage(content=echo + delta.text), delta.finish_reason
-            if parse_tools:
-                extracted = self.tool_parser().extract(delta.text)
+            split = self._thinker(prompt).extract(delta.text) if reasoning else ReasoningSplit(None, delta.text)
+            answer = split.content or ""
+            content = echo + answer if reasoning is None or echo or answer else None
+            message = ChatResponseMessage(content=content, reasoning_content=split.reasoning)
+            finish_reason = delta.finish_reason
+            if parse_tools:  # tool calls are read from the answer, never the thinking
+                extracted = self.tool_parser().extract(answer)
                 if extracted.calls:
                     # parallel_tool_calls=false: the first call only, as vLLM.
                     kept = extracted.calls if request.parallel_tool_calls else extracted.calls[:1]
                     calls = [ToolCall(function=FunctionCall(name=c.name, arguments=c.arguments)) for c in kept]
-                    message = ChatResponseMessage(content=extracted.content, tool_calls=calls)
+                    message = ChatResponseMessage(
+                        content=extracted.content, tool_calls=calls, reasoning_content=split.reasoning
+                    )
                     finish_reason = _tool_finish_reason(finish_reason, named)
             logprobs = self._logprobs(delta, request, fmt)
             token_ids = delta.token_ids if request.return_token_ids else None
             choices.append(ChatChoice(
                 index=delta.index, message=message, logprobs=logprobs, finish_reason=finish_reason, token_ids=token_ids
             ))
-        usage = usage_of([final], details=serving.options.enable_prompt_tokens_details)
+        markers = reasoning.markers if reasoning else None
+        usage = usage_of([final], details=serving.options.enable_prompt_tokens_details, thinking_markers=markers)
+        self._count_reasoning_tokens(usage)
         return ChatCompletionResponse(
             id=request_id, model=serving.model.name, choices=choices, usage=usage,
             prompt_logprobs=prompt_logprobs_of(final, fmt) if request.prompt_logprobs is not None else None,
             prompt_token_ids=list(final.prompt_token_ids) if request.return_token_ids else None,
+            kv_transfer_params=final.kv_transfer_params,
         )
+
+    def _thinker(self, prompt_token_ids: list[int]) -> ReasoningParser:
+        """A reasoning parser for one choice of this prompt's output."""
+        assert self.reasoning is not None, "only with --reasoning-parser"
+        return self.reasoning.parser_for(prompt_token_ids)
+
+    def _count_reasoning_tokens(self, usage: Usage | None) -> None:
+        """Count a finished response's thinking tokens in /metrics."""
+        if usage is not None and usage.completion_tokens_details is not None:
+            self.serving.metrics.reasoning_tokens(usage.completion_tokens_details.reasoning_tokens)
 
     @staticmethod
     def _echo(request: ChatCompletionRequest) -> str:
@@ -165,13 +198,16 @@ class ChatService:
         parse_tools: bool,
         named: bool,
     ) -> AsyncIterator[str]:
-        usage = self.serving.stream_usage(request, lambda: [stream.latest])
+        markers = self.reasoning.markers if self.reasoning else None
+        usage = self.serving.stream_usage(request, lambda: [stream.latest], thinking_markers=markers)
 
         def chunk(choices: list[ChatStreamChoice]) -> str:
             return self._chunk(request_id, choices, usage=usage.running())
 
         tracker = DeltaTracker()
         parsers = {i: self.tool_parser() for i in range(request.n)} if parse_tools else {}
+        prompt = stream.latest.prompt_token_ids
+        thinkers = {i: self._thinker(prompt) for i in range(request.n)} if self.reasoning else {}
         num_calls = dict.fromkeys(range(request.n), 0)
         try:
             # OpenAI opens each choice with a role-only delta (vLLM's first chunk also
@@ -187,10 +223,16 @@ class ChatService:
                     delta = tracker.delta(sample.index, sample)
                     if delta is None:
                         continue
-                    messages, finish_reason = [DeltaMessage(content=delta.text)], delta.finish_reason
+                    finish_reason = delta.finish_reason
+                    thinker = thinkers.get(delta.index)
+                    split = ReasoningSplit(None, delta.text)
+                    if thinker is not None:
+                        split = _merge(thinker.feed(delta.text), thinker.finish() if finish_reason else None)
+                    text = split.content or ""
+                    messages = [DeltaMessage(content=text)] if thinker is None or text else []
                     parser = parsers.get(delta.index)
-                    if parser is not None:
-                        found = parser.feed(delta.text)
+                    if parser is not None:  # tool calls are read from the answer, never the thinking
+                        found = parser.feed(text)
                         content, calls = found.content, found.calls
                         if delta.finish_reason is not None:  # what was held back: text, or calls
                             ended = parser.finish()
@@ -202,6 +244,8 @@ class ChatService:
                         num_calls[delta.index] += len(calls)
                         if finish_reason is not None and num_calls[delta.index]:
                             finish_reason = _tool_finish_reason(finish_reason, named)
+                    if split.reasoning:
+                        messages.insert(0, DeltaMessage(reasoning_content=split.reasoning))
                     logprobs = self._logprobs(delta, request, fmt)
                     if not messages and finish_reason is None and logprobs is None:
                         continue  # all held back (maybe a call): nothing to say yet
@@ -219,7 +263,18 @@ class ChatService:
             yield error_event(error)
         finally:
             await stream.abort()
+            if self.reasoning is not None:
+                self._count_reasoning_tokens(usage.final())
         yield DONE_EVENT
+
+
+def _merge(first: ReasoningSplit, then: ReasoningSplit | None) -> ReasoningSplit:
+    """Two consecutive splits of one stream as one."""
+    if then is None:
+        return first
+    reasoning = (first.reasoning or "") + (then.reasoning or "")
+    content = (first.content or "") + (then.content or "")
+    return ReasoningSplit(reasoning or None, content or None)
 
 
 def _tool_finish_reason(finish_reason: str | None, named: bool) -> str | None:

@@ -75,7 +75,8 @@ class CompletionService:
                 delta = whole(p * request.n + sample.index, sample)
                 choices.append(self._choice(delta, request, formatter, prompts[p], output, echo_only, True))
         usage = usage_of(finals, count_completion=not echo_only, details=serving.options.enable_prompt_tokens_details)
-        return CompletionResponse(id=request_id, model=serving.model.name, choices=choices, usage=usage)
+        return CompletionResponse(id=request_id, model=serving.model.name, choices=choices, usage=usage,
+                                  kv_transfer_params=finals[0].kv_transfer_params)
 
     async def _prompts(self, request: CompletionRequest) -> list[_Prompt]:
         prompt = request.prompt

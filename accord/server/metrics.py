@@ -104,12 +104,20 @@ class ServerMetrics:
             "vllm:admission_rejections", "Requests refused before admission (429), by reason.", ["model_name", "reason"],
             registry=self.registry,
         )
+        self._reasoning_tokens = Counter(
+            "vllm:reasoning_tokens", "Generated tokens that were a reasoning model's thinking (--reasoning-parser).",
+            labels, registry=self.registry,
+        )
         self._model_name = model_name
         self._tokenizing = Gauge(
             "accord:num_prompts_tokenizing", "Prompts (texts or rendered conversations) being tokenised now.", labels,
             registry=self.registry,
         )
         self.registry.register(_EngineStatsCollector(model_name, replica_stats))
+
+    def reasoning_tokens(self, count: int) -> None:
+        """Count a response's thinking tokens."""
+        self._reasoning_tokens.labels(*self._labels).inc(count)
 
     def request_finished(self, output: RequestOutput, finish_reason: str) -> None:
         """Record one finished engine request from its timings and token counts."""

@@ -3,11 +3,15 @@ value the command line builds and the app reads."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 from .lora_modules import LoRAModulePath
+
+#: The thinking budget of each `reasoning_effort` unless --reasoning-budgets says otherwise.
+DEFAULT_REASONING_BUDGETS: Mapping[str, int] = {"low": 256, "medium": 1024, "high": 4096}
 
 #: vLLM's default --max-logprobs (OpenAI's cap on top_logprobs is 20 too).
 DEFAULT_MAX_LOGPROBS = 20
@@ -27,6 +31,10 @@ class ServerOptions:
     max_waiting_requests: int | None = None
     max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
     tool_call_parser: str = "hermes"
+    #: The reasoning parser that splits thinking from answer (None: the output is all answer).
+    reasoning_parser: str | None = None
+    #: The thinking budget of each `reasoning_effort` (with a reasoning parser).
+    reasoning_budgets: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_REASONING_BUDGETS))
     #: Whether `tool_choice: "auto"` is served (vLLM needs --enable-auto-tool-choice;
     #: accord serves it unless --disable-auto-tool-choice).
     enable_auto_tool_choice: bool = True

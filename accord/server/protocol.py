@@ -145,7 +145,10 @@ class SamplingFields(BaseModel):
     allowed_token_ids: Any = None
     bad_words: Any = None
     cache_salt: Any = None
-    kv_transfer_params: Any = None
+    kv_transfer_params: dict[str, Any] | None = Field(
+        default=None, description="vLLM: the KV connector's parameters (disaggregated prefill: do_remote_decode on "
+        "the prefill instance, the prefill response's kv_transfer_params on the decode instance)"
+    )
     logit_bias: dict[str, float] | None = Field(
         default=None, description="token id (as a string) -> bias in [-100, 100] added to its logit"
     )
@@ -268,6 +271,13 @@ class ChatCompletionRequest(SamplingFields):
     chat_template_kwargs: TextObject | None = Field(
         default=None, description="vLLM: extra chat template variables (e.g. enable_thinking)"
     )
+    reasoning_effort: Literal["low", "medium", "high"] | None = Field(
+        default=None, description="the thinking budget's level (--reasoning-budgets maps each to a token count)"
+    )
+    thinking_token_budget: Annotated[int, Strict()] | None = Field(
+        default=None, ge=0, description="thinking tokens before the end of thinking is forced (overrides "
+        "reasoning_effort); max_completion_tokens then bounds the answer alone",
+    )
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
@@ -281,6 +291,12 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int
 
 
+class CompletionTokensDetails(BaseModel):
+    """`usage.completion_tokens_details`: generated tokens that were thinking."""
+
+    reasoning_tokens: int
+
+
 class Usage(BaseModel):
     """Token counts of one response (all choices together)."""
 
@@ -288,6 +304,7 @@ class Usage(BaseModel):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class PromptLogprob(BaseModel):
@@ -332,6 +349,8 @@ class CompletionResponse(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+    #: vLLM: what the KV connector hands on (a prefill instance's: where its KV is).
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 class TopLogprob(BaseModel):
@@ -358,6 +377,8 @@ class ChatResponseMessage(BaseModel):
     """The assistant's message in a non-streamed chat choice."""
 
     role: Literal["assistant"] = "assistant"
+    #: A reasoning model's thinking (with --reasoning-parser), as vLLM names it.
+    reasoning_content: str | None = None
     content: str | None
     tool_calls: list[ToolCall] = Field(default_factory=list)
 
@@ -383,6 +404,8 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
     prompt_logprobs: PromptLogprobs | None = None
     prompt_token_ids: list[int] | None = None
+    #: vLLM: what the KV connector hands on (a prefill instance's: where its KV is).
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 class DeltaFunctionCall(BaseModel):
@@ -405,6 +428,7 @@ class DeltaMessage(BaseModel):
     """The new part of a streamed assistant message."""
 
     role: Literal["assistant"] | None = None
+    reasoning_content: str | None = None
     content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
 

@@ -25,13 +25,23 @@ from ..core.config import SchedulingPolicy
 from ..core.outputs import RequestOutput
 from ..core.sampling_params import SamplingParams
 from ..core.structured_output import StructuredOutputsParams, token_bytes_function
+from ..core.thinking import ThinkingMarkers, count_reasoning_tokens
 from .drain import DrainDeadline
 from .errors import OpenAIError
 from .logprobs import LogprobFormat
 from .metrics import ServerMetrics
 from .options import ServerOptions
 from .prompt_tokenizer import PromptTokenizer, yield_the_cpu_to_serving
-from .protocol import ChatMessage, PromptLogprob, PromptLogprobs, PromptTokensDetails, SamplingFields, Tool, Usage
+from .protocol import (
+    ChatMessage,
+    CompletionTokensDetails,
+    PromptLogprob,
+    PromptLogprobs,
+    PromptTokensDetails,
+    SamplingFields,
+    Tool,
+    Usage,
+)
 from .lora_adapters import ServedAdapters
 from .request_stream import RequestStream, abort_all, engine_failure
 from ..core.lora.request import LoRARequest
@@ -228,15 +238,21 @@ class OpenAIServing:
         return token_id in self._special_ids
 
     def stream_usage(
-        self, request: SamplingFields, outputs: Callable[[], Sequence[RequestOutput]], count_completion: bool = True
+        self,
+        request: SamplingFields,
+        outputs: Callable[[], Sequence[RequestOutput]],
+        count_completion: bool = True,
+        thinking_markers: ThinkingMarkers | None = None,
     ) -> StreamUsage:
         """Where a stream reports usage: on a last chunk with `include_usage` (always
         under --enable-force-include-usage), and on every chunk too with vLLM's
-        `continuous_usage_stats`."""
+        `continuous_usage_stats`; with a reasoning model's `thinking_markers`, the
+        thinking tokens among the completion tokens."""
         stream_options = request.stream_options
         at_end = self.options.enable_force_include_usage or bool(stream_options and stream_options.include_usage)
         continuous = at_end and bool(stream_options and stream_options.continuous_usage_stats)
-        return StreamUsage(outputs, count_completion, self.options.enable_prompt_tokens_details, at_end, continuous)
+        return StreamUsage(outputs, count_completion, self.options.enable_prompt_tokens_details, at_end, continuous,
+                           thinking_markers)
 
     @staticmethod
     def check_stream_options(request: SamplingFields) -> None:
@@ -354,6 +370,7 @@ class OpenAIServing:
                 logit_bias=logit_bias or None,
                 include_stop_str_in_output=request.include_stop_str_in_output,
                 skip_special_tokens=request.skip_special_tokens,
+                extra_args={"kv_transfer_params": request.kv_transfer_params} if request.kv_transfer_params else None,
                 **extra,
             )
             params.verify_vocab(self.model.vocab_size)
@@ -468,7 +485,7 @@ def _param_named_in(message: str) -> str | None:
 
 
 #: vLLM's request fields accord does not implement (both endpoints).
-UNSUPPORTED_VLLM_FIELDS = ("logprob_token_ids", "allowed_token_ids", "bad_words", "cache_salt", "kv_transfer_params")
+UNSUPPORTED_VLLM_FIELDS = ("logprob_token_ids", "allowed_token_ids", "bad_words", "cache_salt")
 
 
 def refuse_unsupported(request: BaseModel, names: Sequence[str]) -> None:
@@ -495,6 +512,8 @@ class StreamUsage:
     at_end: bool
     #: Whether every chunk carries the usage so far.
     continuous: bool
+    #: A reasoning model's markers: usage then counts the thinking tokens.
+    thinking_markers: ThinkingMarkers | None = None
 
     def running(self) -> Usage | None:
         """The usage so far for a chunk, when every chunk carries it."""
@@ -502,21 +521,33 @@ class StreamUsage:
 
     def final(self) -> Usage:
         """The usage of everything streamed."""
-        return usage_of(self.outputs(), self.count_completion, self.details)
+        return usage_of(self.outputs(), self.count_completion, self.details, self.thinking_markers)
 
 
-def usage_of(outputs: Sequence[RequestOutput], count_completion: bool = True, details: bool = False) -> Usage:
+def usage_of(
+    outputs: Sequence[RequestOutput],
+    count_completion: bool = True,
+    details: bool = False,
+    thinking_markers: ThinkingMarkers | None = None,
+) -> Usage:
     """Token counts of a response made of these (finished or partial) outputs
     (`count_completion` False when the generated tokens are not part of it: echo with
-    max_tokens=0), with the prompt tokens found in the prefix cache when `details`."""
+    max_tokens=0), with the prompt tokens found in the prefix cache when `details`, and
+    the thinking tokens among the completion tokens given a reasoning model's markers."""
     prompt_tokens = sum(len(output.prompt_token_ids) for output in outputs)
     completion_tokens = sum(len(sample.token_ids) for output in outputs for sample in output.outputs)
     completion_tokens *= count_completion
     total_tokens = prompt_tokens + completion_tokens
     cached = PromptTokensDetails(cached_tokens=sum(output.num_cached_tokens for output in outputs)) if details else None
+    reasoning = None
+    if thinking_markers is not None:
+        reasoning = CompletionTokensDetails(reasoning_tokens=sum(
+            count_reasoning_tokens(thinking_markers, output.prompt_token_ids, sample.token_ids)
+            for output in outputs for sample in output.outputs
+        ))
     return Usage(
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=total_tokens,
-        prompt_tokens_details=cached,
+        prompt_tokens_details=cached, completion_tokens_details=reasoning,
     )
 
 

@@ -30,6 +30,18 @@ def error_event(error: Exception) -> str:
     return sse_event(reported.body())
 
 
+def partial_marker_length(text: str, markers: Sequence[str]) -> int:
+    """How many trailing characters of `text` could begin one of `markers`: what a
+    streaming parser holds back until the next piece tells whether a marker follows."""
+    markers = [marker for marker in markers if marker]
+    if not markers:
+        return 0
+    for size in range(min(max(map(len, markers)) - 1, len(text)), 0, -1):
+        if any(marker.startswith(text[-size:]) for marker in markers):
+            return size
+    return 0
+
+
 @dataclass(frozen=True)
 class SampleDelta:
     """What one choice gained since the client last heard of it."""

@@ -197,10 +197,14 @@ def sampler(
     top_p_drops_boundary: bool = False,
     top_p_keeps_one_more: bool = False,
     top_k_shift: int = 0,
+    top_k_drops_ties: bool = False,
+    top_p_before_top_k: bool = False,
 ) -> Any:
     """A sampler with one boundary bug: greedy ties to the last index, temperature
     applied after the filters, top-p dropping the token that crosses top_p or keeping
-    one token past it, or top-k keeping `top_k + top_k_shift` tokens."""
+    one token past it, top-k keeping `top_k + top_k_shift` tokens or exactly top_k
+    (a tie at the k-th token cut by index), or top-p judged on the distribution before
+    top-k's renormalisation."""
     from accord.backends.reference.kernels.sampling import _draw, _filtered, _renormalised
 
     def fn(**call: Any) -> None:
@@ -224,6 +228,13 @@ def sampler(
                         keep[order] = torch.cat([preceding.new_zeros(1), preceding[:-1]]) < top_p
                     keep[order[0]] = True
                     probs = _filtered(_renormalised(probs, keep), 0, 1.0, min_p)
+                elif top_k_drops_ties and top_k > 0:
+                    keep = torch.zeros_like(probs, dtype=torch.bool)
+                    keep[probs.sort(descending=True, stable=True).indices[:top_k]] = True
+                    probs = _filtered(_renormalised(probs, keep), 0, top_p, min_p)
+                elif top_p_before_top_k and top_k > 0 and top_p < 1.0:
+                    nucleus, best = _filtered(probs, 0, top_p, 0.0) > 0, _filtered(probs, top_k, 1.0, 0.0) > 0
+                    probs = _filtered(_renormalised(probs, nucleus & best), 0, 1.0, min_p)
                 else:
                     probs = _filtered(probs, top_k, top_p, min_p)
                 if temperature_last:
@@ -331,3 +342,202 @@ class Bf16CopyReference(PatchedReference):
             return
         activations = x.to(torch.bfloat16).float() if self.round_x else x
         reference_fn("linear")(x=activations, weight=copy.float(), bias=bias, out_dtype=out_dtype, out=out)
+
+
+def linear_guessing_the_weight_orientation(**call: Any) -> None:
+    """Takes a weight whose first dimension matches x's features for [K, N] and
+    multiplies without transposing it: right for every N != K, wrong when square."""
+    weight = call["weight"]
+    if weight.shape[0] == call["x"].shape[1]:
+        weight = weight.T.contiguous()
+    reference_fn("linear")(**{**call, "weight": weight})
+
+
+def linear_dropping_the_k_remainder(**call: Any) -> None:
+    """Past one full 128-wide K block, sums only whole blocks (a remainder loop that
+    never runs): right for K < 128 and for multiples of 128."""
+    x, depth = call["x"], call["x"].shape[1]
+    if depth > 128 and depth % 128:
+        keep = torch.arange(depth) < depth // 128 * 128
+        x = x * keep.to(x.dtype)
+    reference_fn("linear")(**{**call, "x": x})
+
+
+def linear_with_a_half_running_sum(**call: Any) -> None:
+    """For a half-precision output, carries the running sum over K in that dtype: each
+    16-wide K chunk is summed in fp32 and added to the half running sum (a K-split
+    whose partials are kept in the output dtype)."""
+    x, weight, out = call["x"], call["weight"], call["out"]
+    if out.dtype == torch.float32:
+        return reference_fn("linear")(**call)
+    total = torch.zeros(out.shape, dtype=out.dtype)
+    for k in range(0, x.shape[1], 16):
+        total = (total.float() + x[:, k : k + 16].float() @ weight[:, k : k + 16].float().T).to(out.dtype)
+    if call["bias"] is not None:
+        total = (total.float() + call["bias"].float()).to(out.dtype)
+    out.copy_(total)
+
+
+def kv_compress_reading_a_window_from_one_block(**call: Any) -> None:
+    """Reads each window contiguously from its first slot's block (right whenever the
+    rate divides the block size, so no window crosses a block edge)."""
+    from unittest import mock
+
+    from accord.backends.reference.kernels import compressed
+
+    def first_block_slots(table: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+        first = positions[:1]
+        return table.long()[first // block_size] * block_size + first % block_size + (positions - first)
+
+    with mock.patch.object(compressed, "_slots", first_block_slots):
+        reference_fn("kv_compress")(**call)
+
+
+def kv_compress_taking_the_previous_rows_window(**call: Any) -> None:
+    """With overlap, pools a window with the previous output row's window as its
+    predecessor (right when a sequence's windows are listed in order, as a prefill's
+    are; wrong for a decode step's one newly closed window per sequence)."""
+    from accord.backends.reference.kernels.compressed import _slots
+
+    reference_fn("kv_compress")(**call)
+    if not call["overlap"]:
+        return
+    state, out, bias = call["state_cache"], call["out"], call["position_bias"].double()
+    block_size, width = state.shape[1], state.shape[2]
+    flat, rate, dim, features = state.reshape(-1, width).double(), bias.shape[0], out.shape[1], width // 2
+    seqs, windows = call["window_seq"].tolist(), call["window_index"].tolist()
+
+    def window_rows(seq: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = flat[_slots(call["block_tables"][seq], torch.arange(w * rate, (w + 1) * rate), block_size)]
+        return rows[:, :features], rows[:, features:] + bias
+
+    for n in range(1, len(seqs)):
+        if windows[n] == 0 or (seqs[n - 1], windows[n - 1]) == (seqs[n], windows[n] - 1):
+            continue
+        (kv, gate), (prev_kv, prev_gate) = window_rows(seqs[n], windows[n]), window_rows(seqs[n - 1], windows[n - 1])
+        kv, gate = torch.cat([prev_kv[:, :dim], kv[:, dim:]]), torch.cat([prev_gate[:, :dim], gate[:, dim:]])
+        out[n] = (torch.softmax(gate, dim=0) * kv).sum(dim=0)
+
+
+def indexer_ties_to_the_higher_entry(**call: Any) -> None:
+    """Breaks equal scores toward the higher entry (an unstable or reversed sort):
+    scoring the entries in reverse order and mapping the picks back."""
+    from unittest import mock
+
+    from accord.backends.reference.kernels import compressed
+
+    def reversed_entries(table: torch.Tensor, entries: torch.Tensor, rate: int, block_size: int) -> torch.Tensor:
+        return compressed._slots(table, (entries.flip(0) + 1) * rate - 1, block_size)
+
+    with mock.patch.object(compressed, "_entry_slots", reversed_entries):
+        reference_fn("indexer_topk")(**call)
+    ids = call["ids"]
+    # Pick j of the reversed scoring is entry visible - 1 - j of the row.
+    _, visible = _visible_entries(call)
+    picked = ids >= 0
+    ids[picked] = (visible[:, None].expand_as(ids)[picked] - 1 - ids[picked].long()).to(ids.dtype)
+
+
+def _visible_entries(call: Any) -> tuple[list[tuple[int, int, int]], torch.Tensor]:
+    """Each query row's (sequence, row, position) and how many entries it sees."""
+    from accord.backends.reference.kernels.compressed import _query_positions
+
+    rows = _query_positions(call["seq_lens"], call["query_start_loc"])
+    visible = torch.zeros(call["q"].shape[0], dtype=torch.int64)
+    for _, row, position in rows:
+        visible[row] = (position + 1) // call["compress_rate"]
+    return rows, visible
+
+
+def compressed_attention_reading_minus_one_as_entry_0(**call: Any) -> None:
+    """Marks picked entries in a visibility mask at clamp(id, 0): a -1 pad marks entry
+    0 (harmless in a row that picked entry 0 anyway, as every full row does)."""
+    ids = call["topk_ids"]
+    if ids is not None:
+        marked = torch.full_like(ids, -1)
+        for row in range(ids.shape[0]):
+            unique = ids[row].clamp(min=0).unique()
+            marked[row, : unique.numel()] = unique
+        call = {**call, "topk_ids": marked}
+    reference_fn("compressed_attention")(**call)
+
+
+def fused_moe_clipping_only_float_weights_under_a_map(**call: Any) -> None:
+    """Applies swiglu_limit only on the float-weight, expert-map path (the one V4's
+    cases exercised); fp8 weights and local ids run unclipped."""
+    if call["w13_scale"] is not None or call["expert_map"] is None:
+        call = {**call, "swiglu_limit": 0.0}
+    reference_fn("fused_moe")(**call)
+
+
+def route_biasing_only_sigmoid(**call: Any) -> None:
+    """Adds the correction bias to the choice only under sigmoid scoring."""
+    if call["scoring"] != "sigmoid":
+        call = {**call, "correction_bias": None}
+    reference_fn("moe_route")(**call)
+
+
+def route_exponentiating_without_the_max(**call: Any) -> None:
+    """Exponentiates raw logits in their own dtype (softmax without subtracting the
+    row's max; softplus as log1p(exp(x))): a row where exp overflows gets NaN weights."""
+    reference_fn("moe_route")(**call)
+    logits = call["router_logits"]
+    if call["selection"] != "hash" and call["scoring"] in ("softmax", "sqrt_softplus"):
+        overflowed = torch.exp(logits).isinf().any(dim=-1)
+        call["topk_weights"][overflowed] = float("nan")
+
+
+def quantize_rounding_toward_zero(**call: Any) -> None:
+    """Rounds x / scale toward zero instead of to nearest: each code within one ulp,
+    but about half of them one step smaller in magnitude."""
+    reference_fn("quantize_fp8")(**call)
+    q, scales, x = call["q"], call["scales"], call["x"]
+    group = x.shape[1] if scales.shape[1] == 1 else call["group_size"]
+    per_element = scales.double().repeat_interleave(group, dim=1)[:, : x.shape[1]].expand(x.shape[0], -1)
+    exact = x.double() / per_element
+    codes = q.view(torch.uint8)
+    away = (q.double().abs() > exact.abs()) & (codes & 0x7F > 0)
+    smaller = codes - 1
+    smaller[(smaller & 0x7F) == 0] = 0  # the smallest magnitude steps down to +0
+    codes[away] = smaller[away]
+
+
+class Bf16SummingCommunicator:
+    """A communicator that carries fp32 reductions as bf16 (a bf16 wire for fp32
+    all_reduce and reduce_scatter); everything else is the real one's."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        return self._inner.all_reduce(x.bfloat16()).float() if x.dtype == torch.float32 else self._inner.all_reduce(x)
+
+    def reduce_scatter(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return self._inner.reduce_scatter(x.bfloat16()).float()
+        return self._inner.reduce_scatter(x)
+
+
+def fp32_reductions_real_and_bf16_summing(comm: Any, seed: int) -> dict[str, list[Any]]:
+    """On one rank: the fp32 reduction cases on the real communicator and on the
+    bf16-summing one (spawn_ranks calls this by name on every rank)."""
+    from accord.conformance.collectives import collective_cases, run_case
+
+    cases = [c for c in collective_cases() if c.dtype == torch.float32 and c.collective in ("all_reduce",
+                                                                                           "reduce_scatter")]
+    return {
+        "real": [run_case(comm, case, seed) for case in cases],
+        "bf16 sums": [run_case(Bf16SummingCommunicator(comm), case, seed) for case in cases],
+    }
+
+
+def linear_without_an_odd_tail(**call: Any) -> None:
+    """Sums input features in pairs and never runs the tail: an odd K loses its last
+    feature (every hand-written K is even)."""
+    x, depth = call["x"], call["x"].shape[1]
+    if depth % 2:
+        x = x * (torch.arange(depth) < depth - 1).to(x.dtype)
+    reference_fn("linear")(**{**call, "x": x})

@@ -31,11 +31,17 @@ def test_moe_route_runs_the_v4_hash_layer_at_the_release_dtype_mix() -> None:
 
 
 def test_fused_moe_v4_cases_send_a_token_wholly_off_rank_and_leave_a_local_expert_idle() -> None:
-    for case in [c for c in legal("fused_moe") if c.name.startswith("v4")]:
+    for case in [c for c in legal("fused_moe") if c.name.startswith("v4") and "expert map" in c.name]:
         local = case.args["expert_map"].long()[case.args["topk_ids"].long()]
         assert bool((local[0] < 0).all()), "token 0's hash experts are all on other ranks"
         assert set(local[local >= 0].tolist()) < set(range(case.args["w13"].shape[0])), "a local expert is idle"
         assert case.args["topk_ids"].dtype == torch.int32 and case.args["swiglu_limit"] > 0
+
+
+def test_fused_moe_v4_cases_clip_fp8_block_scaled_weights_and_local_ids_too() -> None:
+    clipped = [c for c in legal("fused_moe") if c.args.get("swiglu_limit", 0) > 0]
+    assert any(c.args["w13_scale"] is not None for c in clipped), "swiglu_limit with fp8 block-scaled weights"
+    assert any(c.args.get("expert_map") is None for c in clipped), "swiglu_limit without an expert map"
 
 
 def test_compressed_cases_include_prompts_ending_mid_block_and_a_first_token() -> None:

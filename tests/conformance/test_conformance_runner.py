@@ -118,7 +118,8 @@ def test_declared_nondeterminism_passes_and_says_so() -> None:
 
 def test_undeclared_batch_variance_fails_naming_the_rows() -> None:
     results = legal(run_op(broken("batchy", "rms_norm", rms_norm_depending_on_batch_size), "rms_norm"))
-    assert [r.batch_invariant for r in results if r.combo.endswith("fp32")] == [None, False, False]
+    written = [r for r in results if not r.case.startswith("adversarial")]
+    assert [r.batch_invariant for r in written if r.combo.endswith("fp32")] == [None, False, False]
     variant = [r for r in results if r.batch_invariant is False]
     assert statuses(variant) == {Status.FAIL}
     assert all("row 0, row 1" in r.message and "batch-variant" in r.message for r in variant)

@@ -85,12 +85,12 @@ def test_dp2_greedy_equals_transformers_with_requests_split_and_a_replica_idle(
 
 
 # -- layouts refused at start ----------------------------------------------------------
-def test_an_ep_size_that_does_not_divide_the_experts_is_refused_before_any_worker_starts(tmp_path: Path) -> None:
+def test_an_ep_size_past_the_expert_count_is_refused_before_any_worker_starts(tmp_path: Path) -> None:
     model_dir = save_with_tokenizer(tmp_path / "mixtral", "mixtral", {})  # 4 routed experts
     before = set(multiprocessing.active_children())
-    with pytest.raises(ValueError, match=r"4 routed experts are not divisible by the expert-parallel size 3 "
-                                         r"\(tensor_parallel_size 1 x data_parallel_size 3\)"):
-        LLM(str(model_dir), data_parallel_size=3, enable_expert_parallel=True, **PRESSURE)
+    with pytest.raises(ValueError, match=r"4 routed experts are fewer than the expert-parallel size 5 "
+                                         r"\(tensor_parallel_size 1 x data_parallel_size 5\)"):
+        LLM(str(model_dir), data_parallel_size=5, enable_expert_parallel=True, **PRESSURE)
     assert set(multiprocessing.active_children()) == before
 
 

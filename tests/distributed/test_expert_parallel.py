@@ -1,5 +1,6 @@
 """Expert parallelism (`enable_expert_parallel`, EP size = TP size): each rank loads a
-contiguous range of whole routed experts and nothing of the others', tokens reach their
+contiguous range of whole routed experts (uneven where they do not divide, as vLLM
+places them) and nothing of the others', tokens reach their
 experts through the expert dispatch (all-gather or all_to_all), fused_moe skips the
 picks its expert_map sends elsewhere. End to end the greedy tokens equal transformers'
 on every MoE architecture under each strategy."""
@@ -24,6 +25,7 @@ from accord import LLM
 from accord.backends import get_backend
 from accord.core.distributed import ParallelContext
 from accord.core.distributed.expert_dispatch import DISPATCH_ENV, STRATEGIES
+from accord.core.distributed.sharding import expert_owners, expert_range
 from accord.core.model_loader.load import load_model
 from accord.core.models.layers.mlp import SparseMoE
 from accord.op_contracts import OpDispatcher
@@ -45,10 +47,13 @@ def test_tp2_ep_mp_greedy_equals_transformers(
     """Under each token-exchange strategy (the spawned ranks inherit the variable)."""
     monkeypatch.setenv(DISPATCH_ENV, strategy)
     model_dir = save_with_tokenizer(tmp_path / architecture, architecture, {})
-    llm = LLM(
-        str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, distributed_executor_backend="mp",
-        **PRESSURE,
-    )
+    assert_ep_greedy_equals_transformers(model_dir, tensor_parallel_size=2)
+
+
+def assert_ep_greedy_equals_transformers(model_dir: Path, **sizes: int) -> None:
+    """Expert parallel over `sizes` ranks on the mp executor: greedy tokens equal
+    transformers', and the rank processes are gone after shutdown."""
+    llm = LLM(str(model_dir), enable_expert_parallel=True, distributed_executor_backend="mp", **sizes, **PRESSURE)
     try:
         workers = llm.llm_engine.executor.worker_pids
         prompts = pressure_prompts(llm.llm_engine.model_config.vocab_size)
@@ -89,8 +94,53 @@ def test_rank_loads_only_its_experts(architecture: str, tmp_path: Path, monkeypa
         assert moe.experts.expert_map.tolist() == expected_map
 
 
-def test_an_ep_size_that_does_not_divide_the_experts_is_refused_at_start(tmp_path: Path) -> None:
-    model_dir = save_with_tokenizer(tmp_path / "mixtral3", "mixtral", {"num_local_experts": 3})
+def test_an_ep_size_past_the_expert_count_is_refused_at_start(tmp_path: Path) -> None:
+    model_dir = save_with_tokenizer(tmp_path / "mixtral2", "mixtral", {"num_local_experts": 2})
     # Refused by the engine config before any worker starts (the layout is checked there).
-    with pytest.raises(ValueError, match=r"3 routed experts are not divisible by the expert-parallel size 2"):
-        LLM(str(model_dir), tensor_parallel_size=2, enable_expert_parallel=True, **PRESSURE)
+    with pytest.raises(ValueError, match=r"2 routed experts are fewer than the expert-parallel size 3 .*"
+                                         r"a rank would hold no expert"):
+        LLM(str(model_dir), data_parallel_size=3, enable_expert_parallel=True, **PRESSURE)
+
+
+@pytest.mark.parametrize("experts,ranks,expected", [
+    (5, 2, [range(0, 3), range(3, 5)]),
+    (7, 3, [range(0, 3), range(3, 5), range(5, 7)]),
+    (8, 4, [range(0, 2), range(2, 4), range(4, 6), range(6, 8)]),
+    (3, 3, [range(0, 1), range(1, 2), range(2, 3)]),
+])
+def test_experts_are_placed_as_vllm_places_them(experts: int, ranks: int, expected: list[range]) -> None:
+    """base = E // ep each, the first E % ep ranks one more (vLLM's determine_expert_map)."""
+    assert [expert_range(experts, ranks, rank) for rank in range(ranks)] == expected
+    assert expert_owners(experts, ranks).tolist() == [r for r, placed in enumerate(expected) for _ in placed]
+
+
+def test_rank_1_of_2_loads_the_last_2_of_5_experts(tmp_path: Path) -> None:
+    build_tiny_model("mixtral", num_local_experts=5).save_pretrained(tmp_path)
+    model = load_model(tmp_path, OpDispatcher(get_backend("cpu")), dtype=torch.float32, parallel=EP_RANK1_OF_2).model
+    moes = [layer.feed_forward for layer in model.layers if isinstance(layer.feed_forward, SparseMoE)]
+    assert moes
+    for moe in moes:
+        assert moe.experts.w13.shape[0] == 2
+        assert moe.experts.expert_map.tolist() == [-1, -1, -1, 0, 1]
+
+
+#: The uneven layouts of issue 32: 5 routed experts over an expert-parallel size of 2
+#: (TP=2 with gloo's default exchange needs none; all_to_all looks each pick's owner up;
+#: DP=2 gathers every replica's tokens).
+UNEVEN_LAYOUTS = {
+    "tp2-ep": ({"tensor_parallel_size": 2}, None),
+    "tp2-ep-all_to_all": ({"tensor_parallel_size": 2}, "all_to_all"),
+    "dp2-ep": ({"data_parallel_size": 2}, None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", UNEVEN_LAYOUTS)
+def test_five_experts_over_two_ranks_greedy_equals_transformers(
+    layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes, strategy = UNEVEN_LAYOUTS[layout]
+    if strategy is not None:
+        monkeypatch.setenv(DISPATCH_ENV, strategy)
+    assert_ep_greedy_equals_transformers(
+        save_with_tokenizer(tmp_path / "mixtral5", "mixtral", {"num_local_experts": 5}), **sizes)

@@ -44,9 +44,20 @@ VLLM_FLAGS = {
     "async_scheduling": "--async-scheduling", "speculative_config": "--speculative-config",
     "enable_lora": "--enable-lora", "max_loras": "--max-loras", "max_lora_rank": "--max-lora-rank",
     "max_cpu_loras": "--max-cpu-loras",
+    "kv_transfer_config": "--kv-transfer-config", "kv_offloading_size": "--kv-offloading-size",
     # accord's own: where each rank records its op calls (the rollout gate's replay).
     "compilation_config": "--compilation-config",
     "record_op_calls": "--record-op-calls",
+    # accord's own: the effort scheduling policy's lanes (docs/reasoning.md).
+    "effort_lane_bounds": "--effort-lane-bounds",
+}
+
+
+#: A legal value of each dict-valued engine argument.
+DICT_VALUES = {
+    "speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+    "kv_transfer_config": {"kv_connector": "SharedStorageConnector", "kv_role": "kv_both",
+                           "kv_connector_extra_config": {"shared_storage_path": "/tmp/kv"}},
 }
 
 
@@ -59,9 +70,9 @@ def another_value(setting: EngineSetting) -> Any:
     if setting.kind is int:
         return 3 if setting.default is None else setting.default + 3
     if setting.kind is float:
-        return setting.default / 2
+        return 0.5 if setting.default is None else setting.default / 2
     if setting.kind is dict:
-        return {"method": "ngram", "num_speculative_tokens": 2}
+        return DICT_VALUES[setting.name]
     return "elsewhere"
 
 

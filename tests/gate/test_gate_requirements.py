@@ -4,7 +4,7 @@ the deploy config requires them."""
 from __future__ import annotations
 
 from accord.conformance import CaseResult, Status
-from accord.gate.deploy import requirement_checks
+from accord.gate.deploy import batch_invariant_mode_check, requirement_checks
 from accord.gate.deploy_config import GateSettings
 from accord.gate.reports import CheckStatus, GateReport
 
@@ -44,3 +44,10 @@ DECLINED = CaseResult("scaled_mm", "M=5", "a,b=fp8e4m3fn", Status.UNSUPPORTED, "
 def test_an_unsupported_op_is_a_warning_unless_all_ops_are_required() -> None:
     assert statuses(GateSettings(), STEADY, DECLINED)["all ops supported"] is CheckStatus.WARN
     assert statuses(GateSettings(require_all_ops=True), STEADY, DECLINED)["all ops supported"] is CheckStatus.FAIL
+
+
+def test_the_report_states_the_batch_invariant_mode_on_and_off() -> None:
+    on, off = batch_invariant_mode_check(True), batch_invariant_mode_check(False)
+    assert on.name == off.name == "batch-invariant mode" and on.status is off.status is CheckStatus.PASS
+    assert on.message.startswith("on:") and off.message.startswith("off:")
+    assert (on.figures["on"], off.figures["on"]) == (1, 0)

@@ -5,10 +5,12 @@ small byte-level BPE vocabulary. A helper module, not a conftest: tests import i
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import gguf
 import numpy as np
+import pytest
 import torch
 import transformers
 
@@ -143,3 +145,13 @@ def random_block_rows(shape: tuple[int, ...], tensor_type: Q, rng: np.random.Gen
         values = rng.uniform(0.5 * scale, scale, size=blocks.shape[:2]).astype(np.float16)
         blocks[:, :, offset : offset + 2] = values.view(np.uint8).reshape(*blocks.shape[:2], 2)
     return blocks.reshape(rows, -1)
+
+
+def transformers_from_gguf(path: Path) -> torch.nn.Module:
+    """transformers' own GGUF loader, in fp32 and in eval mode. gguf-py's tensor-name map is
+    built once for the load: transformers builds the same read-only map again for every
+    submodule (397 times for SmolLM2, most of a minute on a loaded 2-core host)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map))
+        model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    return model.eval()

@@ -90,3 +90,28 @@ def test_the_demo_model_is_served_by_its_name(cache: Path) -> None:
 
 def test_a_given_model_is_served_as_given(cache: Path) -> None:
     assert choose_model("/models/x.gguf").path == "/models/x.gguf"
+
+
+@pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"])
+def test_the_default_model_is_served_by_its_names(
+    name: str, cache: Path, local_wheel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(default_model, "WHEEL_SHA256", hashlib.sha256(local_wheel.read_bytes()).hexdigest())
+    choice = choose_model(name)
+    assert (Path(choice.path).read_bytes(), choice.name) == (GGUF_BYTES, name)
+
+
+def test_a_directory_named_like_the_default_model_is_served_as_the_directory(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "SmolLM2-135M-Instruct").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert choose_model("SmolLM2-135M-Instruct").path == "SmolLM2-135M-Instruct"
+
+
+def test_the_default_model_by_name_offline_is_an_error_not_the_demo_model(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens on the discard port
+    with pytest.raises(default_model.DefaultModelUnavailable):
+        choose_model("SmolLM2-135M-Instruct")

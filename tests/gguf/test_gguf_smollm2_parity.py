@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gguf_files import transformers_from_gguf
 
 from accord import LLM, SamplingParams
 
@@ -41,7 +42,7 @@ def transformers_gguf(smollm2_gguf: Path):
     transformers = pytest.importorskip("transformers")
     directory, name = smollm2_gguf.parent, smollm2_gguf.name
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32).eval()
+    model = transformers_from_gguf(smollm2_gguf)
     return tokenizer, model
 
 

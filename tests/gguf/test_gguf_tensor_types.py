@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gguf_files import Q, build_model, write_gguf
+from gguf_files import Q, build_model, transformers_from_gguf, write_gguf
 
 from accord import LLM, SamplingParams
 from accord.core.model_loader.gguf import SUPPORTED_TYPES, open_gguf_model
@@ -38,11 +38,6 @@ def written(tmp_path_factory: pytest.TempPathFactory):
         return model, files[tensor_type]
 
     return get
-
-
-def transformers_from_gguf(path: Path) -> torch.nn.Module:
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
 
 
 def test_the_supported_types_are_the_issue_list() -> None:

@@ -191,7 +191,7 @@ def test_usage_has_no_prompt_details_unless_the_server_enables_them(http: httpx.
 # -- refused fields and /tokenize ---------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [
     ("logprob_token_ids", [1, 2]), ("allowed_token_ids", [1, 2]), ("bad_words", ["x"]), ("cache_salt", "s"),
-    ("kv_transfer_params", {"do_remote_decode": True}), ("spaces_between_special_tokens", False),
+    ("spaces_between_special_tokens", False),
 ])
 @pytest.mark.parametrize("route", [COMPLETIONS, CHAT])
 def test_vllm_fields_accord_lacks_get_400_naming_them(http: httpx.Client, route, field, value) -> None:

@@ -3,7 +3,9 @@ against the reference backend; print the matrix and exit non-zero on any failure
 `--deploy deploy.yaml` runs the rollout gate for a production config instead,
 `--report-dir` writes report.json, junit.xml and report.html, and
 `accord conformance merge a.json b.json ...` builds the cross-vendor matrix.
-`--world-size N` runs the collective contracts' cases on N ranks instead."""
+`--world-size N` runs the collective contracts' cases on N ranks instead; the default
+run (every op) includes them on 2 ranks where the backend has a communicator, unless
+`--no-collectives`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import sys
 
 import torch
 
-from ...backends import BackendUnavailableError, UnknownBackendError, default_registry
+from ...backends import Backend, BackendUnavailableError, UnknownBackendError, default_registry
 from ...op_contracts import CONTRACTS
 
 # The suite and the gate (their cases, reports, YAML and XML) are imported when this
@@ -42,6 +44,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--world-size", type=int, default=1, metavar="N",
                         help="run the collective cases (all_reduce, all_gather, reduce_scatter, all_to_all over the "
                         "backend's communicator and dtype contract) on N spawned ranks instead of the op cases")
+    parser.add_argument("--batch-invariant", action="store_true",
+                        help="check the kernels `--batch-invariant` runs: each op's batch-invariant kernel (none: "
+                        "unsupported), every row case at several row counts, bit for bit")
+    parser.add_argument("--perf", action="store_true",
+                        help="also time every legal case's kernel and print GFLOP/s (GEMMs) or GB/s against the "
+                        "host's measured copy bandwidth, one line per case")
+    parser.add_argument("--no-collectives", action="store_true",
+                        help="skip the 2-rank collective section the default run (every op) includes on a backend "
+                        "with a communicator")
     parser.add_argument("--deploy", metavar="YAML",
                         help="run the rollout gate for this deploy config (docs/rollout_gate.md)")
     parser.add_argument("--report-dir", metavar="DIR", help="write report.json, junit.xml and report.html into DIR")
@@ -99,8 +110,46 @@ def run(args: argparse.Namespace) -> int:
         results = run_collective_conformance(backend.name, args.world_size, args.seed)
         print(render_collectives(results))
         return 1 if any(r.status == "failed" for r in results) else 0
-    report = ConformanceRunner(backend, reference, args.seed).run(ops, progress=print_op_progress)
+    collectives_failed = _collective_section(args, backend)
+    runner = ConformanceRunner(backend, reference, args.seed, batch_invariant=args.batch_invariant)
+    report = runner.run(ops, progress=print_op_progress)
     print(render(report, verbose=args.verbose))
+    if args.perf:
+        _print_perf(backend, ops, args.seed)
     if args.report_dir:
         write_op_reports(report, backend, reference, args.report_dir)
-    return 1 if report.failed or (args.require_all and report.unsupported_ops()) else 0
+    failed = report.failed or collectives_failed or (args.require_all and report.unsupported_ops())
+    return 1 if failed else 0
+
+
+def _print_perf(backend: Backend, ops: list[str], seed: int) -> None:
+    """The perf table of every legal case of `ops` on `backend`."""
+    from ...conformance import cases_for
+    from ...conformance.perf import render_perf, run_perf
+
+    bandwidth, timed = run_perf(backend, (case for op in ops for case in cases_for(op, seed)))
+    print(render_perf(backend.name, bandwidth, timed))
+
+
+#: The ranks of the default run's collective section.
+COLLECTIVE_RANKS = 2
+
+
+def _collective_section(args: argparse.Namespace, backend: Backend) -> bool:
+    """The default run's collectives on COLLECTIVE_RANKS spawned ranks, printed before
+    the op table (which stays last), or a line saying why they were skipped; True when
+    a case failed."""
+    from ...conformance.collectives import render_collectives, run_collective_conformance
+
+    if args.no_collectives or args.op:
+        why = "--no-collectives" if args.no_collectives else "--op selects ops only"
+        print(f"collectives: skipped ({why}; --world-size N runs them alone)")
+        return False
+    try:
+        backend.collective_support()
+    except NotImplementedError as missing:
+        print(f"collectives: skipped (no communicator: {missing})")
+        return False
+    results = run_collective_conformance(backend.name, COLLECTIVE_RANKS, args.seed)
+    print(render_collectives(results))
+    return any(r.status == "failed" for r in results)

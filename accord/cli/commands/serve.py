@@ -12,7 +12,8 @@ from typing import get_args
 
 from ...server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 from ...server.lora_modules import RUNTIME_UPDATING_VARIABLE, parse_lora_module
-from ...server.options import DEFAULT_MAX_LOGPROBS, ContentFormat, ServerOptions
+from ...server.options import DEFAULT_MAX_LOGPROBS, DEFAULT_REASONING_BUDGETS, ContentFormat, ServerOptions
+from ...server.reasoning_parsers import reasoning_parser_names
 from ...server.tool_parsers import tool_parser_names
 from ..engine_flags import EnableDisableAction, add_engine_flags
 from ..vllm_flags import add_vllm_flags, check_vllm_flags
@@ -97,6 +98,16 @@ def _add_api_flags(group: argparse._ArgumentGroup) -> None:
         help="how tool calls are read from the model's output with tool_choice auto, and written for required or "
         "named choices (vLLM's names) (default: %(default)s)",
     )
+    group.add_argument(
+        "--reasoning-parser", default=None, choices=reasoning_parser_names(),
+        help="split a reasoning model's thinking (message.reasoning_content) from its answer; grammars, tool calls "
+        "and max_tokens past a thinking budget then apply to the answer (vLLM's names) (default: none)",
+    )
+    default_budgets = ",".join(f"{effort}={budget}" for effort, budget in DEFAULT_REASONING_BUDGETS.items())
+    group.add_argument(
+        "--reasoning-budgets", type=reasoning_budgets, default=dict(DEFAULT_REASONING_BUDGETS),
+        help=f"the thinking-token budget of each reasoning_effort, as EFFORT=TOKENS,... (default: {default_budgets})",
+    )
     for flag, default, text in _SWITCHES:
         group.add_argument(flag, action=EnableDisableAction, default=default, help=f"{text} (default: %(default)s)")
     group.add_argument(
@@ -129,6 +140,19 @@ def _add_api_flags(group: argparse._ArgumentGroup) -> None:
         help="a JSON object of chat template variables (e.g. '{\"enable_thinking\": false}'); a request's "
         "chat_template_kwargs override them (default: none)",
     )
+
+
+def reasoning_budgets(text: str) -> dict[str, int]:
+    """`low=256,medium=1024,high=4096` as a mapping (argparse's type for --reasoning-budgets)."""
+    budgets = {}
+    for item in text.split(","):
+        effort, equals, budget = item.partition("=")
+        if not equals or effort.strip() not in ("low", "medium", "high") or not budget.strip().isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not EFFORT=TOKENS with EFFORT low, medium or high and TOKENS a count (e.g. low=256)"
+            )
+        budgets[effort.strip()] = int(budget)
+    return budgets
 
 
 def server_options(args: argparse.Namespace) -> ServerOptions:

@@ -1,10 +1,12 @@
 """Seeded conformance cases for every op contract, one module per contract family,
-plus the illegal calls derived from them."""
+plus the adversarial draws (a fixed budget per op) and the illegal calls derived from
+them."""
 
 from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from ..adversarial import adversarial_cases
 from ..case import Case
 from . import attention, cache, deepseek_v4, elementwise, fp8, linear, lora, moe, rejection, sampling
 from .illegal import illegal_cases
@@ -27,10 +29,10 @@ GENERATORS: dict[str, CaseGenerator] = {
 
 
 def cases_for(op: str, seed: int = 0) -> list[Case]:
-    """Every case of `op`: its legal cases, then the illegal calls derived from the
-    legal case that passes the most tensors (so optional index tensors get broken
-    too). Raises KeyError for an op with no generator."""
-    legal = list(GENERATORS[op](seed))
+    """Every case of `op`: its legal cases, its adversarial draws under `seed`, then the
+    illegal calls derived from the legal case that passes the most tensors (so optional
+    index tensors get broken too). Raises KeyError for an op with no generator."""
+    legal = [*GENERATORS[op](seed), *adversarial_cases(op, seed)]
     if not legal:
         return legal
     fullest = max(legal, key=lambda case: sum(v is not None for v in case.args.values()))

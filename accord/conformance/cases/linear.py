@@ -17,8 +17,14 @@ from ..case import Case, randn, seeded
 
 #: (rows T, input features K, output features N): 1, 3 and 4 rows are decode row counts
 #: (a backend may take a few-rows path there: the cpu backend's takes up to 4), 7 and 33
-#: take its many-rows path.
-LINEAR_SHAPES = ((1, 64, 48), (3, 72, 42), (4, 40, 30), (7, 96, 80), (33, 40, 136))
+#: take its many-rows path. A square weight (N == K), so a kernel that guesses the
+#: weight's orientation from its shape is caught; K = 200 (a remainder past one full
+#: 128 block); K = 2880 (gpt-oss's hidden size), long enough that a half-precision
+#: running sum drifts past the bound, at both row paths.
+LINEAR_SHAPES = (
+    (1, 64, 48), (3, 72, 42), (4, 40, 30), (7, 96, 80), (33, 40, 136),
+    (5, 64, 64), (6, 200, 72), (3, 2880, 40), (9, 2880, 24),
+)
 
 #: The weight forms: name suffix, whether the backend prepares it, whether its values
 #: are rounded to bf16 first (fp32 only: at bf16 and fp16 that changes nothing new).

@@ -29,18 +29,23 @@ TOPK_ROUTES: dict[str, dict[str, Any]] = {
 HASH_VOCAB, HASH_TOP_K = 32, 2
 #: routed_scaling_factor other than 1 (DeepSeek-V3's 2.5), with and without renormalising.
 SCALING = 2.5
+#: The scorings a correction bias is paired with: DeepSeek-V3's sigmoid, V4's sqrt-softplus.
+BIASED_SCORING = ("sigmoid", "sqrt_softplus")
+#: The step of the wide logits ladder: 16 experts span -120..105, past where exp
+#: overflows fp16 (11) and fp32 (88), and every step is exact in every float dtype.
+WIDE_STEP = 15.0
 
 
 def _flag_combinations() -> dict[str, dict[str, Any]]:
     """Every scoring function x renormalise x routed scaling (1 and not) x grouped
-    selection (for sigmoid, with and without a correction bias): each flag on its own,
+    selection (for sigmoid and sqrt-softplus, with and without a correction bias): each flag on its own,
     so a kernel that gets one combination wrong cannot hide behind a bundled variant."""
     combos = {}
     for scoring in ("softmax", "sigmoid", "sqrt_softplus"):
         for renormalize in (False, True):
             for scaling in (1.0, SCALING):
                 for grouped in (False, True):
-                    for bias in ((False, True) if scoring == "sigmoid" else (False,)):
+                    for bias in ((False, True) if scoring in BIASED_SCORING else (False,)):
                         name = (f"{scoring} renorm={renormalize} scale={scaling:g}"
                                 + (" grouped" if grouped else "") + (" +bias" if bias else ""))
                         combos[name] = {
@@ -54,10 +59,10 @@ def _flag_combinations() -> dict[str, dict[str, Any]]:
 FLAG_COMBINATIONS = _flag_combinations()
 
 
-def _router_logits(generator: torch.Generator, tokens: int, dtype: torch.dtype) -> torch.Tensor:
+def _router_logits(generator: torch.Generator, tokens: int, dtype: torch.dtype, step: float = 0.25) -> torch.Tensor:
     """Logits that are distinct within each row and exact in every float dtype (a
-    shuffled ladder of quarter steps), so the top-k has no ties to break."""
-    ladder = (torch.arange(EXPERTS) - EXPERTS / 2) * 0.25
+    shuffled ladder of `step`s), so the top-k has no ties to break."""
+    ladder = (torch.arange(EXPERTS) - EXPERTS / 2) * step
     return torch.stack([ladder[torch.randperm(EXPERTS, generator=generator)] for _ in range(tokens)]).to(dtype)
 
 
@@ -85,6 +90,20 @@ def _flag_combination_cases(seed: int) -> Iterator[Case]:
             yield Case("moe_route", f"{name} T=9", args, row_independent=True)
 
 
+def _wide_logits_cases(seed: int) -> Iterator[Case]:
+    """Logits far past exp's range in every float dtype, for the scorings that
+    exponentiate: a kernel must subtract the row's max (softmax) or take softplus's
+    linear branch, or its weights turn to Inf and NaN. (Sigmoid saturates to ties here.)"""
+    for dtype in FLOAT_DTYPES:
+        for scoring in ("softmax", "sqrt_softplus"):
+            g = seeded(seed, "moe_route wide", dtype, scoring)
+            args = {
+                "router_logits": _router_logits(g, 9, dtype, WIDE_STEP), "top_k": 4, "scoring": scoring,
+                "renormalize": True, "ids_dtype": torch.int64,
+            }
+            yield Case("moe_route", f"{scoring} wide logits +-{8 * WIDE_STEP:g} T=9", args, row_independent=True)
+
+
 def _hash_route_cases(seed: int) -> Iterator[Case]:
     for token_dtype in INDEX_DTYPES:
         for table_dtype in INDEX_DTYPES:
@@ -109,6 +128,7 @@ def moe_route_cases(seed: int) -> Iterator[Case]:
     of token-id, table and output id widths (the motivating crash's territory)."""
     yield from _topk_route_cases(seed)
     yield from _flag_combination_cases(seed)
+    yield from _wide_logits_cases(seed)
     yield from _hash_route_cases(seed)
 
 
@@ -121,12 +141,13 @@ MOE_TOP_K = 2
 WEIGHT_BLOCK = 128
 
 
-def _expert_weights(
-    generator: torch.Generator, shape: tuple[int, int, int], dtype: torch.dtype
+def expert_weights(
+    generator: torch.Generator, shape: tuple[int, int, int], dtype: torch.dtype, scale: float = 0.05
 ) -> dict[str, torch.Tensor]:
-    """A stacked expert weight at `dtype`; fp8 weights come with 128x128 block scales."""
+    """A stacked expert weight at `dtype` (values times `scale`); fp8 weights come with
+    128x128 block scales instead."""
     if dtype not in FP8_DTYPES:
-        return {"weight": randn(generator, shape, dtype, 0.05)}
+        return {"weight": randn(generator, shape, dtype, scale)}
     experts, rows, cols = shape
     blocks = (experts, -(-rows // WEIGHT_BLOCK), -(-cols // WEIGHT_BLOCK))
     return {"weight": randn(generator, shape, dtype), "scale": uniform(generator, blocks, 0.02, 0.06)}
@@ -155,8 +176,8 @@ def fused_moe_cases(seed: int) -> Iterator[Case]:
                 for map_dtype in (None, *INDEX_DTYPES):
                     for tokens in (1, 6):
                         g = seeded(seed, "fused_moe", dtype, weight_dtype, ids_dtype, map_dtype, tokens)
-                        w13 = _expert_weights(g, (LOCAL_EXPERTS, 2 * INTERMEDIATE, HIDDEN), weight_dtype)
-                        w2 = _expert_weights(g, (LOCAL_EXPERTS, HIDDEN, INTERMEDIATE), weight_dtype)
+                        w13 = expert_weights(g, (LOCAL_EXPERTS, 2 * INTERMEDIATE, HIDDEN), weight_dtype)
+                        w2 = expert_weights(g, (LOCAL_EXPERTS, HIDDEN, INTERMEDIATE), weight_dtype)
                         routing = _routing(g, tokens, map_dtype)
                         args = {
                             "hidden": randn(g, (tokens, HIDDEN), dtype),

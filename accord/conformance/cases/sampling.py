@@ -45,7 +45,12 @@ FILTER_SETTINGS = (
     (0.5, 0, 0.8, 0.0),
     (2.0, 0, 1.0, 0.2),
     (0.7, 6, 0.9, 0.05),
+    # On the ladder (each token e^-0.5 of the one above) top-p 0.7 keeps 2 of the top 3
+    # after top-k's renormalisation, but all 3 if applied before it: the order shows.
+    (1.0, 3, 0.7, 0.0),
 )
+#: The top-k of the tied-boundary case: the ladder's 5th and 6th tokens share a logit.
+TIED_TOP_K = 5
 #: Draws per filter setting in the many-seed cases, over a small vocabulary (so each
 #: boundary token carries a few percent of the mass): enough that a token a filter
 #: wrongly keeps is drawn, and one it wrongly drops is missed by far more than chance
@@ -60,14 +65,27 @@ def _ladder(generator: torch.Generator, dtype: torch.dtype, vocab: int = VOCAB) 
     return ((torch.arange(vocab) - vocab / 2) * (8 / vocab))[torch.randperm(vocab, generator=generator)].to(dtype)
 
 
+def _tied_at_kth(ladder: torch.Tensor, k: int) -> torch.Tensor:
+    """`ladder` with its (k+1)-th largest logit raised to the k-th's: a tie at the
+    top-k boundary, which the contract keeps whole (every token >= the k-th)."""
+    order = ladder.argsort(descending=True)
+    tied = ladder.clone()
+    tied[order[k]] = ladder[order[k - 1]]
+    return tied
+
+
 def many_seed_cases(seed: int) -> Iterator[Case]:
     """Each filter setting on one logits row repeated DRAWS times with
-    distinct seeds: the draws sample the filtered distribution."""
+    distinct seeds: the draws sample the filtered distribution. Then top-k on a row
+    tied at its k-th token."""
+    settings = [(setting, False) for setting in FILTER_SETTINGS] + [((1.0, TIED_TOP_K, 1.0, 0.0), True)]
     for dtype in (torch.bfloat16,):  # the filters run in fp32 whatever the logits' dtype
-        for temperature, top_k, top_p, min_p in FILTER_SETTINGS:
+        for (temperature, top_k, top_p, min_p), tied in settings:
             g = seeded(seed, "sample many seeds", dtype, temperature, top_k, top_p, min_p)
+            row = _ladder(g, dtype, DRAW_VOCAB)
+            row = _tied_at_kth(row, top_k) if tied else row
             args = {
-                "logits": _ladder(g, dtype, DRAW_VOCAB).expand(DRAWS, DRAW_VOCAB).contiguous(),
+                "logits": row.expand(DRAWS, DRAW_VOCAB).contiguous(),
                 "temperature": torch.full((DRAWS,), temperature),
                 "top_k": torch.full((DRAWS,), top_k, dtype=torch.int32),
                 "top_p": torch.full((DRAWS,), top_p),
@@ -75,7 +93,8 @@ def many_seed_cases(seed: int) -> Iterator[Case]:
                 "seeds": torch.arange(DRAWS, dtype=torch.int64) + 7919 * seed + 1,
                 "num_logprobs": 0,
             }
-            name = f"{DRAWS} seeds T={temperature} top_k={top_k} top_p={top_p} min_p={min_p}"
+            name = f"{DRAWS} seeds T={temperature} top_k={top_k} top_p={top_p} min_p={min_p}" + (
+                " tied at the k-th" if tied else "")
             yield Case("sample", name, args)
 
 

@@ -1,7 +1,8 @@
 """Expert parallel's token exchange: how the tokens a rank holds reach the ranks holding
 their routed experts, and how the experts' outputs come back in the tokens' order.
 
-Under expert parallelism (EP size = TP x DP) each rank holds a contiguous range of whole
+Under expert parallelism (EP size = TP x DP) each rank holds a contiguous (possibly uneven:
+the first E % EP ranks one more, as vLLM places them) range of whole
 experts (`WeightLoader.experts`), and the ranks of the EP group hold different tokens:
 each data-parallel rank its own batch (a 1-token dummy batch when idle), the TP ranks of
 one DP rank the same tokens. Routing runs before the exchange, on the rank that holds the
@@ -61,7 +62,7 @@ import torch
 from ...op_contracts import FP8_DTYPES, OpDispatcher
 from . import ParallelContext
 from .communicator import Communicator
-from .sharding import Shard
+from .sharding import Shard, expert_owners
 
 #: The environment variable that picks the strategy (unset: the communicator's default).
 DISPATCH_ENV = "ACCORD_EP_DISPATCH"
@@ -137,11 +138,7 @@ class AllToAllDispatch(ExpertDispatch):
         wire_fp8: torch.dtype | None = None,
     ) -> None:
         super().__init__(ep, tp, tp_rank)
-        if num_experts % ep.world_size:
-            raise ValueError(
-                f"{num_experts} routed experts are not divisible by the expert-parallel size {ep.world_size}"
-            )
-        self.experts_per_rank = num_experts // ep.world_size
+        self.owners = expert_owners(num_experts, ep.world_size)
         self.ops = ops
         self.wire_fp8 = wire_fp8
 
@@ -150,8 +147,8 @@ class AllToAllDispatch(ExpertDispatch):
         dp_tokens: int,
     ) -> torch.Tensor:
         ranks = self.ep.world_size
-        # Experts are contiguous ranges (WeightLoader.experts): the owner is id // per_rank.
-        owners = topk_ids.long() // self.experts_per_rank
+        # Experts are contiguous, possibly uneven ranges (sharding.expert_range).
+        owners = self.owners.to(topk_ids.device)[topk_ids.long()]
         hits = torch.zeros((x.shape[0], ranks), dtype=torch.bool, device=x.device)
         hits.scatter_(1, owners, True)
         # Rows to send, grouped by destination rank (then token order).

@@ -5,11 +5,15 @@ vocab rows) or input (row-parallel: o_proj, down) dimension; attention cuts by h
 and key/value heads fewer than ranks are replicated (a group of ranks shares one head).
 Heads that do not divide among the ranks are cut by whole key/value groups, unevenly
 (SmolLM2-135M's 9 query and 3 key/value heads over 2 ranks: 3 + 6 query heads).
+Expert parallel places whole routed experts, contiguous ranges, unevenly where they
+do not divide (vLLM's placement, `expert_range`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
 
 from . import ParallelContext
 
@@ -90,3 +94,26 @@ def rank_shard(parallel: ParallelContext, dim: int = 0) -> Shard:
     """This rank's chunk along `dim` where extents need not divide (vocabulary rows:
     the last rank's chunk may be shorter)."""
     return Shard(dim, parallel.tp_rank, parallel.tp_size)
+
+
+def expert_range(num_experts: int, ep_size: int, ep_rank: int) -> range:
+    """The contiguous routed experts expert-parallel rank `ep_rank` holds, placed as
+    vLLM places them: base = num_experts // ep_size each, the first num_experts %
+    ep_size ranks one more (5 experts over 2 ranks: 0-2 and 3-4). Raises ValueError
+    when some rank would hold none (fewer experts than ranks), the one layout that
+    cannot work: fused_moe needs at least one local expert."""
+    if num_experts < ep_size:
+        raise ValueError(f"{num_experts} routed experts are fewer than the expert-parallel size {ep_size}: "
+                         "a rank would hold no expert")
+    base, extra = divmod(num_experts, ep_size)
+    start = ep_rank * base + min(ep_rank, extra)
+    return range(start, start + base + (ep_rank < extra))
+
+
+def expert_owners(num_experts: int, ep_size: int) -> torch.Tensor:
+    """[num_experts] int64: the expert-parallel rank holding each expert (`expert_range`)."""
+    owners = torch.empty(num_experts, dtype=torch.int64)
+    for rank in range(ep_size):
+        placed = expert_range(num_experts, ep_size, rank)
+        owners[placed.start : placed.stop] = rank
+    return owners

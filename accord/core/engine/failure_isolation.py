@@ -20,6 +20,8 @@ def isolate_failure(
     updates, and the others' results. With one replica the step runs again in halves
     until the failing requests are found; with several (some replicas already advanced
     their requests) every request of the step fails."""
+    for scheduler, step in zip(schedulers, steps):
+        scheduler.step_failed(step)
     if len(steps) > 1:
         logger.error("a data-parallel step failed (%s); failing its requests", error)
         message = f"{type(error).__name__}: {error}"

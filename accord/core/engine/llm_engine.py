@@ -50,11 +50,13 @@ from ..executor.base import StepSkipped
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.load import read_model_config
 from .failure_isolation import isolate_failure
+from ..kv_transfer.factory import make_scheduler_connector
 from .output_processor import OutputProcessor
 from .stats_log import PeriodicStatsLog
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
 from ..sched.output import ModelRunnerOutput, RequestUpdate, SchedulerOutput
+from ..sched.policy import make_policy
 from ..sched.scheduler import Scheduler
 from ..sched.request import Request
 from ..stats import EngineStats
@@ -119,12 +121,16 @@ class LLMEngine:
                 ),
                 config.max_num_batched_tokens,
                 config.max_num_seqs,
-                config.scheduling_policy,
+                make_policy(config.scheduling_policy, config.max_num_seqs, max_model_len, config.effort_lane_bounds),
                 max_model_len=max_model_len,
                 eos_token_ids=info.model_config.eos_token_ids,
                 structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
                 speculative=config.speculative,
                 max_loras=config.max_loras if config.enable_lora else 0,
+                kv_connector=(
+                    None if config.kv_transfer is None
+                    else make_scheduler_connector(config.kv_transfer, config.block_size, info.bytes_per_block)
+                ),
             )
             for _ in range(config.data_parallel_size)
         ]

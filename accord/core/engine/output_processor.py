@@ -60,6 +60,7 @@ class _RequestState:
     times: RequestTimes
     prompt_logprobs: PromptLogprobs | None = None
     num_cached_tokens: int = 0
+    kv_transfer_params: dict | None = None
 
     @property
     def finished(self) -> bool:
@@ -179,6 +180,8 @@ class OutputProcessor:
         if times.first_scheduled_time is None:
             times.first_scheduled_time = now
         state.num_cached_tokens = state.num_cached_tokens if sample.index else update.num_cached_tokens
+        if update.kv_transfer_params is not None and sample.index == 0:
+            state.kv_transfer_params = update.kv_transfer_params
         if state.prompt_logprobs is not None and sample.index == 0:
             state.prompt_logprobs.extend(update.new_prompt_logprobs)
             if sample.params.detokenize:
@@ -258,4 +261,5 @@ class OutputProcessor:
             finished=finished,
             num_cached_tokens=state.num_cached_tokens,
             metrics=state.times,
+            kv_transfer_params=state.kv_transfer_params,
         )

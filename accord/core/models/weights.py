@@ -21,7 +21,7 @@ import torch
 from ...op_contracts import FP8_DTYPES, OpDispatcher
 from .. import quantization
 from ..distributed import ParallelContext
-from ..distributed.sharding import WHOLE, Shard, split_evenly
+from ..distributed.sharding import WHOLE, Shard, expert_range, split_evenly
 from ..model_loader.hf_checkpoint import CheckpointError, SafetensorsCheckpoint
 from .layers.linear import DenseLinear, Linear
 from .layers.parallel import RowParallelLinear
@@ -157,16 +157,10 @@ class WeightLoader:
         return ExpertWeights(w13_dense.contiguous(), w2_dense.contiguous(), expert_map=expert_map)
 
     def _local_experts(self, prefix: str, num_experts: int) -> range:
-        """This expert-parallel rank's contiguous range of experts; records the others'
-        names as loaded elsewhere. Raises ValueError when they do not divide evenly."""
-        ep_size, ep_rank = self.parallel.ep_size, self.parallel.ep_rank
-        if num_experts % ep_size:
-            raise ValueError(
-                f"{prefix}: {num_experts} routed experts are not divisible by the expert-parallel size {ep_size} "
-                f"(tensor_parallel_size {self.parallel.tp_size} x data_parallel_size {self.parallel.dp_size})"
-            )
-        per_rank = num_experts // ep_size
-        local = range(ep_rank * per_rank, (ep_rank + 1) * per_rank)
+        """This expert-parallel rank's contiguous range of experts (`expert_range`: the
+        first num_experts % ep_size ranks hold one more); records the others' names as
+        loaded elsewhere."""
+        local = expert_range(num_experts, self.parallel.ep_size, self.parallel.ep_rank)
         self._other_ranks_experts += [f"{prefix}.{e}." for e in range(num_experts) if e not in local]
         return local
 

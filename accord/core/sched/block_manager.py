@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Hashable
 
@@ -111,19 +111,32 @@ class BlockManager:
         tokens; counts one query."""
         if not self.enable_prefix_caching:
             return []
-        size = self.block_size
         blocks: list[int] = []
-        parent: BlockKey = root
-        for start in range(0, (max_tokens // size) * size, size):
-            key = self._block_key(parent, token_ids[start : start + size])
+        for key in self._chain_keys(token_ids, max_tokens, root):
             block = self._block_of_key.get(key)
             if block is None:
                 break
             blocks.append(block)
-            parent = key
         self.counters.queries += max_tokens
-        self.counters.hits += len(blocks) * size
+        self.counters.hits += len(blocks) * self.block_size
         return blocks
+
+    def chain_keys(self, token_ids: Sequence[int], max_tokens: int, root: BlockKey = ROOT_KEY) -> list[BlockKey]:
+        """The keys of the full blocks among the first `max_tokens` of `token_ids` in the
+        chain from `root` (chain_root): the same chain in every tier and on every
+        instance with the same hash algorithm."""
+        return list(self._chain_keys(token_ids, max_tokens, root))
+
+    def _chain_keys(self, token_ids: Sequence[int], max_tokens: int, root: BlockKey = ROOT_KEY) -> Iterator[BlockKey]:
+        size = self.block_size
+        parent: BlockKey = root
+        for start in range(0, (max_tokens // size) * size, size):
+            parent = self._block_key(parent, token_ids[start : start + size])
+            yield parent
+
+    def registered_keys(self, seq_id: str) -> list[BlockKey]:
+        """The keys of `seq_id`'s full blocks registered so far (cache_full_blocks)."""
+        return self._chain.get(seq_id, [])
 
     # -- changes -------------------------------------------------------------------
     def allocate(self, seq_id: str, num_tokens: int, cached_blocks: Sequence[int] = ()) -> bool:

@@ -21,13 +21,15 @@ def stopped_by_token(params: SamplingParams, output_token_ids: Sequence[int]) ->
 
 def check_stop(request: Request, max_model_len: int | None, eos_token_ids: Collection[int]) -> StopDecision | None:
     """Whether `request` must stop after its last token, and why: a stop token (once
-    min_tokens is reached; EOS reports no stop_reason), max_tokens, or the context
+    min_tokens is reached; EOS reports no stop_reason), max_tokens (the answer's, past a
+    thinking budget), or the context
     limit. Reads the request, changes nothing. (A stop string the detokenised text
     completes comes after a stop token and before the length limits.)"""
     params, token = request.params, request.output_token_ids[-1]
     if stopped_by_token(params, request.output_token_ids):
         return "stop", None if token in eos_token_ids else token
-    if params.max_tokens is not None and request.num_output_tokens >= params.max_tokens:
+    max_output_tokens = request.max_output_tokens
+    if max_output_tokens is not None and request.num_output_tokens >= max_output_tokens:
         return "length", None
     if max_model_len is not None and request.num_tokens >= max_model_len:
         return "length", None

@@ -10,11 +10,15 @@ A steady decode step is thus O(batch) ids and ints, no token lists.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..lora.request import LoRARequest
 from ..outputs import Logprob
 from ..sampling_params import SamplingParams
 from ..structured_output import GrammarBitmask
+
+if TYPE_CHECKING:
+    from ..kv_transfer.base import KVConnectorMetadata
 
 
 @dataclass
@@ -69,6 +73,8 @@ class SchedulerOutput:
     #: padding token through the model so this replica joins its MoE layers'
     #: expert-parallel collectives (vLLM's dummy batch).
     dummy_batch: bool = False
+    #: The KV connector's loads and saves for this step (None: no connector).
+    kv_connector_metadata: KVConnectorMetadata | None = None
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -119,3 +125,6 @@ class RequestUpdate:
     #: Drafted tokens this step checked for the request, and how many it accepted.
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    #: What the KV connector hands the caller when the request finished (vLLM's
+    #: kv_transfer_params: where a decode instance finds the prompt's KV).
+    kv_transfer_params: dict | None = None

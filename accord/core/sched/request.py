@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..lora.request import LoRARequest
 from ..sampling_params import SamplingParams
+from ..thinking import ThinkingProgress
 
 
 class RequestStatus(enum.Enum):
@@ -62,9 +64,15 @@ class Request:
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
     finish_reason: str | None = field(default=None, init=False)
     stop_reason: int | str | None = field(default=None, init=False)
+    #: Progress through a reasoning model's thinking (None without thinking markers).
+    thinking: ThinkingProgress | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)
+        markers = self.params.thinking_markers
+        if markers is not None:
+            self.thinking = ThinkingProgress.after_prompt(markers, self.prompt_token_ids,
+                                                          self.params.thinking_token_budget)
         if self.wants_prompt_logprobs:
             self.num_prompt_logprobs_done = 1
 
@@ -72,6 +80,12 @@ class Request:
     def lora_int_id(self) -> int:
         """Its adapter's id, 0 for the base model."""
         return self.lora_request.lora_int_id if self.lora_request else 0
+
+    @property
+    def kv_transfer_params(self) -> dict[str, Any] | None:
+        """What the caller told the KV connector about this request (vLLM carries it in
+        the sampling params' extra_args)."""
+        return (self.params.extra_args or {}).get("kv_transfer_params")
 
     @property
     def num_tokens(self) -> int:
@@ -100,10 +114,36 @@ class Request:
         request computes its whole prompt: cached blocks would skip rows)."""
         return self.wants_prompt_logprobs and self.num_prompt_logprobs_done < self.num_prompt_tokens
 
+    @property
+    def is_thinking(self) -> bool:
+        """Whether the output is inside a reasoning model's thinking."""
+        return self.thinking is not None and self.thinking.thinking
+
+    @property
+    def last_token_thought(self) -> bool:
+        """Whether the last output token belongs to the thinking (its end marker included)."""
+        if self.thinking is None:
+            return False
+        if self.thinking.thinking:
+            return True
+        return self.num_output_tokens <= self.thinking.answer_start  # type: ignore[operator]  # known once ended
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The most output tokens allowed: max_tokens, which with a thinking budget
+        bounds the answer alone (so it starts counting where the answer starts, or at
+        the latest start the budget leaves while the thinking goes on)."""
+        max_tokens = self.params.max_tokens
+        if max_tokens is None or self.thinking is None or self.params.thinking_token_budget is None:
+            return max_tokens
+        return self.thinking.answer_start + max_tokens  # type: ignore[operator]  # a budget bounds it
+
     def append_token(self, token_id: int) -> None:
         """Record one sampled token."""
         self.token_ids.append(token_id)
         self.output_token_ids.append(token_id)
+        if self.thinking is not None:
+            self.thinking.observe(self.output_token_ids)
 
     def finish(self, reason: str, stop_reason: int | str | None = None) -> None:
         """Mark the request finished with vLLM's finish reason (stop, length, abort, error)."""

@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import get_args
 
 from ..config import SchedulingPolicy
+from ..kv_transfer.base import KVConnectorMetadata, KVConnectorScheduler, ScheduledChunk, TransferRequest
 from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
-from .block_manager import BlockManager, chain_root
+from .block_manager import BlockKey, BlockManager, chain_root
 from .check_stop import check_stop
+from .policy import QueuePolicy, make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
 
@@ -47,15 +49,16 @@ class Scheduler:
         block_manager: BlockManager,
         max_num_batched_tokens: int,
         max_num_seqs: int,
-        policy: SchedulingPolicy = "fcfs",
+        policy: SchedulingPolicy | QueuePolicy = "fcfs",
         *,
         max_model_len: int | None = None,
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
         speculative: SpeculativeConfig | None = None,
         max_loras: int = 0,
+        kv_connector: KVConnectorScheduler | None = None,
     ) -> None:
-        if policy not in get_args(SchedulingPolicy):
+        if not isinstance(policy, QueuePolicy) and policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -68,12 +71,12 @@ class Scheduler:
         self._speculative = speculative
         #: Distinct LoRA adapters the running requests may use at once (the device slots).
         self.max_loras = max_loras
+        #: The scheduler half of a KV connector (None: no KV comes from or goes outside).
+        self.kv_connector = kv_connector
+        #: The order of the queues and who may be admitted (sched/policy.py).
+        self.policy = make_policy(policy, max_num_seqs, max_model_len)
         # Smaller key = served first and preempted last.
-        self.order_key: Callable[[Request], tuple[float, ...]] = (
-            (lambda r: (r.arrival_time, r.arrival_order, r.index))
-            if policy == "fcfs"
-            else (lambda r: (r.priority, r.arrival_time, r.arrival_order, r.index))
-        )
+        self.order_key: Callable[[Request], tuple[float, ...]] = self.policy.order_key
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         #: Every unfinished request, by id.
@@ -94,7 +97,7 @@ class Scheduler:
         limit); what the data-parallel balancer compares."""
         total = 0
         for request in self.requests.values():
-            limit = request.num_prompt_tokens + (request.params.max_tokens or self.max_model_len or 0)
+            limit = request.num_prompt_tokens + (request.max_output_tokens or self.max_model_len or 0)
             if self.max_model_len is not None:
                 limit = min(limit, self.max_model_len)
             total += max(0, limit - request.num_computed_tokens)
@@ -133,17 +136,27 @@ class Scheduler:
             self._finish(request, reason, stop_reason)
         return [RequestUpdate(r.req_id, finish_reason=r.finish_reason, stop_reason=r.stop_reason) for r in finished]
 
+    def step_failed(self, step: SchedulerOutput) -> None:
+        """`step` raised in the workers: the KV connector's saves of it did not happen."""
+        if self.kv_connector is not None and step.kv_connector_metadata is not None:
+            self.kv_connector.step_failed(step.kv_connector_metadata)
+
     def fail(self, req_ids: Iterable[str], message: str) -> list[RequestUpdate]:
         """Finish the given requests with finish_reason "error" and the error's text as
         stop_reason (a step failed because of them)."""
         return self.finish_requests(req_ids, "error", message)
 
-    def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> None:
+    def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> dict | None:
+        """End `request` and free its blocks; returns what the KV connector hands its
+        caller (kv_transfer_params), if anything."""
         request.finish(reason, stop_reason)
         if request in self.running:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
+        kv_transfer_params = None
+        if self.kv_connector is not None:
+            kv_transfer_params = self.kv_connector.request_finished(self._transfer_request(request, ()))
         # A failed step may have left this request's blocks unwritten: never reuse them.
         self.block_manager.free(request.req_id, forget_cached=reason == "error")
         self.requests.pop(request.req_id, None)
@@ -152,6 +165,7 @@ class Scheduler:
         if self._blocks_sent.pop(request.req_id, None) is not None:
             self._finished_ids.add(request.req_id)
         self._update_gauges()
+        return kv_transfer_params
 
     # -- building a step -------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -161,6 +175,10 @@ class Scheduler:
         drafts: dict[str, list[int]] = {}
         batch: list[Request] = []
         preempted: list[Request] = []
+        # Room the policy makes for waiting requests it puts first (effort lanes).
+        made_room = self.policy.preemptions(self.running, self.waiting)
+        for victim in made_room:
+            self._preempt(victim)
         speculating = self._speculation_on()
         # Decodes first (one token left to compute), then partly computed prompts. A
         # request's count is fixed here: preempting another one leaves it unchanged.
@@ -209,6 +227,7 @@ class Scheduler:
                     min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
                     chain_root(request.lora_int_id),
                 )
+        preempted += made_room
         self.stats.num_preemptions += len(preempted)
         output = SchedulerOutput(
             scheduled_new_reqs=[self._new_request_data(request) for request in admitted],
@@ -218,6 +237,7 @@ class Scheduler:
             finished_req_ids=self._finished_ids,
             preempted_req_ids={request.req_id for request in preempted},
             scheduled_spec_decode_tokens=drafts,
+            kv_connector_metadata=self._kv_connector_metadata(batch, scheduled),
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
@@ -249,8 +269,8 @@ class Scheduler:
         """How many drafts `request` may check this step: the step emits up to one token
         more than it accepts, so never past max_tokens, the context limit or the budget."""
         room = budget - 1
-        if request.params.max_tokens is not None:
-            room = min(room, request.params.max_tokens - request.num_output_tokens - 1)
+        if request.max_output_tokens is not None:
+            room = min(room, request.max_output_tokens - request.num_output_tokens - 1)
         if self.max_model_len is not None:
             room = min(room, self.max_model_len - request.num_tokens - 1)
         return max(0, room)
@@ -260,7 +280,7 @@ class Scheduler:
         context limit: it stops when they land, so another step would compute past its end."""
         if request.num_output_placeholders == 0:
             return False
-        max_tokens = request.params.max_tokens
+        max_tokens = request.max_output_tokens
         if max_tokens is not None and request.num_output_tokens + request.num_output_placeholders >= max_tokens:
             return True
         return (
@@ -283,9 +303,11 @@ class Scheduler:
         constrained = self._structured_output
         if constrained is None:
             return None
+        # A reasoning model's grammar constrains the answer: the thinking is left free.
         sampling = [
             req_id for req_id, count in scheduled.items()
             if constrained.is_constrained(req_id) and _tokens_to_compute(self.requests[req_id]) == count
+            and not self.requests[req_id].is_thinking
         ]
         return constrained.grammar_bitmask(sampling) if sampling else None
 
@@ -320,11 +342,13 @@ class Scheduler:
         """Move waiting requests to running, in policy order, while budgets and blocks
         allow; returns the token budget left."""
         index = 0
+        admits = self.policy.admission(self.running, self.waiting)
         while index < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[index]
             # A preempted request resumes once its last step's token has landed (the
             # runner is sent its tokens in full).
-            if request.num_output_placeholders or self._waits_for_sibling(request) or not self._lora_fits(request):
+            if (request.num_output_placeholders or self._waits_for_sibling(request) or not admits(request)
+                    or not self._lora_fits(request)):
                 index += 1
                 continue
             # At least the last token is always computed: its logits are needed.
@@ -336,9 +360,16 @@ class Scheduler:
                 )
             )
             computed = len(cached) * self.block_manager.block_size
-            count = min(request.num_tokens - computed, budget)
-            if not self.block_manager.allocate(request.req_id, computed + count, cached):
+            transfer = self._transfer_request(request, None)
+            external = self._external_tokens(request, transfer, computed)
+            count = min(request.num_tokens - computed - external, budget)
+            if not self.block_manager.allocate(request.req_id, computed + external + count, cached):
                 break
+            if self.kv_connector is not None:
+                self.kv_connector.update_state_after_alloc(
+                    transfer, self.block_manager.block_table(request.req_id), computed, external
+                )
+            computed += external
             del self.waiting[index]
             if request.num_output_tokens == 0:
                 request.num_cached_tokens = computed
@@ -359,6 +390,42 @@ class Scheduler:
             return True
         running = {r.lora_int_id for r in self.running if r.lora_int_id}
         return request.lora_int_id in running or len(running) < self.max_loras
+
+    def _external_tokens(self, request: Request, transfer: TransferRequest | None, num_computed: int) -> int:
+        """Tokens after the `num_computed` cached ones that the KV connector loads
+        instead of the step computing them (0 without a connector)."""
+        if self.kv_connector is None or request.needs_prompt_logprobs:
+            return 0
+        external = self.kv_connector.get_num_new_matched_tokens(transfer, num_computed)
+        # The last token is always computed: its logits sample the next one.
+        return max(0, min(external, request.num_tokens - 1 - num_computed))
+
+    def _transfer_request(self, request: Request, keys: Sequence[BlockKey] | None) -> TransferRequest | None:
+        """What the KV connector sees of `request` (plain data, never the Request), with
+        `keys` as its block keys when the connector reads them (None: those of its known
+        tokens but the last, for matching); None without a connector."""
+        if self.kv_connector is None:
+            return None
+        if not self.kv_connector.uses_block_keys:
+            keys = ()
+        elif keys is None:
+            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id))
+        return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
+                               request.num_tokens, tuple(keys))
+
+    def _kv_connector_metadata(self, batch: list[Request], scheduled: dict[str, int]) -> KVConnectorMetadata | None:
+        """This step's KV loads and saves (None without a connector); call before the
+        step's tokens count as computed."""
+        if self.kv_connector is None:
+            return None
+        return self.kv_connector.build_connector_meta([
+            ScheduledChunk(
+                self._transfer_request(request, self.block_manager.registered_keys(request.req_id)),
+                self.block_manager.block_table(request.req_id),
+                request.num_computed_tokens, scheduled[request.req_id],
+            )
+            for request in batch
+        ])
 
     def _waits_for_sibling(self, request: Request) -> bool:
         """n > 1: a sample waits while its sibling computes the shared prompt, then
@@ -444,13 +511,16 @@ class Scheduler:
         update.new_logprobs.append(logprob)
         update.new_top_logprobs.append(top)
         decision = check_stop(request, self.max_model_len, self.eos_token_ids)
-        grammar_complete = self._structured_output is not None and self._structured_output.accept(
-            request.req_id, token
+        # A reasoning model's grammar reads the answer: thinking tokens pass it by.
+        grammar_complete = (
+            self._structured_output is not None
+            and not request.last_token_thought
+            and self._structured_output.accept(request.req_id, token)
         )
         if decision is None and grammar_complete:
             decision = "stop", None  # the grammar admits nothing more
         if decision is not None:
-            self._finish(request, *decision)
+            update.kv_transfer_params = self._finish(request, *decision)
             update.finish_reason, update.stop_reason = decision
 
     def _update_gauges(self) -> None:

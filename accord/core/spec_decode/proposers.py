@@ -86,10 +86,12 @@ def make_proposer(config: SpeculativeConfig) -> Proposer:
 def speculates(params: SamplingParams, num_output_tokens: int) -> bool:
     """Whether a request takes proposals: not one whose logits depend on the tokens
     before each position in ways the rejection path does not apply (penalties, logit
-    bias, a grammar, stop tokens still masked before min_tokens)."""
+    bias, a grammar, stop tokens still masked before min_tokens, a thinking budget's
+    forced end marker)."""
     return not (
         params.has_penalties
         or params.logit_bias
         or params.structured_outputs is not None
+        or params.thinking_token_budget is not None
         or (num_output_tokens < params.min_tokens and bool(params.all_stop_token_ids))
     )

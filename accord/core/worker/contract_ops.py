@@ -5,6 +5,9 @@ sampler's, and the rejection sampler's when decoding speculatively. `--backend a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Collection
+
+from ...op_contracts.dispatcher import KernelProvider
 
 from ..model_loader.load import read_model_config
 from ..models.contract_ops import FP8_LINEAR
@@ -30,3 +33,15 @@ def worker_contract_ops(
     if lora:
         ops |= LORA_OPS
     return ops | SPEC_DECODE_OPS if speculative else ops
+
+
+def refuse_batch_variant_ops(backend: KernelProvider, ops: Collection[str]) -> None:
+    """Raise ValueError naming every op of `ops` for which `backend` has no kernel
+    `--batch-invariant` may run (`Backend.kernel_for(op, batch_invariant=True)`)."""
+    missing = sorted(op for op in ops if backend.kernel_for(op, batch_invariant=True) is None)
+    if missing:
+        raise ValueError(
+            f"--batch-invariant: backend {backend.name!r} has no batch-invariant kernel for {', '.join(missing)} "
+            "(the model calls them, and the backend declares its kernels batch-variant); turn --batch-invariant "
+            "off or use a backend that registers batch-invariant variants"
+        )

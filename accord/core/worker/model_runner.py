@@ -30,6 +30,8 @@ from ..config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from ..device import DeviceBackend
 from .graph_capture import DecodeGraphs, InputSpec, capture_sizes
 from .input_batch import CachedRequestState, InputBatch
+from ..kv_transfer.base import KVConnectorWorker
+from ..kv_transfer.factory import make_worker_connector
 from ..models import CausalLM
 from ..lora.slots import LoRASlots
 from ..models.layers.mlp import worst_case_expert_load
@@ -55,6 +57,7 @@ class ModelRunner:
         model_dtype: torch.dtype,
         max_model_len: int,
         is_driver: bool = True,
+        rank: int = 0,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -92,6 +95,11 @@ class ModelRunner:
         self._last_step: dict[str, int] = {}
         self._grammar_bitmask: GrammarBitmask | None = None
         self._drafts: dict[str, list[int]] = {}
+        #: The worker half of a KV connector (None: no KV comes from or goes outside).
+        self.kv_connector: KVConnectorWorker | None = (
+            None if config.kv_transfer is None
+            else make_worker_connector(config.kv_transfer, self.block_size, rank)
+        )
 
     # -- KV cache ------------------------------------------------------------------
     @property
@@ -102,6 +110,8 @@ class ModelRunner:
     def initialize_cache(self, num_blocks: int) -> None:
         """Allocate the KV cache for serving, then capture the decode graphs over it."""
         self.allocate_kv_cache(num_blocks)
+        if self.kv_connector is not None:
+            self.kv_connector.register_kv_caches(self.kv_caches)
         self.capture_decode_graphs()
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
@@ -294,6 +304,9 @@ class ModelRunner:
             if step.dummy_batch:
                 self.dummy_run()
             return None
+        metadata = step.kv_connector_metadata
+        if self.kv_connector is not None and metadata:
+            return self.kv_connector.run_step(metadata, lambda: self.run(self._last_step))
         return self.run(self._last_step)
 
     @torch.inference_mode()
@@ -310,7 +323,12 @@ class ModelRunner:
 
     def execute_subset(self, req_ids: list[str]) -> ModelRunnerOutput | None:
         """Run the last step again for only `req_ids` (the step failed and the engine is
-        finding which request made it fail; rewriting a request's KV is harmless)."""
+        finding which request made it fail; rewriting a request's KV is harmless). A
+        request whose KV the connector failed to load fails again: its blocks hold none."""
+        failed_loads = self.kv_connector.failed_loads if self.kv_connector is not None else {}
+        for req_id in req_ids:
+            if req_id in failed_loads:
+                raise RuntimeError(f"the KV connector could not load {req_id}'s KV: {failed_loads[req_id]}")
         return self.run({req_id: self._last_step[req_id] for req_id in req_ids})
 
     @torch.inference_mode()

@@ -18,6 +18,7 @@ from ...op_contracts import OpDispatcher
 from ..outputs import Logprob
 from ..sampling_params import SamplingParams
 from ..structured_output import GrammarBitmask, apply_token_bitmask
+from ..thinking import forced_thinking_token
 
 _SEED_MASK = (1 << 63) - 1
 _SEED_MULTIPLIER = 6364136223846793005
@@ -81,6 +82,7 @@ class Sampler:
         if grammar_bitmask is not None:
             # Last, so no bias or penalty can revive a token the grammar forbids.
             logits = apply_token_bitmask(logits, {seq.req_id: b for b, seq in enumerate(seqs)}, grammar_bitmask)
+        logits = force_thinking_end(logits, seqs)
         if all(p.greedy and p.logprobs is None for p in params):
             # Every row is the argmax and nobody reads a logprob: no softmax, no draw
             # (the sample contract's greedy rows are this argmax, first maximum on ties).
@@ -194,6 +196,23 @@ def apply_logit_bias(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch
         ids = torch.tensor(list(bias), dtype=torch.int64, device=logits.device)  # type: ignore[arg-type]
         values = torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)  # type: ignore[union-attr]
         logits[b].index_add_(0, ids, values)
+    return logits
+
+
+def force_thinking_end(logits: torch.Tensor, seqs: Sequence[SamplingRow]) -> torch.Tensor:
+    """Rows whose thinking has spent its `thinking_token_budget` can only pick the end
+    marker (every other logit -inf: the draw is certain, its logprob 0)."""
+    forced = [
+        (b, token) for b, seq in enumerate(seqs)
+        if (token := forced_thinking_token(seq.params.thinking_markers, seq.params.thinking_token_budget,
+                                           seq.prompt_token_ids, seq.output_token_ids)) is not None
+    ]
+    if not forced:
+        return logits
+    logits = logits.clone()
+    for b, token in forced:
+        logits[b] = float("-inf")
+        logits[b, token] = 0.0
     return logits
 
 

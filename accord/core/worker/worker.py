@@ -14,6 +14,7 @@ from ..config import EngineConfig
 from ..device import BackendFactory
 from ..distributed import ParallelContext, destroy_parallel, init_parallel
 from ..model_loader.model_config import ModelConfig
+from .contract_ops import refuse_batch_variant_ops, worker_contract_ops
 from .model_runner import ModelRunner
 from ..model_loader.load import load_model
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
@@ -60,7 +61,10 @@ class Worker:
             )
         else:
             self.parallel = ParallelContext.single()
-        self.ops = OpDispatcher(backend, compiled=bool(config.compilation_config))
+        if config.batch_invariant:
+            refuse_batch_variant_ops(backend, worker_contract_ops(config.model, config.quantization,
+                                                                  config.speculative is not None))
+        self.ops = OpDispatcher(backend, compiled=bool(config.compilation_config), batch_invariant=config.batch_invariant)
         if config.record_op_calls is not None:
             # Installed before the model loads, so profile_run's calls are recorded too.
             self.ops.add_hook(CallRecorder(rank_directory(config.record_op_calls, rank)))
@@ -75,7 +79,8 @@ class Worker:
         self.model_config = loaded.config
         self.max_model_len = config.resolve_max_model_len(loaded.config.max_position_embeddings)
         self.runner = ModelRunner(
-            config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver
+            config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver,
+            rank=rank,
         )
 
     def info(self) -> WorkerInfo:

@@ -41,6 +41,10 @@ STORED_EXACTLY = {dtype: 0 for dtype in (*FLOAT_DTYPES, *FP8_DTYPES)}
 #: reciprocal scale, as vLLM's does, may round a midpoint the other way); the scales
 #: within 2 fp32 ulps (Triton's fp32 division, div.full.f32, is exact to 2 ulps).
 QUANTISED = {**{dtype: 1 for dtype in FP8_DTYPES}, torch.float32: 2}
+#: quantize_fp8's codes: the mean signed error (and the mean error away from zero) in
+#: fp8 ulps. A round-to-nearest kernel differs only at midpoints, rarely and in both
+#: directions (cpu measured 0); round-toward-zero or truncation measures about 1/2.
+UNBIASED_CODES = {dtype: 1 / 16 for dtype in FP8_DTYPES}
 
 
 def cache_matches_input(cache: str, source: str) -> Rule:

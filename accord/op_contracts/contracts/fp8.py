@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from ..spec import FLOAT_DTYPES, FP8_DTYPES, Dequantised, OpContract, OutputSpec, ParamSpec, Rule, Switch, TensorSpec
-from .common import ELEMENTWISE, FP32_ACCUMULATED, QUANTISED
+from .common import ELEMENTWISE, FP32_ACCUMULATED, QUANTISED, UNBIASED_CODES
 
 GROUP = 128
 
@@ -55,6 +55,7 @@ QUANTIZE_FP8 = OpContract(
     primary="x",
     tolerance=ELEMENTWISE | {torch.float8_e4m3fn: 2e-3},
     ulps=QUANTISED,
+    rounding_bias=UNBIASED_CODES,
     dequantised=Dequantised("q", "scales", "group_size"),
     rules=(Rule("static scales are per tensor; groups are 128 wide", _static_scale_per_tensor),),
 )

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..parser_registry import ParserRegistry
 from ...core.structured_output.schemas import embed_schemas
-
-_REGISTRY: dict[str, type[ToolParser]] = {}
-
 
 @dataclass(frozen=True)
 class ParsedToolCall:
@@ -80,24 +78,10 @@ def tool_call_schema(tools: Sequence[dict[str, Any]], arguments_key: str) -> dic
     return {"anyOf": variants, "$defs": definitions, "x-guidance": {"whitespace_flexible": False}}
 
 
-def register(name: str) -> Callable[[type[ToolParser]], type[ToolParser]]:
-    """Class decorator adding a parser to the registry under `name`."""
-
-    def add(parser: type[ToolParser]) -> type[ToolParser]:
-        _REGISTRY[name] = parser
-        return parser
-
-    return add
-
-
-def tool_parser_names() -> list[str]:
-    """The registered parsers' names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def get_tool_parser(name: str) -> type[ToolParser]:
-    """The parser registered as `name`; ValueError listing the known ones otherwise."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown tool call parser {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+_REGISTRY: ParserRegistry[type[ToolParser]] = ParserRegistry("tool call parser")
+#: Class decorator adding a parser to the registry under a name.
+register = _REGISTRY.register
+#: The registered parsers' names, sorted.
+tool_parser_names = _REGISTRY.names
+#: The parser registered under a name; ValueError listing the known ones otherwise.
+get_tool_parser = _REGISTRY.get

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core.structured_output.grammar import lark_literal
+from ..streaming import partial_marker_length
 from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser
 
 
@@ -60,21 +61,13 @@ class DelimitedToolParser(ToolParser):
         content = self._content("".join(content_parts)).strip() if calls else text
         return ExtractedToolCalls(content or None, calls)
 
-    def _held_back(self, text: str) -> int:
-        """How many trailing characters of `text` could begin a marker."""
-        markers = [marker for marker in (self.OPEN, *self.OUTER) if marker]
-        for size in range(min(max(map(len, markers)) - 1, len(text)), 0, -1):
-            if any(marker.startswith(text[-size:]) for marker in markers):
-                return size
-        return 0
-
     def feed(self, delta: str) -> StreamingToolCalls:
         self._buffer += delta
         content, calls = [], []
         while True:
             start = self._buffer.find(self.OPEN)
             if start < 0:
-                keep = self._held_back(self._buffer)
+                keep = partial_marker_length(self._buffer, (self.OPEN, *self.OUTER))
                 content.append(self._buffer[: len(self._buffer) - keep])
                 self._buffer = self._buffer[len(self._buffer) - keep :]
                 break

@@ -1,0 +1,86 @@
+"""Time to first token of a long prompt whose KV blocks the device pool has evicted:
+recomputed (no tier) against copied back from the CPU tier (--kv-offloading-size),
+and loaded by a SharedStorageConnector consumer (the decode side of PD) — one engine
+per setting, the demo model on the cpu backend, side by side in one run.
+
+    PYTHONPATH=$PWD python3 benchmarks/kv_offload.py [--prompt-tokens 1536] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+
+from accord import LLM
+from accord.core.sampling_params import SamplingParams
+from accord.demo.model import demo_model_dir
+
+BLOCK = 16
+FIRST_TOKEN = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+
+
+def _prompts(count: int, length: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"prompt_token_ids": [rng.randrange(3, 800) for _ in range(length)]} for _ in range(count)]
+
+
+def _seconds(llm: LLM, prompt: dict) -> float:
+    start = time.perf_counter()
+    llm.generate([prompt], FIRST_TOKEN, use_tqdm=False)
+    return time.perf_counter() - start
+
+
+def evicted_prefix_ttft(engine_args: dict, prompt_tokens: int, rounds: int) -> float:
+    """Median seconds to the first token of a prompt just evicted from the device pool
+    by two others of the same length."""
+    llm = LLM(str(demo_model_dir()), **engine_args)
+    times = []
+    for round_ in range(rounds):
+        target, *others = _prompts(3, prompt_tokens, seed=round_)
+        _seconds(llm, target)
+        for prompt in others:
+            _seconds(llm, prompt)
+        times.append(_seconds(llm, target))
+    return statistics.median(times)
+
+
+def shared_storage_ttft(engine_args: dict, prompt_tokens: int, rounds: int) -> float:
+    """Median seconds to the first token on a consumer whose producer saved the prompt."""
+    with tempfile.TemporaryDirectory() as store:
+        def connector(role: str) -> dict:
+            return {"kv_connector": "SharedStorageConnector", "kv_role": role,
+                    "kv_connector_extra_config": {"shared_storage_path": store}}
+
+        producer = LLM(str(demo_model_dir()), kv_transfer_config=connector("kv_producer"), **engine_args)
+        consumer = LLM(str(demo_model_dir()), kv_transfer_config=connector("kv_consumer"), **engine_args)
+        times = []
+        for round_ in range(rounds):
+            (prompt,) = _prompts(1, prompt_tokens, seed=100 + round_)
+            _seconds(producer, prompt)
+            times.append(_seconds(consumer, prompt))
+        return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt-tokens", type=int, default=1536)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    blocks = -(-(args.prompt_tokens + 1) // BLOCK)
+    # Room for one request and a bit: each new prompt evicts the previous one's blocks.
+    engine_args = dict(backend="cpu", max_model_len=args.prompt_tokens + 16, num_gpu_blocks_override=blocks + 8,
+                       max_num_batched_tokens=args.prompt_tokens + 16, block_size=BLOCK, max_num_seqs=1)
+    recomputed = evicted_prefix_ttft(engine_args, args.prompt_tokens, args.rounds)
+    tiered = evicted_prefix_ttft({**engine_args, "kv_offloading_size": 0.25}, args.prompt_tokens, args.rounds)
+    loaded = shared_storage_ttft(engine_args, args.prompt_tokens, args.rounds)
+    print(f"prompt of {args.prompt_tokens} tokens, demo model, cpu backend, median of {args.rounds}")
+    print(f"{'evicted prefix, recomputed':<40} {recomputed * 1e3:8.1f} ms")
+    print(f"{'evicted prefix, from the CPU tier':<40} {tiered * 1e3:8.1f} ms")
+    print(f"{'PD consumer, SharedStorage load':<40} {loaded * 1e3:8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

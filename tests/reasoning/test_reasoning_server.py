@@ -1,0 +1,185 @@
+"""The chat API with a reasoning parser (`--reasoning-parser`), on tiny random models
+with DeepSeek-R1's and Qwen3's chat templates, through the official openai client (the
+app in process, over the real engine): the thinking comes back as
+`message.reasoning_content` (and streamed `reasoning_content` deltas), the answer as
+`content`; budgets (explicit, or by reasoning_effort through the server's budgets) end
+the thinking at exactly N tokens; usage and /metrics count the thinking tokens; forced
+tool calls are read from the answer; Qwen3's `enable_thinking=False` answers at once.
+
+The random model would think forever, so `</think>` and EOS are biased away and the
+budget is what ends the thinking. Texts are checked against the tokenizers library's own
+decoding of the returned token ids."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from reasoning_models import THINK_END
+from tokenizers import Tokenizer
+
+from accord import AsyncLLM
+from accord.server.app import create_app
+from accord.server.options import ServerOptions
+from accord.server.serving import ServedModel
+
+ASK = [{"role": "user", "content": "Is 7 prime?"}]
+BUDGET, ANSWER_TOKENS = 5, 4
+ENGINE_ARGS = {"max_model_len": 256, "kv_cache_memory": 16 << 20, "max_num_seqs": 8}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"],
+    "additionalProperties": False}}}
+
+
+class Served:
+    """The app over one tiny reasoning model's engine, in its own event loop, with an
+    openai client on it and the model's tokenizer."""
+
+    def __init__(self, model_dir: Path, parser: str) -> None:
+        self.runner = asyncio.Runner()
+        self.engine = self.runner.run(self._start(model_dir))
+        options = ServerOptions(reasoning_parser=parser, reasoning_budgets={"low": 3, "medium": 7})
+        model = ServedModel("tiny", str(model_dir), self.engine.max_model_len, self.engine.model_config.vocab_size)
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(self.engine, model, options)),
+                                      base_url="http://test", timeout=60)
+        self.client = openai.AsyncOpenAI(base_url="http://test/v1", api_key="none", http_client=self.http,
+                                         max_retries=0)
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.end_id = self.tokenizer.token_to_id(THINK_END)
+        eos = json.loads((model_dir / "config.json").read_text())["eos_token_id"]
+        #: No natural end of the thinking, nor of the output.
+        self.bias = {str(self.end_id): -100, str(eos): -100}
+
+    @staticmethod
+    async def _start(model_dir: Path) -> AsyncLLM:
+        return AsyncLLM.from_engine_args(str(model_dir), **ENGINE_ARGS)
+
+    def chat(self, **fields):
+        extra = fields.pop("extra_body", {})
+        return self.runner.run(self.client.chat.completions.create(
+            model="tiny", messages=ASK, temperature=0.0, logit_bias=self.bias,
+            extra_body={"return_token_ids": True, **extra}, **fields,
+        ))
+
+    def stream(self, **fields) -> list:
+        async def collect() -> list:
+            return [chunk async for chunk in await self.client.chat.completions.create(
+                model="tiny", messages=ASK, temperature=0.0, logit_bias=self.bias, stream=True, **fields)]
+
+        return self.runner.run(collect())
+
+    def metric(self, name: str) -> float:
+        response = self.runner.run(self.http.get("/metrics"))
+        samples = [s for f in text_string_to_metric_families(response.text) for s in f.samples if s.name == name]
+        return sum(sample.value for sample in samples)
+
+    def text(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def close(self) -> None:
+        self.runner.run(self.http.aclose())
+        self.runner.run(self.engine.shutdown())
+        self.runner.close()
+
+
+@pytest.fixture(scope="module")
+def r1(r1_dir: Path):
+    served = Served(r1_dir, "deepseek_r1")
+    yield served
+    served.close()
+
+
+@pytest.fixture(scope="module")
+def qwen3(qwen3_dir: Path):
+    served = Served(qwen3_dir, "qwen3")
+    yield served
+    served.close()
+
+
+def test_the_thinking_is_reasoning_content_and_the_answer_content(r1: Served) -> None:
+    response = r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET})
+    choice = response.choices[0]
+    tokens = choice.token_ids
+    assert len(tokens) == BUDGET + 1 + ANSWER_TOKENS and tokens[BUDGET] == r1.end_id
+    assert choice.message.reasoning_content == r1.text(tokens[:BUDGET])
+    assert choice.message.content == r1.text(tokens[BUDGET + 1:])
+    assert choice.finish_reason == "length"
+    usage = response.usage
+    assert usage.completion_tokens == len(tokens)
+    assert usage.completion_tokens_details.reasoning_tokens == BUDGET
+
+
+def test_streamed_reasoning_arrives_as_reasoning_content_deltas(r1: Served) -> None:
+    whole = r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET})
+    chunks = r1.stream(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET},
+                       stream_options={"include_usage": True})
+    reasoning, content, usage, answer_began = "", "", None, False
+    for chunk in chunks:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            delta = choice.delta
+            part = getattr(delta, "reasoning_content", None)
+            if part:
+                assert not answer_began, "thinking after the answer began"
+                reasoning += part
+            if delta.content:
+                answer_began = True
+                content += delta.content
+    assert reasoning == whole.choices[0].message.reasoning_content
+    assert content == whole.choices[0].message.content
+    assert usage.completion_tokens_details.reasoning_tokens == BUDGET
+
+
+def test_reasoning_effort_takes_its_budget_from_the_flag(r1: Served) -> None:
+    response = r1.chat(max_completion_tokens=2, reasoning_effort="low")  # low=3
+    tokens = response.choices[0].token_ids
+    assert tokens[3] == r1.end_id and r1.end_id not in tokens[:3]
+    assert response.usage.completion_tokens_details.reasoning_tokens == 3
+
+
+def test_an_effort_without_a_budget_on_the_server_is_refused(r1: Served) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        r1.chat(max_completion_tokens=2, reasoning_effort="high")
+    assert refused.value.body["param"] == "reasoning_effort"
+
+
+@pytest.mark.slow  # the tools grammar compiles (~5-10 s on 2 cores)
+def test_forced_tool_calls_are_read_from_the_answer_after_free_thinking(r1: Served) -> None:
+    response = r1.chat(max_completion_tokens=60, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+                       extra_body={"thinking_token_budget": BUDGET})
+    choice = response.choices[0]
+    assert choice.token_ids[BUDGET] == r1.end_id
+    assert choice.message.reasoning_content == r1.text(choice.token_ids[:BUDGET])
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] in ("Paris", "Rome")
+    assert choice.finish_reason == "tool_calls"
+
+
+def test_metrics_count_the_thinking_tokens(r1: Served) -> None:
+    before = r1.metric("vllm:reasoning_tokens_total")
+    r1.chat(max_completion_tokens=1, extra_body={"thinking_token_budget": BUDGET})
+    after = r1.metric("vllm:reasoning_tokens_total")
+    assert after - before == BUDGET
+
+
+def test_qwen3_thinks_by_default_and_its_budget_holds(qwen3: Served) -> None:
+    response = qwen3.chat(max_completion_tokens=2, extra_body={"thinking_token_budget": 3})
+    choice = response.choices[0]
+    assert choice.token_ids[3] == qwen3.end_id
+    assert choice.message.reasoning_content == qwen3.text(choice.token_ids[:3])
+    assert choice.message.content == qwen3.text(choice.token_ids[4:])
+
+
+def test_qwen3_enable_thinking_false_answers_at_once(qwen3: Served) -> None:
+    response = qwen3.chat(max_completion_tokens=6, extra_body={
+        "thinking_token_budget": 2, "chat_template_kwargs": {"enable_thinking": False}})
+    choice = response.choices[0]
+    assert len(choice.token_ids) == 6 and qwen3.end_id not in choice.token_ids  # nothing forced
+    assert choice.message.reasoning_content is None
+    assert choice.message.content == qwen3.text(choice.token_ids)
+    assert response.usage.completion_tokens_details.reasoning_tokens == 0

@@ -1,0 +1,110 @@
+"""`accord router` in front of real `accord serve` processes: PD mode (prefill on one
+instance, decode on the other with the returned kv_transfer_params) gives the text one
+instance gives and the decode instance loads the prompt; round-robin spreads requests;
+a dead instance is retried before anything was streamed and ends a stream cleanly after."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from server_harness import scrape_metrics
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "Once upon a time in a quiet harbour town, the fishing boats came home at dusk and"
+GREEDY = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "ignore_eos": True}
+
+
+def _complete(url: str, **body) -> dict:
+    response = httpx.post(f"{url}/v1/completions", json={**GREEDY, **body}, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _generated(url: str) -> float:
+    with httpx.Client(base_url=url) as client:
+        return scrape_metrics(client).get("vllm:generation_tokens_total", 0.0)
+
+
+def _stream_events(url: str, **body) -> list[dict]:
+    events = []
+    with httpx.stream("POST", f"{url}/v1/completions", json={**GREEDY, "stream": True, **body}, timeout=60) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line[6:]))
+    return events
+
+
+def test_pd_mode_gives_one_instances_text_and_the_decode_instance_loads_the_prompt(
+    prefill_server, decode_server, start_router
+) -> None:
+    router = start_router("--prefill", prefill_server.url, "--decode", decode_server.url)
+    expected = _complete(prefill_server.url, prompt=PROMPT + " one")["choices"][0]["text"]
+    prefill_before = _generated(prefill_server.url)
+    answer = _complete(router.url, prompt=PROMPT + " one")
+    assert answer["choices"][0]["text"] == expected
+    # The prefill instance sampled its one token; the decode instance loaded all but the last prompt token.
+    assert _generated(prefill_server.url) - prefill_before == 1
+    usage = answer["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
+    streamed = _stream_events(router.url, prompt=PROMPT + " two")
+    assert "".join(e["choices"][0]["text"] for e in streamed if e["choices"]) == (
+        _complete(prefill_server.url, prompt=PROMPT + " two")["choices"][0]["text"]
+    )
+
+
+def test_pd_mode_without_a_prefill_instance_decodes_with_a_local_prefill(
+    prefill_server, decode_server, dying_upstream, start_router
+) -> None:
+    dead = dying_upstream(streams_first_event=False)
+    router = start_router("--prefill", dead.url, "--decode", decode_server.url)
+    prompt = "A prompt no other test sends, so no cache holds any of it: " + PROMPT
+    answer = _complete(router.url, prompt=prompt)
+    assert dead.generation_requests == 1
+    assert answer["choices"][0]["text"] == _complete(prefill_server.url, prompt=prompt)["choices"][0]["text"]
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_round_robin_alternates_between_instances(prefill_server, decode_server, start_router) -> None:
+    router = start_router("--backend", prefill_server.url, "--backend", decode_server.url)
+    before = [_generated(prefill_server.url), _generated(decode_server.url)]
+    for n in range(4):
+        _complete(router.url, prompt=f"request {n}", max_tokens=1)
+    after = [_generated(prefill_server.url), _generated(decode_server.url)]
+    assert [a - b for a, b in zip(after, before)] == [2, 2]
+
+
+def test_a_dead_instance_is_retried_on_the_next_before_anything_was_streamed(
+    prefill_server, dying_upstream, start_router
+) -> None:
+    dead = dying_upstream(streams_first_event=False)
+    router = start_router("--backend", dead.url, "--backend", prefill_server.url, "--health-interval", "3600")
+    texts = [_complete(router.url, prompt="retry me", max_tokens=2)["choices"][0]["text"] for _ in range(2)]
+    streamed = _stream_events(router.url, prompt="retry me", max_tokens=2)
+    assert dead.generation_requests == 1  # tried once, then out of rotation
+    assert texts[0] == texts[1] == "".join(e["choices"][0]["text"] for e in streamed if e["choices"])
+    with httpx.Client(base_url=router.url) as client:
+        metrics = scrape_metrics(client)
+    assert metrics[f"accord_router_instance_healthy[instance={dead.url}][role=mixed]"] == 0
+    assert metrics[f"accord_router_instance_failures_total[instance={dead.url}][role=mixed]"] == 1
+
+
+def test_an_instance_lost_mid_stream_ends_the_stream_with_an_error_event(dying_upstream, start_router) -> None:
+    dying = dying_upstream(streams_first_event=True)
+    router = start_router("--backend", dying.url, "--health-interval", "3600")
+    events = _stream_events(router.url)
+    assert events[0] == {"choices": [{"index": 0, "text": "A"}]}
+    assert events[-1]["error"]["code"] == 502 and dying.url in events[-1]["error"]["message"]
+    assert dying.generation_requests == 1  # no retry once bytes reached the client
+
+
+def test_no_instance_left_is_a_503_with_an_openai_body(dying_upstream, start_router) -> None:
+    dead = dying_upstream(streams_first_event=False)
+    router = start_router("--backend", dead.url, "--health-interval", "3600")
+    response = httpx.post(f"{router.url}/v1/completions", json=GREEDY, timeout=60)
+    assert response.status_code == 503
+    assert response.json()["error"]["type"] == "service_unavailable_error"
+    assert httpx.get(f"{router.url}/health").status_code == 503
