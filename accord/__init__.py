@@ -19,6 +19,7 @@ _LAZY = {
     "CompletionOutput": "accord.core.outputs",
     "LLMEngine": "accord.entrypoints",
     "AsyncLLM": "accord.entrypoints",
+    "LoRARequest": "accord.core.lora.request",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -160,6 +160,9 @@ CORE_ROLES_FORBIDDEN: dict[str, set[str]] = {
     "distributed": {"engine", "sched", "worker", "executor", "models", "model_loader"},
     # The proposers read token histories; the runner (worker) calls them.
     "spec_decode": {"engine", "sched", "worker", "executor", "model_loader"},
+    # LoRA hooks the graphs' projections and reads adapters for the runner (worker), the
+    # scheduler (its requests' adapters) and the engine (checks) above it.
+    "lora": {"engine", "sched", "worker", "executor", "model_loader.load", "model_loader.source", "model_loader.gguf"},
     # Connectors see requests as plain data and caches as tensors: below the scheduler and the runner.
     "kv_transfer": {"engine", "sched", "worker", "executor", "model_loader", "models"},
 }
@@ -204,10 +207,12 @@ def test_the_role_rules_catch_a_scheduler_reaching_up() -> None:
 
 
 #: What the server may see of core: the shared data, structured output's request
-#: parameters, and the engine through the EngineClient protocol, nothing below it.
+#: parameters, a request's LoRA adapter, and the engine through the EngineClient
+#: protocol, nothing below it.
 SERVER_VIEW_OF_CORE = {f"accord.core.{name}" for name in CORE_SHARED_MODULES - {"__init__"}} | {
     "accord.core.engine.client",
     "accord.core.structured_output",
+    "accord.core.lora.request",
 }
 SERVER_SOURCES = sorted((PACKAGE_ROOT / "server").rglob("*.py"))
 

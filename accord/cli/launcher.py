@@ -135,7 +135,7 @@ def _serve_on(args: argparse.Namespace, options: ServerOptions, listener: socket
         if settings.kv_cache_memory is None:
             settings.kv_cache_memory = choice.kv_cache_memory
         backend = RegistryBackend(settings.backend, str(settings.model), settings.quantization,
-                                  settings.speculative_config is not None)
+                                  settings.speculative_config is not None, settings.enable_lora)
         llm_engine = LLMEngine(settings, backend)
         engine = AsyncLLM(llm_engine)
     except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError) as error:

@@ -118,10 +118,9 @@ NOTED = _table({
 
 #: Refused (exit 2): the feature accord does not have -> destinations or options.
 REFUSED = _table({
-    "LoRA adapters": (
-        "lora_modules", "enable_lora", "max_loras", "max_lora_rank", "lora_dtype", "enable_tower_connector_lora",
-        "max_cpu_loras", "fully_sharded_loras", "lora_target_modules", "default_mm_loras", "specialize_active_lora",
-        "enable_mixed_moe_lora_format", "enable_moe_shared_loras", "max_lora_cls_labels",
+    "these LoRA settings (accord serves LoRA in the model dtype, sharded by nothing, on text models)": (
+        "lora_dtype", "enable_tower_connector_lora", "fully_sharded_loras", "lora_target_modules", "default_mm_loras",
+        "specialize_active_lora", "enable_mixed_moe_lora_format", "enable_moe_shared_loras", "max_lora_cls_labels",
     ),
     "multimodal inputs": (
         "language_model_only", "limit_mm_per_prompt", "enable_mm_embeds", "media_io_kwargs", "mm_processor_kwargs",

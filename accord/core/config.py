@@ -193,6 +193,18 @@ class EngineConfig:
         "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; draft_model, eagle and mtp are refused)",
         default_help="off", aliases=("-sc",),
     )
+    enable_lora: bool = setting(
+        False, help="serve LoRA adapters (PEFT directories) on the resident base model, each token of a batch "
+        "with its own adapter (the lora_linear op); requests name one with a LoRARequest or, on the server, "
+        "the adapter's name in `model`",
+    )
+    max_loras: int = setting(1, help="LoRA adapters resident on the device at once (a step uses at most this many)",
+                             at_least=1)
+    max_lora_rank: int = setting(16, help="the largest LoRA rank served (the device slots' width)", at_least=1)
+    max_cpu_loras: int | None = setting(
+        None, help="LoRA adapters kept read on the host (least recently used dropped past it, read again when "
+        "asked for); at least max_loras", at_least=1, default_help="max_loras",
+    )
     kv_transfer_config: dict | None = setting(
         None, help="KV transfer between instances as JSON, vLLM's keys: {\"kv_connector\": \"SharedStorageConnector\", "
         "\"kv_role\": \"kv_producer\", \"kv_consumer\" or \"kv_both\", \"kv_connector_extra_config\": "
@@ -220,6 +232,10 @@ class EngineConfig:
         self.speculative: SpeculativeConfig | None = (
             None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)
         )
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")
+        if self.enable_lora and self.tensor_parallel_size > 1:
+            raise ValueError("enable_lora with tensor_parallel_size > 1 is not supported yet (LoRA's slots are not sharded)")
         #: The checked KV transfer setup (None: no connector).
         self.kv_transfer: KVTransferConfig | None = (
             None if self.kv_transfer_config is None else KVTransferConfig.parse(self.kv_transfer_config)
@@ -242,6 +258,11 @@ class EngineConfig:
     def world_size(self) -> int:
         """Ranks in the torch.distributed world: tensor_parallel_size x data_parallel_size."""
         return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
+    def lora_cpu_cache_size(self) -> int:
+        """Adapters kept on the host (max_cpu_loras, or max_loras when not given)."""
+        return self.max_cpu_loras or self.max_loras
 
     @property
     def cudagraph_capture_size(self) -> int:

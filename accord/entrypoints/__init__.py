@@ -22,17 +22,18 @@ class RegistryBackend:
     """A backend factory: the default registry's backend called `name`, found in
     whichever process calls it. "auto" picks the best available one with a kernel for
     every op a worker serving `model` (with `quantization`, decoding speculatively or
-    not) calls, or for every contract when no model is given."""
+    not, serving LoRA or not) calls, or for every contract when no model is given."""
 
     name: str = "auto"
     model: str | None = None
     quantization: str | None = None
     speculative: bool = False
+    lora: bool = False
 
     def __call__(self) -> Backend:
         required = None
         if self.name == "auto" and self.model is not None:
-            required = worker_contract_ops(self.model, self.quantization, self.speculative)
+            required = worker_contract_ops(self.model, self.quantization, self.speculative, self.lora)
         return get_backend(self.name, required)
 
 
@@ -43,7 +44,7 @@ class LLMEngine(llm_engine.LLMEngine):
     def from_engine_args(cls, model: str, **kwargs: Any) -> llm_engine.LLMEngine:  # type: ignore[override]
         """Build from keyword engine arguments (vLLM's names, `backend` a registry name)."""
         backend = RegistryBackend(kwargs.get("backend", "auto"), model, kwargs.get("quantization"),
-                                  kwargs.get("speculative_config") is not None)
+                                  kwargs.get("speculative_config") is not None, bool(kwargs.get("enable_lora")))
         return llm_engine.LLMEngine.from_engine_args(model, backend, **kwargs)
 
 
@@ -57,7 +58,7 @@ class LLM(llm.LLM):
         if engine_args.get("kv_cache_memory") is None and choice.kv_cache_memory is not None:
             engine_args["kv_cache_memory"] = choice.kv_cache_memory
         backend = RegistryBackend(engine_args.get("backend", "auto"), str(choice.path), engine_args.get("quantization"),
-                                  engine_args.get("speculative_config") is not None)
+                                  engine_args.get("speculative_config") is not None, bool(engine_args.get("enable_lora")))
         super().__init__(choice.path, backend, **engine_args)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
@@ -33,11 +33,14 @@ from .protocol import (
     DetokenizeResponse,
     ErrorResponse,
     HealthResponse,
+    LoadLoRAAdapterRequest,
     ModelCard,
     ModelList,
     TokenizeRequest,
     TokenizeResponse,
+    UnloadLoRAAdapterRequest,
 )
+from .lora_modules import LoRAModulePath
 from .serving import OpenAIServing, ServedModel
 from .token_list_response import token_list_response
 from .tool_parsers import get_tool_parser
@@ -94,16 +97,34 @@ def create_app(
 
     api = APIRouter(prefix="/v1", responses=_ERROR_RESPONSES)
 
+    def adapter_card(name: str) -> ModelCard:
+        adapter = serving.adapters.get(name)
+        assert adapter is not None
+        return ModelCard(id=name, root=adapter.lora_path, parent=model.name, max_model_len=model.max_model_len)
+
     @api.get("/models")
     async def list_models() -> ModelList:
-        """The one model this server serves."""
-        return ModelList(data=[card])
+        """The model this server serves, then its LoRA adapters (parent: the model)."""
+        return ModelList(data=[card, *(adapter_card(a.lora_name) for a in serving.adapters)])
 
     @api.get("/models/{model_id:path}")
     async def get_model(model_id: str) -> ModelCard:
-        """One model by its id (404 unless it is the served one)."""
-        serving.check_model(model_id)
-        return card
+        """One model (or adapter) by its id (404 unless it is served)."""
+        return card if serving.check_model(model_id) is None else adapter_card(model_id)
+
+    if options.allow_runtime_lora_updating:
+
+        @api.post("/load_lora_adapter", response_class=PlainTextResponse)
+        async def load_lora_adapter(request: LoadLoRAAdapterRequest) -> str:
+            """Serve another LoRA adapter (vLLM's endpoint); 400 naming what is wrong with it."""
+            await serving.off_loop(serving.adapters.add, LoRAModulePath(request.lora_name, request.lora_path))
+            return f"Success: LoRA adapter '{request.lora_name}' added successfully."
+
+        @api.post("/unload_lora_adapter", response_class=PlainTextResponse)
+        async def unload_lora_adapter(request: UnloadLoRAAdapterRequest) -> str:
+            """Stop serving a LoRA adapter (vLLM's endpoint); running requests finish on it."""
+            serving.adapters.remove(request.lora_name)
+            return f"Success: LoRA adapter '{request.lora_name}' removed successfully."
 
     @api.post("/completions", response_model=CompletionResponse, responses=_STREAM_RESPONSE)
     async def create_completion(request: CompletionRequest, raw: Request) -> CompletionResponse | StreamingResponse:

@@ -52,7 +52,7 @@ class ChatService:
     async def create(self, request: ChatCompletionRequest) -> ChatCompletionResponse | StreamingResponse:
         """Answer one chat completions request."""
         serving = self.serving
-        serving.check_model(request.model)
+        lora_request = serving.check_model(request.model)
         refuse_unsupported(request, UNSUPPORTED_FIELDS)
         serving.check_stream_options(request)
         if request.top_logprobs is not None and not request.logprobs:
@@ -98,7 +98,7 @@ class ChatService:
             request, max_tokens, logprobs, prompt_logprobs=prompt_logprobs, structured_outputs=constraint, **thinking
         )
         request_id = random_id("chatcmpl")
-        streams = await serving.start([prompt], params, request_id, request.priority)
+        streams = await serving.start([prompt], params, request_id, request.priority, lora_request)
         fmt = serving.logprob_format(request.return_tokens_as_token_ids)
         parse_tools = bool(tools)
         named = tool_choice not in ("none", "auto", "required")

@@ -38,7 +38,7 @@ class CompletionService:
     async def create(self, request: CompletionRequest) -> CompletionResponse | StreamingResponse:
         """Answer one completions request."""
         serving = self.serving
-        serving.check_model(request.model)
+        lora_request = serving.check_model(request.model)
         refuse_unsupported(request, UNSUPPORTED_FIELDS)
         serving.check_stream_options(request)
         if request.max_tokens == 0 and not request.echo:
@@ -59,7 +59,8 @@ class CompletionService:
             structured_outputs=serving.structured_outputs(request),
         )
         request_id = random_id("cmpl")
-        streams = await serving.start([p.token_ids for p in prompts], params, request_id, request.priority)
+        streams = await serving.start([p.token_ids for p in prompts], params, request_id, request.priority,
+                                      lora_request)
         formatter = serving.logprob_format(request.return_tokens_as_token_ids)
         if request.stream:
             events = self._stream(request, request_id, streams, prompts, formatter, echo_only)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
+from .lora_modules import LoRAModulePath
 
 #: The thinking budget of each `reasoning_effort` unless --reasoning-budgets says otherwise.
 DEFAULT_REASONING_BUDGETS: Mapping[str, int] = {"low": 256, "medium": 1024, "high": 4096}
@@ -55,3 +56,7 @@ class ServerOptions:
     #: Whether every stream ends with usage, asked for or not.
     enable_force_include_usage: bool = False
     disable_fastapi_docs: bool = False
+    #: LoRA adapters served from the start (--lora-modules; the engine needs --enable-lora).
+    lora_modules: tuple[LoRAModulePath, ...] = ()
+    #: Whether /v1/load_lora_adapter and /v1/unload_lora_adapter are served.
+    allow_runtime_lora_updating: bool = False

@@ -475,6 +475,20 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class LoadLoRAAdapterRequest(BaseModel):
+    """`POST /v1/load_lora_adapter` (vLLM's): serve the PEFT directory at `lora_path` as `lora_name`."""
+
+    lora_name: str
+    lora_path: str
+
+
+class UnloadLoRAAdapterRequest(BaseModel):
+    """`POST /v1/unload_lora_adapter` (vLLM's): stop serving adapter `lora_name`."""
+
+    lora_name: str
+    lora_int_id: int | None = None
+
+
 class TokenizeRequest(BaseModel):
     """`POST /tokenize`: a prompt, or chat messages rendered by the chat template."""
 

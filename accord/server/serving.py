@@ -42,7 +42,9 @@ from .protocol import (
     Tool,
     Usage,
 )
+from .lora_adapters import ServedAdapters
 from .request_stream import RequestStream, abort_all, engine_failure
+from ..core.lora.request import LoRARequest
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,13 @@ class OpenAIServing:
             max_workers=2, thread_name_prefix="accord-tokenize", initializer=yield_the_cpu_to_serving
         )
         self._prompts = PromptTokenizer(engine.tokenizer, self._cpu_pool)
+        #: The LoRA adapters served by name (--lora-modules, then the load endpoint).
+        self.adapters = ServedAdapters(engine, (model.name, *model.aliases))
+        for module in options.lora_modules:
+            try:
+                self.adapters.add(module)
+            except OpenAIError as error:  # at start-up: `accord serve` reports it and exits
+                raise ValueError(f"--lora-modules {module.name}: {error.message}") from error
 
     async def off_loop(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a CPU-heavy call (tokenising, template rendering) in the tokenizer pool."""
@@ -104,13 +113,19 @@ class OpenAIServing:
         self._cpu_pool.shutdown(wait=False, cancel_futures=True)
         self._prompts.close()
 
-    def check_model(self, name: str | None) -> None:
-        """Refuse, with 404 as OpenAI and vLLM, a request for a model this server does not serve."""
-        if name is not None and name != self.model.name and name not in self.model.aliases:
+    def check_model(self, name: str | None) -> LoRARequest | None:
+        """The LoRA adapter a request's `model` names (None: the base model); 404, as
+        OpenAI and vLLM, for a model this server does not serve."""
+        if name is None or name == self.model.name or name in self.model.aliases:
+            return None
+        adapter = self.adapters.get(name)
+        if adapter is None:
+            served = ", ".join(repr(n) for n in (self.model.name, *(a.lora_name for a in self.adapters)))
             raise OpenAIError(
-                f"the model {name!r} does not exist; this server serves {self.model.name!r}",
+                f"The model `{name}` does not exist. This server serves {served}",
                 status_code=404, param="model", code="model_not_found",
             )
+        return adapter
 
     def check_token_ids(self, token_ids: Sequence[int], param: str) -> None:
         """Refuse token ids outside the vocabulary."""
@@ -364,10 +379,12 @@ class OpenAIServing:
         return params
 
     async def start(
-        self, prompts: Sequence[list[int]], params: SamplingParams, request_id: str, priority: int = 0
+        self, prompts: Sequence[list[int]], params: SamplingParams, request_id: str, priority: int = 0,
+        lora_request: LoRARequest | None = None,
     ) -> list[RequestStream]:
-        """Submit one engine request per prompt and wait for each one's first output.
-        Refuses with 429 while too many requests wait for their first token."""
+        """Submit one engine request per prompt (under `lora_request`'s adapter, if
+        given) and wait for each one's first output. Refuses with 429 while too many
+        requests wait for their first token."""
         limit = self.max_waiting_requests
         if limit is not None and len(prompts) > limit:
             # Retrying would never help: say so with a 400, not a 429.
@@ -382,8 +399,10 @@ class OpenAIServing:
                 status_code=429, code="too_many_waiting_requests", headers={"Retry-After": str(RETRY_AFTER_S)},
             )
         ids = [request_id if len(prompts) == 1 else f"{request_id}-{i}" for i in range(len(prompts))]
+        # The adapter is passed only when there is one: an engine without LoRA need not take it.
+        lora = {"lora_request": lora_request} if lora_request is not None else {}
         generators = [
-            self.engine.generate({"prompt_token_ids": prompt}, params, rid, priority=priority)
+            self.engine.generate({"prompt_token_ids": prompt}, params, rid, priority=priority, **lora)
             for prompt, rid in zip(prompts, ids)
         ]
         self.num_waiting += len(prompts)

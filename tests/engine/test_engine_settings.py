@@ -42,6 +42,8 @@ VLLM_FLAGS = {
     "enable_expert_parallel": "--enable-expert-parallel", "data_parallel_size": "--data-parallel-size",
     "enforce_eager": "--enforce-eager", "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
     "async_scheduling": "--async-scheduling", "speculative_config": "--speculative-config",
+    "enable_lora": "--enable-lora", "max_loras": "--max-loras", "max_lora_rank": "--max-lora-rank",
+    "max_cpu_loras": "--max-cpu-loras",
     "kv_transfer_config": "--kv-transfer-config", "kv_offloading_size": "--kv-offloading-size",
     # accord's own: where each rank records its op calls (the rollout gate's replay).
     "compilation_config": "--compilation-config",

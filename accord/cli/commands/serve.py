@@ -11,6 +11,7 @@ import sys
 from typing import get_args
 
 from ...server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
+from ...server.lora_modules import RUNTIME_UPDATING_VARIABLE, parse_lora_module
 from ...server.options import DEFAULT_MAX_LOGPROBS, DEFAULT_REASONING_BUDGETS, ContentFormat, ServerOptions
 from ...server.reasoning_parsers import reasoning_parser_names
 from ...server.tool_parsers import tool_parser_names
@@ -124,6 +125,17 @@ def _add_api_flags(group: argparse._ArgumentGroup) -> None:
         "(openai when the template loops over content) (default: %(default)s)",
     )
     group.add_argument(
+        "--lora-modules", nargs="+", type=parse_lora_module, default=None,
+        help="LoRA adapters to serve (needs --enable-lora), each name=path or JSON {\"name\": .., \"path\": .., "
+        "\"base_model_name\": ..}; a request names one in `model` (default: none)",
+    )
+    group.add_argument(
+        "--allow-runtime-lora-updating", action=EnableDisableAction,
+        default=os.environ.get(RUNTIME_UPDATING_VARIABLE, "").lower() in ("1", "true"),
+        help=f"serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (default: ${RUNTIME_UPDATING_VARIABLE}, "
+        "else off)",
+    )
+    group.add_argument(
         "--default-chat-template-kwargs", type=json.loads, default=None,
         help="a JSON object of chat template variables (e.g. '{\"enable_thinking\": false}'); a request's "
         "chat_template_kwargs override them (default: none)",
@@ -154,6 +166,7 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
     settings.update(
         api_keys=tuple(args.api_key or ()), chat_template=chat_template,
         default_chat_template_kwargs=dict(args.default_chat_template_kwargs or {}),
+        lora_modules=tuple(args.lora_modules or ()),
     )
     return ServerOptions(**settings)
 

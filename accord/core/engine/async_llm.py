@@ -32,6 +32,7 @@ from typing import Any
 from ..device import BackendFactory
 from .llm_engine import LLMEngine, PromptType
 from ..errors import EngineDeadError, RequestFailedError
+from ..lora.request import LoRARequest
 from ..model_loader.model_config import ModelConfig
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
@@ -103,8 +104,11 @@ class AsyncLLM:
         sampling_params: SamplingParams,
         request_id: str,
         priority: int = 0,
+        lora_request: LoRARequest | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Add a request and yield its cumulative outputs until it finishes. Raises
+        """Add a request (under `lora_request`'s adapter, if given: add_lora it
+        first, or its adapter is read here, on the loop) and yield its cumulative
+        outputs until it finishes. Raises
         ValueError for an invalid request (before any output); closing or cancelling
         the iterator aborts the request."""
         if self.errored:
@@ -121,7 +125,9 @@ class AsyncLLM:
                     self._grammar_pool, self.engine.compile_grammar, sampling_params
                 )
             async with self._lock:
-                self.engine.add_request(request_id, prompt, sampling_params, priority=priority, grammar=grammar)
+                self.engine.add_request(
+                    request_id, prompt, sampling_params, priority=priority, grammar=grammar, lora_request=lora_request
+                )
             self._start_loop()
             self._wake.set()
             while not finished:
@@ -141,6 +147,15 @@ class AsyncLLM:
             self._queues.pop(request_id, None)
             if not finished:
                 self._abort_soon(request_id)
+
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        """Check a LoRA adapter so requests may name it (LLMEngine.add_lora; it reads
+        the adapter, so call it off the event loop)."""
+        return self.engine.add_lora(lora_request)
+
+    def remove_lora(self, lora_int_id: int) -> bool:
+        """Forget a LoRA adapter (LLMEngine.remove_lora)."""
+        return self.engine.remove_lora(lora_int_id)
 
     async def abort(self, request_id: str) -> None:
         """Stop a request; its blocks are freed before the next step, and its stream

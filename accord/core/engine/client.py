@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from ..lora.request import LoRARequest
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.tokenizer import Tokenizer
 from ..outputs import RequestOutput
@@ -44,9 +45,20 @@ class EngineClient(Protocol):
         ...
 
     def generate(
-        self, prompt: PromptType, sampling_params: SamplingParams, request_id: str, priority: int = 0
+        self, prompt: PromptType, sampling_params: SamplingParams, request_id: str, priority: int = 0,
+        lora_request: LoRARequest | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Add a request and stream its cumulative outputs until it finishes."""
+        """Add a request (under `lora_request`'s adapter, if given) and stream its
+        cumulative outputs until it finishes."""
+        ...
+
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        """Check a LoRA adapter so requests may name it (blocking: it reads the
+        adapter); ValueError naming what is wrong with it."""
+        ...
+
+    def remove_lora(self, lora_int_id: int) -> bool:
+        """Forget a LoRA adapter; whether it was known."""
         ...
 
     async def abort(self, request_id: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..device import BackendFactory
+from ..lora.request import LoRARequest
 from .llm_engine import LLMEngine, PromptType
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
@@ -40,9 +41,11 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
         priority: Sequence[int] | None = None,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (a string or `{"prompt_token_ids": [...]}`), with
-        one SamplingParams for all or one per prompt; results in prompt order."""
+        one SamplingParams for all or one per prompt, and one LoRA adapter for all or
+        one (or None: the base model) per prompt; results in prompt order."""
         prompt_list = _prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
@@ -57,11 +60,18 @@ class LLM:
             )
         if priority is not None and len(priority) != len(prompt_list):
             raise ValueError(f"got {len(priority)} priorities for {len(prompt_list)} prompts")
+        loras = (
+            list(lora_request) if isinstance(lora_request, Sequence) else [lora_request] * len(prompt_list)
+        )
+        if len(loras) != len(prompt_list):
+            raise ValueError(f"got {len(loras)} LoRA requests for {len(prompt_list)} prompts; pass one or one per prompt")
         request_ids: list[str] = []
         try:
             for index, (prompt, params) in enumerate(zip(prompt_list, params_list)):
                 request_id = str(next(self._request_counter))
-                self.llm_engine.add_request(request_id, prompt, params, priority=priority[index] if priority else 0)
+                self.llm_engine.add_request(
+                    request_id, prompt, params, priority=priority[index] if priority else 0, lora_request=loras[index]
+                )
                 request_ids.append(request_id)
         except BaseException:
             # A bad prompt midway: the ones already queued must not run in the next call.

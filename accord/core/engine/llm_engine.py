@@ -43,6 +43,8 @@ from ..config import EngineConfig
 from ..device import BackendFactory
 from ..sched.dp_balancer import DataParallelBalancer
 from ..errors import EngineDeadError
+from ..lora.registry import LoRARegistry
+from ..lora.request import LoRARequest
 from ..executor import Executor, executor_class
 from ..executor.base import StepSkipped
 from ..model_loader.model_config import ModelConfig
@@ -124,6 +126,7 @@ class LLMEngine:
                 eos_token_ids=info.model_config.eos_token_ids,
                 structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
                 speculative=config.speculative,
+                max_loras=config.max_loras if config.enable_lora else 0,
                 kv_connector=(
                     None if config.kv_transfer is None
                     else make_scheduler_connector(config.kv_transfer, config.block_size, info.bytes_per_block)
@@ -131,6 +134,8 @@ class LLMEngine:
             )
             for _ in range(config.data_parallel_size)
         ]
+        #: The LoRA adapters checked for this model (None: LoRA off).
+        self.loras = LoRARegistry(info.model_config, config.max_lora_rank) if config.enable_lora else None
         self.balancer = DataParallelBalancer(config.block_size, affinity_slack=config.max_num_batched_tokens)
         # Idle replicas must join the MoE layers' token exchange over the whole world.
         self._pads_idle_replicas = (
@@ -212,11 +217,15 @@ class LLMEngine:
         priority: int = 0,
         *,
         grammar: str | None = None,
+        lora_request: LoRARequest | None = None,
     ) -> None:
-        """Queue a request; raises ValueError for an unusable prompt or settings.
+        """Queue a request, under `lora_request`'s adapter if given; raises ValueError
+        for an unusable prompt, settings or adapter (LoRAAdapterError, naming the problem).
         `grammar`, from `compile_grammar`, saves compiling the request's constraint here."""
         if request_id in self.output_processor:
             raise ValueError(f"request id {request_id!r} is already in use")
+        if lora_request is not None:
+            self.add_lora(lora_request)
         params = params or SamplingParams()
         text, token_ids = self._tokenize(prompt)
         self._check_request(token_ids, params)
@@ -236,10 +245,26 @@ class LLMEngine:
         for index, (req_id, sample_params) in enumerate(samples):
             request = Request(
                 req_id, token_ids, sample_params, index=index, priority=priority, arrival_time=arrival,
-                arrival_order=order, prompt_source=first,
+                arrival_order=order, prompt_source=first, lora_request=lora_request,
             )
             first = first or request
             scheduler.add_request(request, grammar)
+
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        """Check an adapter so requests may name it (vLLM's add_lora); whether it was
+        new. ValueError when LoRA is off, LoRAAdapterError for an unusable adapter."""
+        if self.loras is None:
+            raise ValueError(f"LoRA adapter {lora_request.lora_name!r} asked for, but LoRA is off (enable_lora)")
+        return self.loras.add(lora_request)
+
+    def remove_lora(self, lora_int_id: int) -> bool:
+        """Forget an adapter (vLLM's remove_lora); whether it was known. Requests
+        already running on it finish on it."""
+        return self.loras is not None and self.loras.remove(lora_int_id)
+
+    def list_loras(self) -> set[int]:
+        """The ids of the adapters added and not removed (vLLM's list_loras)."""
+        return set() if self.loras is None else self.loras.ids()
 
     def compile_grammar(self, params: SamplingParams) -> str | None:
         """The checked grammar `params` constrain generation to (None without a

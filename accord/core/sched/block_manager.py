@@ -3,6 +3,9 @@ caching by a hash chain over full blocks (nano-vllm's seam, nothing else here).
 
 A full block's key is a hash of (the previous block's key, its token ids), so equal
 prefixes map to the same physical blocks and a hit is a table pointer, never a copy.
+A sequence's chain starts at its LoRA adapter's root (`chain_root`), so the same tokens
+under two adapters (or an adapter and the base) never share a block: their KV differs,
+and sharing it would serve one tenant's adapter's KV to another's request.
 The default hash is SHA-256, as vLLM's since CVE-2025-25183: with Python's `hash()` a
 client can craft a prompt whose chain collides with another's and be served that
 prompt's cached KV. A block whose last reference goes away keeps its key and joins the
@@ -23,8 +26,16 @@ from ..config import PrefixCachingHashAlgo
 
 #: A block's key: the chain hash of its prefix and tokens.
 BlockKey = Hashable
-#: The chain's start (the parent of a sequence's first block).
+#: The chain's start (the parent of a sequence's first block) for the base model.
 ROOT_KEY = b""
+
+
+def chain_root(lora_int_id: int) -> BlockKey:
+    """The parent of the first block of a sequence under LoRA adapter `lora_int_id`
+    (0: the base model, ROOT_KEY). An adapter's root is 12 bytes, never the length of
+    ROOT_KEY or of a SHA-256 parent, so no adapter's first block key can equal the
+    base's or another block's."""
+    return ROOT_KEY if lora_int_id == 0 else b"lora" + lora_int_id.to_bytes(8, "little")
 
 
 def _sha256_key(parent: BlockKey, token_ids: Sequence[int]) -> BlockKey:
@@ -94,13 +105,14 @@ class BlockManager:
         """The physical blocks of `seq_id`'s logical blocks, in order (empty if none)."""
         return self._tables.get(seq_id, [])
 
-    def find_cached_prefix(self, token_ids: Sequence[int], max_tokens: int) -> list[int]:
+    def find_cached_prefix(self, token_ids: Sequence[int], max_tokens: int, root: BlockKey = ROOT_KEY) -> list[int]:
         """Cached blocks holding the longest run of full blocks that prefixes
-        `token_ids`, covering at most `max_tokens` tokens; counts one query."""
+        `token_ids` in the chain from `root` (chain_root), covering at most `max_tokens`
+        tokens; counts one query."""
         if not self.enable_prefix_caching:
             return []
         blocks: list[int] = []
-        for key in self._chain_keys(token_ids, max_tokens):
+        for key in self._chain_keys(token_ids, max_tokens, root):
             block = self._block_of_key.get(key)
             if block is None:
                 break
@@ -109,14 +121,15 @@ class BlockManager:
         self.counters.hits += len(blocks) * self.block_size
         return blocks
 
-    def chain_keys(self, token_ids: Sequence[int], max_tokens: int) -> list[BlockKey]:
-        """The keys of the full blocks among the first `max_tokens` of `token_ids`: the
-        same chain in every tier and on every instance with the same hash algorithm."""
-        return list(self._chain_keys(token_ids, max_tokens))
+    def chain_keys(self, token_ids: Sequence[int], max_tokens: int, root: BlockKey = ROOT_KEY) -> list[BlockKey]:
+        """The keys of the full blocks among the first `max_tokens` of `token_ids` in the
+        chain from `root` (chain_root): the same chain in every tier and on every
+        instance with the same hash algorithm."""
+        return list(self._chain_keys(token_ids, max_tokens, root))
 
-    def _chain_keys(self, token_ids: Sequence[int], max_tokens: int) -> Iterator[BlockKey]:
+    def _chain_keys(self, token_ids: Sequence[int], max_tokens: int, root: BlockKey = ROOT_KEY) -> Iterator[BlockKey]:
         size = self.block_size
-        parent: BlockKey = ROOT_KEY
+        parent: BlockKey = root
         for start in range(0, (max_tokens // size) * size, size):
             parent = self._block_key(parent, token_ids[start : start + size])
             yield parent
@@ -151,15 +164,17 @@ class BlockManager:
             table.append(self._take_free_block())
         return True
 
-    def cache_full_blocks(self, seq_id: str, token_ids: Sequence[int], num_computed_tokens: int) -> None:
+    def cache_full_blocks(
+        self, seq_id: str, token_ids: Sequence[int], num_computed_tokens: int, root: BlockKey = ROOT_KEY
+    ) -> None:
         """Register the blocks of `seq_id` that `num_computed_tokens` fills, so later
-        sequences with the same prefix can reuse them. Call only for tokens whose KV
-        the step being run writes."""
+        sequences with the same prefix (from the same `root`) can reuse them. Call only
+        for tokens whose KV the step being run writes."""
         if not self.enable_prefix_caching:
             return
         table, chain, size = self._tables[seq_id], self._chain[seq_id], self.block_size
         for index in range(len(chain), num_computed_tokens // size):
-            parent = chain[-1] if chain else ROOT_KEY
+            parent = chain[-1] if chain else root
             key = self._block_key(parent, token_ids[index * size : (index + 1) * size])
             block = table[index]
             # An equal block computed concurrently keeps the cache slot; this copy stays

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..lora.request import LoRARequest
 from ..outputs import Logprob
 from ..sampling_params import SamplingParams
 from ..structured_output import GrammarBitmask
@@ -36,6 +37,8 @@ class NewRequestData:
     #: many prompt positions already have theirs (a resumed request skips those).
     num_prompt_logprobs: int | None = None
     num_prompt_logprobs_done: int = 0
+    #: The adapter the request runs under (None: the base model).
+    lora_request: LoRARequest | None = None
 
 
 @dataclass

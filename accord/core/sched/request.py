@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..lora.request import LoRARequest
 from ..sampling_params import SamplingParams
 from ..thinking import ThinkingProgress
 
@@ -45,6 +46,8 @@ class Request:
     arrival_order: int = 0
     #: The sibling whose prompt blocks this one waits to reuse (n > 1), if any.
     prompt_source: Request | None = None
+    #: The LoRA adapter it runs under (None: the base model).
+    lora_request: LoRARequest | None = None
     token_ids: list[int] = field(init=False)
     output_token_ids: list[int] = field(default_factory=list, init=False)
     num_computed_tokens: int = field(default=0, init=False)
@@ -72,6 +75,11 @@ class Request:
                                                           self.params.thinking_token_budget)
         if self.wants_prompt_logprobs:
             self.num_prompt_logprobs_done = 1
+
+    @property
+    def lora_int_id(self) -> int:
+        """Its adapter's id, 0 for the base model."""
+        return self.lora_request.lora_int_id if self.lora_request else 0
 
     @property
     def kv_transfer_params(self) -> dict[str, Any] | None:

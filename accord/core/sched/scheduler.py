@@ -33,7 +33,7 @@ from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
-from .block_manager import BlockKey, BlockManager
+from .block_manager import BlockKey, BlockManager, chain_root
 from .check_stop import check_stop
 from .policy import QueuePolicy, make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
@@ -55,6 +55,7 @@ class Scheduler:
         eos_token_ids: Collection[int] = (),
         structured_output: StructuredOutputManager | None = None,
         speculative: SpeculativeConfig | None = None,
+        max_loras: int = 0,
         kv_connector: KVConnectorScheduler | None = None,
     ) -> None:
         if not isinstance(policy, QueuePolicy) and policy not in get_args(SchedulingPolicy):
@@ -68,6 +69,8 @@ class Scheduler:
         self._structured_output = structured_output
         #: Speculative decoding's setup (None: off): proposals land with a step's results.
         self._speculative = speculative
+        #: Distinct LoRA adapters the running requests may use at once (the device slots).
+        self.max_loras = max_loras
         #: The scheduler half of a KV connector (None: no KV comes from or goes outside).
         self.kv_connector = kv_connector
         #: The order of the queues and who may be admitted (sched/policy.py).
@@ -222,6 +225,7 @@ class Scheduler:
                     request.req_id,
                     request.token_ids,
                     min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
+                    chain_root(request.lora_int_id),
                 )
         preempted += made_room
         self.stats.num_preemptions += len(preempted)
@@ -319,6 +323,7 @@ class Scheduler:
             num_computed_tokens=request.num_computed_tokens,
             num_prompt_logprobs=request.params.prompt_logprobs if request.needs_prompt_logprobs else None,
             num_prompt_logprobs_done=request.num_prompt_logprobs_done,
+            lora_request=request.lora_request,
         )
 
     def _cached_request_data(self, requests: list[Request]) -> CachedRequestData:
@@ -342,14 +347,17 @@ class Scheduler:
             request = self.waiting[index]
             # A preempted request resumes once its last step's token has landed (the
             # runner is sent its tokens in full).
-            if request.num_output_placeholders or self._waits_for_sibling(request) or not admits(request):
+            if (request.num_output_placeholders or self._waits_for_sibling(request) or not admits(request)
+                    or not self._lora_fits(request)):
                 index += 1
                 continue
             # At least the last token is always computed: its logits are needed.
             cached = (
                 []
                 if request.needs_prompt_logprobs
-                else self.block_manager.find_cached_prefix(request.token_ids, request.num_tokens - 1)
+                else self.block_manager.find_cached_prefix(
+                    request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id)
+                )
             )
             computed = len(cached) * self.block_manager.block_size
             transfer = self._transfer_request(request, None)
@@ -375,6 +383,14 @@ class Scheduler:
             budget -= count
         return budget
 
+    def _lora_fits(self, request: Request) -> bool:
+        """Whether `request`'s adapter can run beside the running requests' without
+        more distinct adapters than the workers have device slots."""
+        if not request.lora_int_id:
+            return True
+        running = {r.lora_int_id for r in self.running if r.lora_int_id}
+        return request.lora_int_id in running or len(running) < self.max_loras
+
     def _external_tokens(self, request: Request, transfer: TransferRequest | None, num_computed: int) -> int:
         """Tokens after the `num_computed` cached ones that the KV connector loads
         instead of the step computing them (0 without a connector)."""
@@ -393,7 +409,7 @@ class Scheduler:
         if not self.kv_connector.uses_block_keys:
             keys = ()
         elif keys is None:
-            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1)
+            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id))
         return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
                                request.num_tokens, tuple(keys))
 

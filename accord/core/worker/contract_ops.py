@@ -19,19 +19,23 @@ from ..models.registry import family
 SAMPLER_OPS = frozenset({"sample"})
 #: What a step with draft tokens adds (the drafts are checked against the target).
 SPEC_DECODE_OPS = frozenset({"rejection_sample"})
+#: What serving LoRA adapters adds (each token's adapter delta).
+LORA_OPS = frozenset({"lora_linear"})
 
 
 def worker_contract_ops(
-    model: str | Path, quantization: str | None = None, speculative: bool = False
+    model: str | Path, quantization: str | None = None, speculative: bool = False, lora: bool = False
 ) -> frozenset[str]:
     """The op contracts a worker serving `model` (a Hugging Face directory or a GGUF
-    file) with `quantization`, and speculative decoding on or off, calls."""
+    file) with `quantization`, speculative decoding and LoRA on or off, calls."""
     config = read_model_config(model)
     ops = family(config.architecture).contract_ops(config) | SAMPLER_OPS
     if quantization == "fp8":
         ops |= FP8_LINEAR
     if gguf.is_gguf(model) and gguf.packs_linears(model):
         ops |= QUANT_LINEAR
+    if lora:
+        ops |= LORA_OPS
     return ops | SPEC_DECODE_OPS if speculative else ops
 
 

@@ -34,6 +34,8 @@ class CachedRequestState:
     num_prompt_logprobs: int | None
     #: Prompt positions that have their logprob entry (the first, predicted by nothing, counts).
     num_prompt_logprobs_done: int
+    #: The LoRA adapter it runs under, 0 for the base model.
+    lora_int_id: int = 0
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -82,6 +84,7 @@ class InputBatch:
             num_blocks=len(new.block_ids),
             num_prompt_logprobs=new.num_prompt_logprobs,
             num_prompt_logprobs_done=new.num_prompt_logprobs_done,
+            lora_int_id=new.lora_request.lora_int_id if new.lora_request else 0,
         )
 
     def update(self, cached: CachedRequestData) -> None:

@@ -33,6 +33,7 @@ from .input_batch import CachedRequestState, InputBatch
 from ..kv_transfer.base import KVConnectorWorker
 from ..kv_transfer.factory import make_worker_connector
 from ..models import CausalLM
+from ..lora.slots import LoRASlots
 from ..models.layers.mlp import worst_case_expert_load
 from .rejection_sampler import RejectionSampler
 from .sampler import SampledTokens, Sampler, prompt_logprobs
@@ -62,6 +63,12 @@ class ModelRunner:
         self.backend = backend
         self.device = backend.device()
         self.model = model
+        #: The LoRA adapters' device slots (None: LoRA off); put in the model before
+        #: the forward is compiled, so a compiled forward calls the LoRA hook too.
+        self.lora: LoRASlots | None = (
+            LoRASlots(model, ops, config.max_loras, config.max_lora_rank, config.lora_cpu_cache_size)
+            if config.enable_lora else None
+        )
         # The forward every step runs: compiled when -O asks (accord.core.worker.compilation).
         self.forward = compile_forward(model, ops) if config.compilation_config else model.forward
         self.max_model_len = max_model_len
@@ -195,6 +202,10 @@ class ModelRunner:
         self.decode_graphs = None
         if self.config.enforce_eager or not self.backend.captures_graphs:
             return
+        if self.lora is not None:
+            # A replayed graph would keep the slot ids of its capture.
+            logger.info("no decode graphs: LoRA steps run eagerly")
+            return
         if self.config.compilation_config and not self.backend.captures_compiled_steps:
             logger.info("no decode graphs: backend %s does not record a compiled step (-O%d)",
                         self.backend.name, self.config.compilation_config)
@@ -247,19 +258,27 @@ class ModelRunner:
         return self.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
 
     def _forward(
-        self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray
+        self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray, lora_slots: np.ndarray | None = None
     ) -> tuple[torch.Tensor, FlatBatch]:
         """Hidden states of the step's new tokens: a captured graph's replay for a
-        pure-decode step whose bucket was captured, else an eager forward."""
+        pure-decode step whose bucket was captured, else an eager forward (with each
+        request's LoRA slot in `lora_slots` when LoRA is on)."""
         batch, graphs = self.input_batch, self.decode_graphs
         decode = graphs is not None and int(num_new.max()) == 1 and graphs.replays_batch(len(num_new))
         flat = self.step_inputs.flatten(batch.token_ids_np, batch.block_table_np, rows, num_computed, num_new,
-                                        full_width=decode)
+                                        full_width=decode, lora_slots=lora_slots)
         if decode:
             inputs = {"input_ids": flat.input_ids, "positions": flat.positions, "slot_mapping": flat.attn.slot_mapping,
                       "block_tables": flat.attn.block_tables, "seq_lens": flat.attn.seq_lens}
             return graphs.run(inputs), flat
-        return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
+        if self.lora is None:
+            return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
+        self.lora.batch.slot_ids = flat.lora_slot_ids
+        try:
+            return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
+        finally:
+            # Forwards outside a step (profile, dummy batches) run the base model.
+            self.lora.batch.slot_ids = None
 
     # -- a step --------------------------------------------------------------------
     def update_states(self, step: SchedulerOutput) -> None:
@@ -270,6 +289,8 @@ class ModelRunner:
             batch.remove(req_id)
         for new in step.scheduled_new_reqs:
             batch.add(new)
+            if new.lora_request is not None and self.lora is not None:
+                self.lora.register(new.lora_request)
         batch.update(step.scheduled_cached_reqs)
 
     def execute_model(self, step: SchedulerOutput) -> ModelRunnerOutput | None:
@@ -327,7 +348,8 @@ class ModelRunner:
             for b in np.flatnonzero(num_drafts):
                 # The drafts sit after the known tokens, where the step reads its inputs.
                 batch.token_ids_np[rows[b], num_tokens[b] : num_tokens[b] + num_drafts[b]] = drafts[b]
-        hidden, flat = self._forward(rows, num_computed, num_new)
+        lora_slots = self.lora.slots_for([s.lora_int_id for s in states]) if self.lora is not None else None
+        hidden, flat = self._forward(rows, num_computed, num_new, lora_slots)
         samplers = np.flatnonzero(num_computed + num_new == num_tokens + num_drafts)
         prompt_entries = self._prompt_logprobs(states, num_computed, num_new, flat, hidden)
         output = ModelRunnerOutput(prompt_logprobs={states[b].req_id: entries for b, entries in prompt_entries})

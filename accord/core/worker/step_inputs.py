@@ -34,6 +34,9 @@ class FlatBatch:
     attn: AttentionMetadata
     #: Row index of each request's last new token (host numpy, int64).
     last_rows: np.ndarray
+    #: Each token's LoRA adapter slot (int32, -1: the base model; None: no token of
+    #: the step has an adapter).
+    lora_slot_ids: torch.Tensor | None = None
 
 
 class StagedBuffer:
@@ -90,6 +93,7 @@ class StepInputs:
         self.block_tables = StagedBuffer(max_seqs * self.max_blocks_per_seq, INDEX_DTYPE, device)
         self.seq_lens = StagedBuffer(max_seqs, INDEX_DTYPE, device)
         self.query_start_loc = StagedBuffer(max_seqs + 1, INDEX_DTYPE, device)
+        self.lora_slot_ids = StagedBuffer(max_tokens, INDEX_DTYPE, device)
         self._arange = np.arange(max(max_seqs, max_tokens) + 1, dtype=np.int64)
 
     def _fit(self, num_seqs: int, num_tokens: int) -> None:
@@ -105,12 +109,14 @@ class StepInputs:
         num_computed: np.ndarray,
         num_new: np.ndarray,
         full_width: bool = False,
+        lora_slots: np.ndarray | None = None,
     ) -> FlatBatch:
         """Model inputs and attention metadata for the requests in `rows` of
         `token_ids`/`block_table` (host arrays, one row per request), each computing
         `num_new[b]` tokens after `num_computed[b]` cached ones. Block tables are as
         wide as the longest sequence needs, or `max_blocks_per_seq` with `full_width`
-        (a captured graph's fixed shape)."""
+        (a captured graph's fixed shape). `lora_slots` gives each request's LoRA slot
+        (-1: none), spread to its tokens."""
         num_seqs = len(num_new)
         seq_lens = num_computed + num_new
         max_seq_len = int(seq_lens.max())
@@ -149,11 +155,16 @@ class StepInputs:
             max_query_len=max_query_len,
             max_seq_len=max_seq_len,
         )
+        lora_slot_ids = None
+        if lora_slots is not None and (lora_slots >= 0).any():
+            self.lora_slot_ids.np[:num_tokens] = lora_slots[row_seq]
+            lora_slot_ids = self.lora_slot_ids.to_device(num_tokens)
         flat = FlatBatch(
             input_ids=self.input_ids.to_device(num_tokens),
             positions=self.positions.to_device(num_tokens),
             attn=attn,
             last_rows=last_rows,
+            lora_slot_ids=lora_slot_ids,
         )
         if self.device.type != "cpu":
             self._copied = torch.Event(device=self.device)

@@ -70,9 +70,11 @@ def sample(
 
 
 def register(kernels: KernelSet) -> None:
-    """Add the sampler and the rejection sampler (they call no NPU operator; the latter
-    is the cpu backend's device-agnostic torch, its uniforms made by the caller)."""
+    """Add the sampler, the rejection sampler and the multi-LoRA delta (they call no NPU
+    operator; the latter two are the cpu backend's device-agnostic torch, the rejection
+    sampler's uniforms made by the caller, the LoRA delta's GEMMs torch's matmuls)."""
     from ...cpu.kernels import KERNELS as CPU_KERNELS
 
     kernels.register("sample")(sample)
     kernels.add(CPU_KERNELS.get("rejection_sample"))
+    kernels.add(CPU_KERNELS.get("lora_linear"))
