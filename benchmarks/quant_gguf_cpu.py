@@ -7,7 +7,7 @@ and the peak RSS of each batch-1 process.
         [--llama-bench PATH] [--llama-batched-bench PATH]
 
 Each measurement runs in a process of its own (so its peak RSS is its own): accord's
-with `ACCORD_GGUF_DEQUANTIZE` unset (packed) or 1 (dequantised), llama.cpp's
+with `ACCORD_GGUF_PACKED` 1 (packed) or 0 (dequantised), llama.cpp's
 `llama-bench -p 0 -n 128` (batch-1 decode) and `llama-batched-bench -npp 128 -ntg 128
 -npl 32`. The default model is the demo's SmolLM2-135M-Instruct Q4_1 file. On a shared
 machine compare the ratios of one run, not absolute rates across runs.
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 PROMPT_TOKENS, NEW_TOKENS, BATCH = 128, 128, 32
-MODES = {"packed": "0", "dequantised": "1"}
+MODES = {"packed": "1", "dequantised": "0"}
 
 
 def _prompts(count: int, vocab: int) -> list[dict]:
@@ -74,7 +74,7 @@ def _child(command: list[str], env: dict[str, str]) -> tuple[str, float]:
 
 
 def accord_run(model: str, mode: str, workload: str, threads: int) -> tuple[float, float]:
-    env = {**os.environ, "ACCORD_GGUF_DEQUANTIZE": MODES[mode], "OMP_NUM_THREADS": str(threads)}
+    env = {**os.environ, "ACCORD_GGUF_PACKED": MODES[mode], "OMP_NUM_THREADS": str(threads)}
     stdout, peak = _child([sys.executable, __file__, "--child", workload, "--threads", str(threads), model], env)
     return json.loads(stdout.strip().splitlines()[-1])["tok_s"], peak
 

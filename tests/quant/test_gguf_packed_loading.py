@@ -19,7 +19,7 @@ from accord import LLM, SamplingParams
 from accord.backends import get_backend
 from accord.core.model_loader.gguf.checkpoint import GgufCheckpoint
 from accord.core.model_loader.gguf.reader import open_gguf
-from accord.core.model_loader.gguf.source import DEQUANTIZE_ENV
+from accord.core.model_loader.gguf.source import PACKED_ENV
 from accord.core.model_loader.load import load_model
 from accord.core.quantization import ConcatenatedLinear, QuantLinear
 from accord.core.worker.contract_ops import worker_contract_ops
@@ -79,7 +79,7 @@ def test_every_layer_projection_holds_the_file_s_blocks(tiny) -> None:
 def test_dequantize_env_loads_dense_weights_and_drops_quant_linear(tiny, monkeypatch) -> None:
     path = tiny(Q.Q8_0)
     assert "quant_linear" in worker_contract_ops(path)
-    monkeypatch.setenv(DEQUANTIZE_ENV, "1")
+    monkeypatch.delenv(PACKED_ENV)
     assert "quant_linear" not in worker_contract_ops(path)
     model = load_model(path, OpDispatcher(get_backend("cpu")), dtype="float32").model
     assert not any(isinstance(linear, QuantLinear) for linear in projections(model))
@@ -107,7 +107,7 @@ def greedy(path: Path) -> tuple[list[int], list[float]]:
 def test_packed_greedy_tokens_equal_the_dequantised_path(tensor_type: Q, mixed: bool, tiny, monkeypatch) -> None:
     path = tiny(tensor_type, mixed)
     tokens, logprobs = greedy(path)
-    monkeypatch.setenv(DEQUANTIZE_ENV, "1")
+    monkeypatch.delenv(PACKED_ENV)
     want_tokens, want_logprobs = greedy(path)
     assert tokens == want_tokens
     assert max(abs(a - b) for a, b in zip(logprobs, want_logprobs)) < LOGPROB_BOUND

@@ -12,14 +12,18 @@ from .checkpoint import GgufCheckpoint
 from .config import hf_config
 from .reader import open_gguf
 
-#: Set to 1 to dequantise every tensor at load (the path before packed linears, kept to
-#: compare against: benchmarks/quant_gguf_cpu.py and the packed-loading tests).
-DEQUANTIZE_ENV = "ACCORD_GGUF_DEQUANTIZE"
+#: Set to 1 to keep GGUF linear weights packed and compute them with quant_linear. Off
+#: by default for now: packed decode wins at batch 1 and holds about a third less
+#: memory, but batched calls dequantise a tile per call and run about 3x slower than
+#: the dequantised weights' GEMM (benchmarks/quant_gguf_cpu.py), and batching is where
+#: accord serves.
+PACKED_ENV = "ACCORD_GGUF_PACKED"
 
 
 def keeps_packed() -> bool:
-    """Whether GGUF linear weights load packed (the default) rather than dequantised."""
-    return os.environ.get(DEQUANTIZE_ENV, "0") != "1"
+    """Whether GGUF linear weights load packed (ACCORD_GGUF_PACKED=1) rather than
+    dequantised (the default)."""
+    return os.environ.get(PACKED_ENV, "0") == "1"
 
 
 @dataclass(frozen=True)
