@@ -1,16 +1,20 @@
-"""FP8 weights: the fp8 linear layer (activations quantised per call through
+"""Quantised weights. FP8: the fp8 linear layer (activations quantised per call through
 `ops.quantize_fp8`, product through `ops.scaled_mm`) and the load-time conversions
-(quantise a bf16 weight per output channel or per 128x128 block, dequantise blocks).
-
-Storage is OCP e4m3fn, as the core keeps fp8; block scales are DeepSeek's
-`weight_scale_inv` (dequantised value = stored * scale).
+(quantise a bf16 weight per output channel or per 128x128 block, dequantise blocks);
+storage is OCP e4m3fn, as the core keeps fp8, and block scales are DeepSeek's
+`weight_scale_inv` (dequantised value = stored * scale). GGUF: weights kept in their
+file's blocks (`GgufWeight`), computed through `ops.quant_linear` (`QuantLinear`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 import torch
 
 from ..op_contracts import FP8_MAX, OpDispatcher
+from .models.layers.linear import Linear
 
 FP8_DTYPE = torch.float8_e4m3fn
 #: DeepSeek's block shape: 1x128 activation groups, 128x128 weight tiles.
@@ -71,3 +75,53 @@ def dequantize_blocks(weight: torch.Tensor, scales: torch.Tensor, dtype: torch.d
     rows, cols = weight.shape
     per_element = scales.repeat_interleave(BLOCK, 0)[:rows].repeat_interleave(BLOCK, 1)[:, :cols]
     return (weight.float() * per_element).to(dtype)
+
+
+@dataclass(frozen=True)
+class GgufWeight:
+    """A linear weight [N, in_features] kept as its GGUF blocks: `qweight` [N, row bytes]
+    uint8, each row the blocks of `quant_type` (a name in op_contracts.GGUF_FORMATS) as
+    ggml lays them out."""
+
+    qweight: torch.Tensor
+    quant_type: str
+    in_features: int
+
+    @property
+    def out_features(self) -> int:
+        """N, the weight's rows."""
+        return self.qweight.shape[0]
+
+
+class QuantLinear:
+    """y = x @ W^T (+ bias) with W kept packed (`GgufWeight`), through `ops.quant_linear`;
+    `out_dtype` fp32 for a head whose logits are kept in fp32, else x's dtype."""
+
+    def __init__(
+        self, ops: OpDispatcher, weight: GgufWeight, bias: torch.Tensor | None = None,
+        out_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.ops = ops
+        self.weight = weight
+        self.bias = bias
+        self.out_dtype = out_dtype
+        self.out_features = weight.out_features
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, K] -> [T, N]."""
+        weight = self.weight
+        return self.ops.quant_linear(x, weight.qweight, self.bias, quant_type=weight.quant_type, out_dtype=self.out_dtype)
+
+
+class ConcatenatedLinear:
+    """Several linears on the same input whose outputs sit side by side: a fused q/k/v or
+    gate/up whose parts a GGUF file stores in different formats (llama.cpp's Q4_K_M keeps
+    some v and down projections in Q6_K), so they cannot share one packed weight."""
+
+    def __init__(self, parts: Sequence[Linear]) -> None:
+        self.parts = list(parts)
+        self.out_features = sum(part.out_features for part in self.parts)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, K] -> [T, sum of the parts' N]."""
+        return torch.cat([part(x) for part in self.parts], dim=-1)

@@ -1,6 +1,7 @@
 """Typed op contracts and the dispatcher that enforces them. Imports torch only."""
 
 from .contracts import CONTRACTS
+from .contracts.quant import GGUF_FORMATS, BlockFormat
 from .dispatcher import CallHook, CallPlan, OpDispatcher, empty_allocator, strict_from_env
 from .errors import ContractError
 from .kernel import CallSignature, CastAdapter, Kernel, KernelSet
@@ -23,6 +24,8 @@ from .spec import (
 
 __all__ = [
     "CONTRACTS",
+    "GGUF_FORMATS",
+    "BlockFormat",
     "CallHook",
     "CallPlan",
     "CallSignature",

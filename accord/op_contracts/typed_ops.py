@@ -134,6 +134,30 @@ class Ops:
         """
         raise NotImplementedError  # served by OpDispatcher.__getattr__
 
+    def quant_linear(
+        self,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        *,
+        quant_type: Literal['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q2_K', 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K'],
+        out_dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """out = x @ dequantise(qweight, quant_type)^T (+ bias), accumulated in at least fp32 and
+        rounded once to out_dtype (x's dtype, or fp32 for the LM head). qweight [N, K / block_size *
+        block_bytes] holds each output row's GGUF blocks as ggml lays them out; dequantise is the
+        format's definition (ggml-quants.c's dequantize_row_*). A kernel may quantise x to int8 per
+        32-wide block (ggml's Q8 activations): the tolerance allows for it.
+
+        x: fp32/fp16/bf16 [T, K]: activations, one row per token
+        qweight: uint8 [N, B]: each output row's packed blocks
+        bias: fp32/fp16/bf16 [N]: per-output-channel bias
+        quant_type: the GGUF block format
+        out_dtype: the output's, where not x's
+        returns out: param:out_dtype|like:x [T, N]
+        """
+        raise NotImplementedError  # served by OpDispatcher.__getattr__
+
     def reshape_and_cache(
         self,
         key: torch.Tensor,

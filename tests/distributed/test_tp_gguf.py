@@ -42,6 +42,7 @@ def test_a_rank_reads_only_its_slices_of_a_gguf_file(tiny_gguf, monkeypatch: pyt
         return real_read_slice(self, name, dim, start, stop)
 
     monkeypatch.setattr(GgufCheckpoint, "read_slice", logged)
+    monkeypatch.delenv("ACCORD_GGUF_PACKED", raising=False)  # every tensor through read_slice (packed: tests/quant)
     load_model(path, OpDispatcher(get_backend("cpu")), dtype="float32", parallel=RANK1_OF_2)
     checkpoint = open_gguf_model(path).checkpoint
     shapes = {name: checkpoint.shape(name) for name in checkpoint.names()}

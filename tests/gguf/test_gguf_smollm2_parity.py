@@ -31,10 +31,14 @@ def conversation(question: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def accord_llm(smollm2_gguf: Path) -> LLM:
-    return LLM(
-        str(smollm2_gguf), dtype="float32", max_model_len=512, max_num_seqs=8, max_num_batched_tokens=512,
-        kv_cache_memory=32 << 20,
-    )
+    # The dequantised path, which computes what transformers does; the packed one
+    # (int8 activations, as llama.cpp's) is held to this one in tests/quant.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("ACCORD_GGUF_PACKED", raising=False)
+        return LLM(
+            str(smollm2_gguf), dtype="float32", max_model_len=512, max_num_seqs=8, max_num_batched_tokens=512,
+            kv_cache_memory=32 << 20,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from typing import Callable, Iterable
 
 from ..adversarial import adversarial_cases
 from ..case import Case
-from . import attention, cache, deepseek_v4, elementwise, fp8, linear, lora, moe, rejection, sampling
+from . import attention, cache, deepseek_v4, elementwise, fp8, linear, lora, moe, quant, rejection, sampling
 from .illegal import illegal_cases
 
 CaseGenerator = Callable[[int], Iterable[Case]]
@@ -18,6 +18,7 @@ GENERATORS: dict[str, CaseGenerator] = {
     **elementwise.CASES,
     **linear.CASES,
     **lora.CASES,
+    **quant.CASES,
     **cache.CASES,
     **attention.CASES,
     **moe.CASES,

@@ -23,6 +23,8 @@ MLA_ATTENTION = frozenset({"concat_and_cache_mla", "mla_attention"})
 MOE = frozenset({"moe_route", "fused_moe"})
 #: fp8 linears: activations quantised per call, then the scaled matmul.
 FP8_LINEAR = frozenset({"quantize_fp8", "scaled_mm"})
+#: Linears whose weights stay in a GGUF file's blocks.
+QUANT_LINEAR = frozenset({"quant_linear"})
 
 
 def decoder_ops(config: ModelConfig) -> frozenset[str]:

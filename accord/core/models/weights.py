@@ -9,6 +9,11 @@ Under tensor parallelism each rank reads only its shard of a tensor from disk (a
 safetensors slice, never the whole tensor); fp8 block scales are sliced with their
 weights, so a shard must start and end on a 128-wide tile. Under expert parallelism a
 rank reads its own experts whole and never opens the other ranks' experts.
+
+A checkpoint that can hand out packed blocks (a GGUF file's `read_packed`) gives its
+linear weights as `GgufWeight`s, computed by `QuantLinear`: whole rows of a
+column-parallel shard, and columns of a row-parallel one where they fall on block
+edges (else that shard is read dequantised, as every other tensor is).
 """
 
 from __future__ import annotations
@@ -84,12 +89,15 @@ class WeightLoader:
         dim (q/k/v or gate/up fused into one GEMM). Column-parallel when `shards` gives
         each part's output rows for this rank (no collective: the output stays split)."""
         shards = shards or [WHOLE] * len(prefixes)
-        parts = [self._read(f"{p}.weight", (n, in_features), s) for p, n, s in zip(prefixes, out_features, shards)]
         biases = None
         if bias:
             biases = torch.cat(
                 [self.tensor(f"{p}.bias", (n,), shard=s) for p, n, s in zip(prefixes, out_features, shards)]
             )
+        packed = [self._packed(f"{p}.weight", (n, in_features), s) for p, n, s in zip(prefixes, out_features, shards)]
+        if any(weight is not None for weight in packed):
+            return self._packed_linear(prefixes, packed, in_features, out_features, shards, biases)
+        parts = [self._read(f"{p}.weight", (n, in_features), s) for p, n, s in zip(prefixes, out_features, shards)]
         if parts[0].dtype in FP8_DTYPES:
             full_shapes = [(n, in_features) for n in out_features]
             weight, scale = self._device_fp8(*self._stacked_blocks(prefixes, parts, full_shapes, shards))
@@ -104,12 +112,15 @@ class WeightLoader:
         activations are split otherwise than equally), and the partial products are
         summed over the ranks (unless `reduce` is False: the caller sums several at once)."""
         shard = columns or split_evenly(self.parallel, in_features, f"{prefix} input features", dim=1)
-        weight = self._read(f"{prefix}.weight", (out_features, in_features), shard)
-        if weight.dtype in FP8_DTYPES:
+        packed = self._packed(f"{prefix}.weight", (out_features, in_features), shard)
+        weight = packed or self._read(f"{prefix}.weight", (out_features, in_features), shard)
+        if isinstance(weight, quantization.GgufWeight):
+            local: Linear = quantization.QuantLinear(self.ops, weight)
+        elif weight.dtype in FP8_DTYPES:
             fp8_weight, scale = self._device_fp8(
                 weight.to(self.device).contiguous(), self._block_scale(prefix, (out_features, in_features), shard)
             )
-            local: Linear = quantization.Fp8Linear(self.ops, fp8_weight, scale, "block")
+            local = quantization.Fp8Linear(self.ops, fp8_weight, scale, "block")
         else:
             local = self._local_linear(weight, None)
         if self.parallel.tp_size == 1 or not reduce:
@@ -207,7 +218,46 @@ class WeightLoader:
             return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", bias)
         return DenseLinear(self.ops, weight, bias)
 
-    def _read(self, name: str, shape: Sequence[int], shard: Shard = WHOLE) -> torch.Tensor:
+    def _packed(self, name: str, shape: Sequence[int], shard: Shard = WHOLE) -> quantization.GgufWeight | None:
+        """This rank's `shard` of weight `name` as packed blocks on the device, where the
+        checkpoint keeps it packed; else None, and nothing is read."""
+        read_packed = getattr(self.checkpoint, "read_packed", None)
+        if read_packed is None:
+            return None
+        self._check(name, shape)
+        dim = 0 if shard.whole else shard.dim
+        start, stop = (0, shape[0]) if shard.whole else shard.bounds(shape[shard.dim])
+        weight = read_packed(name, dim, start, stop)
+        if weight is None:
+            return None
+        return quantization.GgufWeight(weight.qweight.to(self.device), weight.quant_type, weight.in_features)
+
+    def _packed_linear(
+        self, prefixes: Sequence[str], packed: Sequence[quantization.GgufWeight | None], in_features: int,
+        out_features: Sequence[int], shards: Sequence[Shard], biases: torch.Tensor | None,
+    ) -> Linear:
+        """A fused linear some of whose parts are packed: one packed weight where every
+        part is in one format (rows of blocks stack), else each part its own linear."""
+        formats = {None if weight is None else weight.quant_type for weight in packed}
+        if len(formats) == 1:
+            stacked = torch.cat([weight.qweight for weight in packed if weight is not None])
+            return quantization.QuantLinear(
+                self.ops, quantization.GgufWeight(stacked, packed[0].quant_type, in_features), biases  # type: ignore[union-attr]
+            )
+        weights = [
+            weight if weight is not None else self._read(f"{prefix}.weight", (n, in_features), shard)
+            for prefix, weight, n, shard in zip(prefixes, packed, out_features, shards)
+        ]
+        rows = [weight.out_features if isinstance(weight, quantization.GgufWeight) else weight.shape[0] for weight in weights]
+        part_biases = [None] * len(weights) if biases is None else list(biases.split(rows))
+        return quantization.ConcatenatedLinear([
+            quantization.QuantLinear(self.ops, weight, bias) if isinstance(weight, quantization.GgufWeight)
+            else self._local_linear(weight, bias)
+            for weight, bias in zip(weights, part_biases)
+        ])
+
+    def _check(self, name: str, shape: Sequence[int]) -> None:
+        """Raise CheckpointError unless the checkpoint holds `name` at `shape`."""
         if name not in self.checkpoint:
             raise CheckpointError(
                 f"{self.checkpoint.model_dir}: tensor {name!r} (shape {tuple(shape)}) is missing from the checkpoint"
@@ -218,6 +268,9 @@ class WeightLoader:
                 f"{self.checkpoint.model_dir}: tensor {name!r} has shape {stored}, but config.json implies "
                 f"{tuple(shape)}"
             )
+
+    def _read(self, name: str, shape: Sequence[int], shard: Shard = WHOLE) -> torch.Tensor:
+        self._check(name, shape)
         if shard.whole:
             return self.checkpoint.read(name)
         return self.checkpoint.read_slice(name, shard.dim, *shard.bounds(shape[shard.dim]))

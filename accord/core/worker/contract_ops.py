@@ -1,6 +1,7 @@
 """The op contracts a worker calls for a model: its graph's (the family's answer, from
-config.json alone), the fp8 linears when weights are quantised at load, the
-sampler's, and the rejection sampler's when decoding speculatively. `--backend auto` asks a backend for these and no others."""
+config.json alone), the fp8 linears when weights are quantised at load, the packed
+linears of a GGUF file, the sampler's, and the rejection sampler's when decoding
+speculatively. `--backend auto` asks a backend for these and no others."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Collection
 
 from ...op_contracts.dispatcher import KernelProvider
 
+from ..model_loader import gguf
 from ..model_loader.load import read_model_config
-from ..models.contract_ops import FP8_LINEAR
+from ..models.contract_ops import FP8_LINEAR, QUANT_LINEAR
 from ..models.registry import family
 
 #: What the sampler calls every step.
@@ -30,6 +32,8 @@ def worker_contract_ops(
     ops = family(config.architecture).contract_ops(config) | SAMPLER_OPS
     if quantization == "fp8":
         ops |= FP8_LINEAR
+    if gguf.is_gguf(model) and gguf.packs_linears(model):
+        ops |= QUANT_LINEAR
     if lora:
         ops |= LORA_OPS
     return ops | SPEC_DECODE_OPS if speculative else ops

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....op_contracts import KernelSet
-from . import attention, cache, compressed, elementwise, fp8, linear, moe, sampling
+from . import attention, cache, compressed, elementwise, fp8, linear, moe, quant, sampling
 
 
 def build_kernels(npu: Any) -> KernelSet:
@@ -15,7 +15,7 @@ def build_kernels(npu: Any) -> KernelSet:
     kernels = KernelSet("ascend")
     for family in (elementwise, cache, attention, moe):
         family.register(kernels, npu)
-    for plain in (fp8, linear, sampling, compressed):
+    for plain in (fp8, linear, quant, sampling, compressed):
         plain.register(kernels)
     return kernels
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from . import fp8, linear, moe
+from . import fp8, linear, moe, quant
 from ._registry import KERNELS
 
 #: Rows per tile of the GEMM-shaped kernels: past the bf16-weight path's few rows, so
@@ -86,6 +86,8 @@ TILINGS: dict[str, tuple[Callable[..., None], RowTiling]] = {
     "moe_route": (moe.moe_route, RowTiling(GEMM_TILE_ROWS, ("topk_weights", "topk_ids"),
                                            lambda call: ("router_logits", "token_ids"))),
     "fused_moe": (moe.fused_moe, RowTiling(1, ("out",), lambda call: ("hidden", "topk_weights", "topk_ids"))),
+    # Tiles the packed dot path takes whole: it computes each token on its own.
+    "quant_linear": (quant.quant_linear, RowTiling(quant.DOT_MAX_ROWS, ("out",), lambda call: ("x",))),
 }
 
 for _op, (_kernel, _tiling) in TILINGS.items():

@@ -25,6 +25,7 @@ _LAZY = {
     "GgufError": ".reader",
     "GgufSource": ".source",
     "open_gguf_model": ".source",
+    "packs_linears": ".source",
 }
 
 

@@ -1,6 +1,8 @@
 """A GGUF file's tensors under Hugging Face names, dequantised on read with the `gguf`
 package's own dequantisation: the same interface as SafetensorsCheckpoint, so the
-model graphs and WeightLoader load GGUF files unchanged."""
+model graphs and WeightLoader load GGUF files unchanged. Matrices in a block format
+quant_linear computes can also be read packed (`read_packed`): their blocks as stored,
+which WeightLoader keeps for the linear layers."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import gguf
 import numpy as np
 import torch
 
+from ....op_contracts import GGUF_FORMATS
+from ...quantization import GgufWeight
 from .reader import GgufError, GgufFile
 
 #: llama.cpp's tensor names -> Hugging Face's, for the tensors outside the layers.
@@ -50,8 +54,10 @@ class GgufCheckpoint:
     name, so an unexpected tensor is reported as the file spells it.
     """
 
-    def __init__(self, file: GgufFile, num_heads: int, num_kv_heads: int) -> None:
+    def __init__(self, file: GgufFile, num_heads: int, num_kv_heads: int, keep_packed: bool = True) -> None:
         self.model_dir: Path = file.path
+        #: Whether `read_packed` hands out blocks (False: every tensor is dequantised).
+        self.keep_packed = keep_packed
         self._tensors = {hf_name(t.name) or t.name: t for t in file.tensors()}
         self._heads = {}
         if file.architecture == "llama":
@@ -87,15 +93,43 @@ class GgufCheckpoint:
         values = torch.from_numpy(np.array(gguf.quants.dequantize(stored, tensor.tensor_type), dtype=np.float32))
         index = (slice(None),) * dim + (slice(offset, offset + stop - start),)
         values = values.reshape(*shape[:dim], -1, *shape[dim + 1 :])[index]
+        return self._hf_rows(name, values, dim, start, stop)
+
+    def read_packed(self, name: str, dim: int, start: int, stop: int) -> GgufWeight | None:
+        """Rows [start, stop) of a matrix along `dim` as its packed blocks, marked as used;
+        None (nothing read) where the tensor is not in a format quant_linear computes,
+        packing is off, or a slice of the columns does not fall on block edges (the
+        caller then reads it dequantised)."""
+        tensor = self._tensor(name)
+        fmt = GGUF_FORMATS.get(tensor.tensor_type.name)
+        shape = self.shape(name)
+        if fmt is None or not self.keep_packed or len(shape) != 2:
+            return None
+        if dim == 1 and (start % fmt.block_size or stop % fmt.block_size):
+            return None
+        self._read.add(name)
+        data = tensor.data
+        if dim == 0:
+            data = data[start:stop]
+        else:
+            data = data[:, start // fmt.block_size * fmt.block_bytes : stop // fmt.block_size * fmt.block_bytes]
+        # A copy: the blocks leave the file's memory map (their bytes, no more).
+        packed = torch.from_numpy(np.array(data, dtype=np.uint8))
+        return GgufWeight(self._hf_rows(name, packed, dim, start, stop), fmt.name, stop - start if dim == 1 else shape[1])
+
+    def _hf_rows(self, name: str, rows: torch.Tensor, dim: int, start: int, stop: int) -> torch.Tensor:
+        """`rows` of tensor `name` in Hugging Face's row order: llama's q/k rows
+        un-permuted per head (values or packed blocks alike, since whole rows move)."""
+        shape = self.shape(name)
         heads = self._heads.get(name.rsplit(".", 2)[-2]) if name.startswith("model.layers.") else None
         if not heads:
-            return values.contiguous()
+            return rows.contiguous()
         head_rows = shape[0] // heads
         if dim == 0 and (start % head_rows or stop % head_rows):
             raise GgufError(
                 f"{self.model_dir}: rows [{start}:{stop}] of {name!r} do not hold whole heads of {head_rows} rows"
             )
-        return _unpermute_rotary(values, values.shape[0] // head_rows)
+        return _unpermute_rotary(rows, rows.shape[0] // head_rows)
 
     def unread(self) -> list[str]:
         """Names nobody has read yet, sorted."""

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ....op_contracts import GGUF_FORMATS
 from .checkpoint import GgufCheckpoint
 from .config import hf_config
 from .reader import open_gguf
+
+#: Set to 1 to keep GGUF linear weights packed and compute them with quant_linear. Off
+#: by default for now: packed decode wins at batch 1 and holds about a third less
+#: memory, but batched calls dequantise a tile per call and run about 3x slower than
+#: the dequantised weights' GEMM (benchmarks/quant_gguf_cpu.py), and batching is where
+#: accord serves.
+PACKED_ENV = "ACCORD_GGUF_PACKED"
+
+
+def keeps_packed() -> bool:
+    """Whether GGUF linear weights load packed (ACCORD_GGUF_PACKED=1) rather than
+    dequantised (the default)."""
+    return os.environ.get(PACKED_ENV, "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -25,5 +40,18 @@ def open_gguf_model(path: str | Path) -> GgufSource:
     """The model in the GGUF file at `path`, or GgufError naming what is unsupported."""
     file = open_gguf(path)
     config, generation = hf_config(file)
-    checkpoint = GgufCheckpoint(file, config["num_attention_heads"], config["num_key_value_heads"])
+    checkpoint = GgufCheckpoint(
+        file, config["num_attention_heads"], config["num_key_value_heads"], keep_packed=keeps_packed()
+    )
     return GgufSource(config, generation, checkpoint)
+
+
+def packs_linears(path: str | Path) -> bool:
+    """Whether loading the GGUF file at `path` keeps some layer's linear weight packed
+    (a matrix inside the decoder layers in a format quant_linear computes)."""
+    if not keeps_packed():
+        return False
+    return any(
+        t.name.startswith("blk.") and len(t.shape) == 2 and t.tensor_type.name in GGUF_FORMATS
+        for t in open_gguf(path).tensors()
+    )

@@ -1,0 +1,101 @@
+"""Contract of the quantised linear: y = x @ dequantise(qweight)^T (+ bias), the weight
+kept in the block format it was stored in.
+
+The format is data: `quant_type` names a GGUF block format (`GGUF_FORMATS`: weights per
+block, bytes per block), and `qweight` holds each output row's blocks, byte for byte as
+ggml lays them out (`block_q4_0`: an fp16 scale, then 16 bytes of 4-bit codes), so the
+scales, mins and high bits travel inside each block as the file stores them and a
+GGUF tensor is handed over without repacking. A row of K weights is K / block_size
+blocks, so K must be a whole number of blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """One GGUF block format: `block_size` weights are stored in `block_bytes` bytes,
+    with fp16 fields (the block's scale d, and its min where it has one) at the byte
+    offsets `fp16_fields`; every other byte is codes, sub-block scales or high bits."""
+
+    name: str
+    block_size: int
+    block_bytes: int
+    fp16_fields: tuple[int, ...]
+
+    def row_bytes(self, in_features: int) -> int:
+        """Bytes of one packed row of `in_features` weights (a whole number of blocks)."""
+        return in_features // self.block_size * self.block_bytes
+
+
+#: The block formats llama.cpp's common presets write (ggml-common.h's block structs):
+#: the legacy 32-weight formats and the 256-weight k-quants.
+GGUF_FORMATS: Mapping[str, BlockFormat] = {
+    fmt.name: fmt
+    for fmt in (
+        BlockFormat("Q8_0", 32, 34, (0,)),
+        BlockFormat("Q4_0", 32, 18, (0,)),
+        BlockFormat("Q4_1", 32, 20, (0, 2)),
+        BlockFormat("Q5_0", 32, 22, (0,)),
+        BlockFormat("Q5_1", 32, 24, (0, 2)),
+        BlockFormat("Q2_K", 256, 84, (80, 82)),
+        BlockFormat("Q3_K", 256, 110, (108,)),
+        BlockFormat("Q4_K", 256, 144, (0, 2)),
+        BlockFormat("Q5_K", 256, 176, (0, 2)),
+        BlockFormat("Q6_K", 256, 210, (208,)),
+    )
+}
+
+#: NMSE bounds against the fp64 reference, by the output's dtype. A kernel may quantise
+#: the activations to int8 per 32-wide block, as ggml's dot products do (x's step is
+#: amax/127, so Gaussian activations carry an NMSE near 3e-5 into the output); half
+#: outputs add their own rounding on top.
+QUANTISED_ACTIVATIONS = {torch.float32: 2e-4, torch.float16: 2e-4, torch.bfloat16: 1e-3}
+
+
+def _whole_blocks(call: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    fmt = GGUF_FORMATS[call["quant_type"]]
+    depth = call["x"].shape[-1]
+    if depth % fmt.block_size:
+        return "x", f"K a multiple of {fmt.block_size} ({fmt.name}'s block)", f"K={depth}"
+    got = call["qweight"].shape[-1]
+    if got != fmt.row_bytes(depth):
+        return "qweight", f"{fmt.row_bytes(depth)} bytes a row ({depth // fmt.block_size} {fmt.name} blocks)", str(got)
+    return None
+
+
+QUANT_LINEAR = OpContract(
+    name="quant_linear",
+    doc=(
+        "out = x @ dequantise(qweight, quant_type)^T (+ bias), accumulated in at least "
+        "fp32 and rounded once to out_dtype (x's dtype, or fp32 for the LM head). qweight "
+        "[N, K / block_size * block_bytes] holds each output row's GGUF blocks as ggml "
+        "lays them out; dequantise is the format's definition (ggml-quants.c's "
+        "dequantize_row_*). A kernel may quantise x to int8 per 32-wide block (ggml's "
+        "Q8 activations): the tolerance allows for it."
+    ),
+    tensors=(
+        TensorSpec("x", FLOAT_DTYPES, ("T", "K"), "activations, one row per token"),
+        TensorSpec("qweight", (torch.uint8,), ("N", "B"), "each output row's packed blocks"),
+        TensorSpec("bias", FLOAT_DTYPES, ("N",), "per-output-channel bias", optional=True),
+    ),
+    params=(
+        ParamSpec("quant_type", str, choices=tuple(GGUF_FORMATS), doc="the GGUF block format"),
+        ParamSpec("out_dtype", torch.dtype, None, choices=(None, torch.float32), doc="the output's, where not x's"),
+    ),
+    outputs=(OutputSpec("out", ("T", "N"), "param:out_dtype|like:x"),),
+    primary="x",
+    tolerance=QUANTISED_ACTIVATIONS,
+    tolerance_key="out",
+    dtype_groups=(("x", "bias"),),
+    rules=(Rule("K is a whole number of blocks; qweight holds exactly those blocks", _whole_blocks),),
+)
+
+CONTRACTS = (QUANT_LINEAR,)

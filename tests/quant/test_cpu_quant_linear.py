@@ -1,0 +1,119 @@
+"""The cpu backend's quant_linear on every path it can take, each forced whatever the
+host: the int8 dot path in plain C, AVX2 and VNNI (one test per path; a path this
+host's compiler cannot target is skipped, saying so), the dequantised-tile GEMM that
+many rows take, and gguf-py's dequantisation where no C compiler is found. Each is held
+to the fp64 reference: the dot paths within the contract's allowance for int8
+activations, the GEMM paths at fp32 accuracy. The conformance run covers the shapes,
+dtypes and fp16-limit scales of accord/conformance/cases/quant.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accord.backends import get_backend
+from accord.backends.cpu.kernels import _native_quant, quant
+from accord.conformance import ConformanceRunner, Status
+from accord.conformance.cases.quant import random_blocks
+from accord.op_contracts import GGUF_FORMATS, OpDispatcher
+from accord.op_contracts.contracts.quant import QUANTISED_ACTIVATIONS
+
+FORMATS = list(GGUF_FORMATS)
+
+
+@pytest.fixture(scope="module")
+def cpu() -> OpDispatcher:
+    return OpDispatcher(get_backend("cpu"))
+
+
+@pytest.fixture(scope="module")
+def reference() -> OpDispatcher:
+    return OpDispatcher(get_backend("reference"))
+
+
+def nmse(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float(((got.double() - want.double()) ** 2).sum() / (want.double() ** 2).sum())
+
+
+def operands(name: str, tokens: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    fmt = GGUF_FORMATS[name]
+    g = torch.Generator().manual_seed(tokens * 1000 + fmt.block_bytes)
+    blocks = 2 if fmt.block_size == 256 else 9
+    x = torch.randn(tokens, blocks * fmt.block_size, generator=g).to(dtype)
+    return x, random_blocks(g, fmt, 37, blocks), torch.randn(37, generator=g).to(dtype)
+
+
+def require_path(path: str) -> None:
+    if path not in _native_quant.compiled_paths():
+        pytest.skip(f"this host's build has no {path} dot path (built: {list(_native_quant.compiled_paths())})")
+
+
+@pytest.mark.parametrize("path", ["plain", "avx2", "vnni"])
+def test_each_dot_path_is_within_the_int8_activation_bound(path: str, cpu, reference, monkeypatch) -> None:
+    require_path(path)
+    monkeypatch.setenv(quant.PATH_ENV, path)
+    for name in FORMATS:
+        for tokens in (1, quant.DOT_MAX_ROWS):
+            x, qweight, bias = operands(name, tokens)
+            got = cpu.quant_linear(x, qweight, bias, quant_type=name)
+            assert nmse(got, reference.quant_linear(x, qweight, bias, quant_type=name)) < QUANTISED_ACTIVATIONS[
+                torch.float32
+            ], (name, tokens)
+
+
+def test_the_avx2_and_vnni_dots_give_the_same_bits(cpu, monkeypatch) -> None:
+    # Both sum the same exact int32 products of one block into the same float lanes.
+    require_path("vnni")
+    for name in FORMATS:
+        x, qweight, bias = operands(name, 3)
+        monkeypatch.setenv(quant.PATH_ENV, "avx2")
+        avx2 = cpu.quant_linear(x, qweight, bias, quant_type=name)
+        monkeypatch.setenv(quant.PATH_ENV, "vnni")
+        assert torch.equal(cpu.quant_linear(x, qweight, bias, quant_type=name), avx2), name
+
+
+@pytest.mark.parametrize("dtype,bound", [(torch.float32, 1e-10), (torch.bfloat16, 1e-4)])
+def test_many_rows_take_dequantised_tiles_at_the_gemm_s_accuracy(dtype, bound, cpu, reference, monkeypatch) -> None:
+    # Tiles of 16 or 28 rows, smaller than the 37-row weight, so the last one is partial.
+    monkeypatch.setattr(quant, "TILE_ELEMENTS", 16 * 512)
+    for name in FORMATS:
+        x, qweight, bias = operands(name, quant.DOT_MAX_ROWS + 1, dtype)
+        got = cpu.quant_linear(x, qweight, bias, quant_type=name)
+        assert nmse(got, reference.quant_linear(x, qweight, bias, quant_type=name)) < bound, name
+
+
+def test_without_a_c_compiler_gguf_py_dequantises_for_the_gemm(cpu, reference, monkeypatch) -> None:
+    monkeypatch.setattr(_native_quant, "compiled_paths", lambda: ())
+    for name in FORMATS:
+        x, qweight, bias = operands(name, 1)
+        got = cpu.quant_linear(x, qweight, bias, quant_type=name)
+        assert nmse(got, reference.quant_linear(x, qweight, bias, quant_type=name)) < 1e-10, name
+
+
+def test_naming_a_path_the_build_lacks_is_an_error(monkeypatch) -> None:
+    monkeypatch.setattr(_native_quant, "compiled_paths", lambda: ("plain",))
+    monkeypatch.setenv(quant.PATH_ENV, "vnni")
+    with pytest.raises(ValueError, match=r"ACCORD_CPU_QUANT_PATH='vnni': this host's build has only \['plain'\]"):
+        quant.dot_path()
+
+
+@pytest.mark.slow
+def test_cpu_quant_linear_passes_conformance() -> None:
+    results = ConformanceRunner(get_backend("cpu"), get_backend("reference")).run_op("quant_linear")
+    legal = [r for r in results if r.combo != "illegal calls"]
+    assert legal and {r.status for r in legal} == {Status.PASS}, [(r.case, r.message) for r in legal if r.status != Status.PASS]
+    assert {r.status for r in results if r.combo == "illegal calls"} == {Status.REFUSED}
+
+
+def test_a_captured_decode_graph_replays_the_packed_dot_on_new_activations(cpu) -> None:
+    from accord.backends.cpu.kernels import _native_graph
+
+    if not _native_graph.available():
+        pytest.skip("the native graph replay loop is not built here (no C compiler)")
+    x, qweight, _ = operands("Q4_K", 2)
+    with torch.inference_mode():
+        cpu.quant_linear(x, qweight, None, quant_type="Q4_K")  # first sight: validation
+        graph, out = _native_graph.capture(lambda: cpu.quant_linear(x, qweight, None, quant_type="Q4_K"))
+        x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(7)))
+        graph.replay()
+        assert torch.equal(out, cpu.quant_linear(x, qweight, None, quant_type="Q4_K"))
