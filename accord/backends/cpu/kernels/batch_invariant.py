@@ -9,7 +9,7 @@ chose it. Each variant here cuts the rows into tiles of exactly `rows` rows (the
 one padded with zeros), and runs the default kernel on each tile: every row then goes
 through the same call shape, whatever the batch, so its bits do not depend on its
 batch mates. GEMMs take 16-row tiles (their per-row reduction order is fixed at one
-M); fused_moe takes one token at a time (its expert GEMMs always see one row).
+M); fused_moe and lora_linear take one token at a time (their GEMMs always see one row).
 Conformance's batch-invariant run checks each at several row counts, bit for bit."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from . import fp8, linear, moe, quant
+from . import fp8, linear, lora, moe, quant
 from ._registry import KERNELS
 
 #: Rows per tile of the GEMM-shaped kernels: past the bf16-weight path's few rows, so
@@ -86,6 +86,8 @@ TILINGS: dict[str, tuple[Callable[..., None], RowTiling]] = {
     "moe_route": (moe.moe_route, RowTiling(GEMM_TILE_ROWS, ("topk_weights", "topk_ids"),
                                            lambda call: ("router_logits", "token_ids"))),
     "fused_moe": (moe.fused_moe, RowTiling(1, ("out",), lambda call: ("hidden", "topk_weights", "topk_ids"))),
+    # One token at a time: its adapter's two GEMMs then always see one row.
+    "lora_linear": (lora.lora_linear, RowTiling(1, ("out",), lambda call: ("y", "x", "slot_ids"))),
     # Tiles the packed dot path takes whole: it computes each token on its own.
     "quant_linear": (quant.quant_linear, RowTiling(quant.DOT_MAX_ROWS, ("out",), lambda call: ("x",))),
 }
