@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 import gguf
-import numpy as np
 import torch
 import torch.nn.functional as F
 
