@@ -108,7 +108,8 @@ class AscendBackend(Backend):
     def batch_variant_ops(self) -> frozenset[str]:
         # Grouped matmuls and GEMMs pick their tiling by the number of rows, and the
         # routing operators sort tokens by expert: a row's rounding depends on its batch.
-        return frozenset({"moe_route", "fused_moe", "linear"})
+        # lora_linear is the cpu backend's torch code, which groups rows by adapter slot.
+        return frozenset({"moe_route", "fused_moe", "linear", "lora_linear"})
 
     def collective_support(self) -> CollectiveSupport:
         """HCCL's dtype contract as CANN documents it for Atlas A2/A3 (communicator.py)."""
