@@ -44,7 +44,7 @@ def own_function(fn):
 def reads_minus_one_as_last_slot(y, x, lora_a, lora_b, slot_ids, out) -> None:
     """Indexes the slots with -1 unchecked (Python's and C's negative index: the last slot)."""
     ids = slot_ids.long()
-    out.copy_((y.double() + torch.einsum("tk,trk,tnr->tn", x.double(), lora_a[ids].double(), lora_b[ids].double())))
+    out.copy_((y.double() + torch.einsum("tk,trk,trn->tn", x.double(), lora_a[ids].double(), lora_b[ids].double())))
 
 
 def test_cpu_lora_linear_passes_every_case() -> None:

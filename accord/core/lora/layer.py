@@ -27,9 +27,10 @@ class LoRABatch:
 
 @dataclass
 class SlotWeights:
-    """One projection's device slots: A [S, n*R, K] and B [S, N, n*R] for its n stacked
-    PEFT modules, slice i's A in rows [i*R, i*R + r) and its B in those columns (zero
-    elsewhere, so one shrink and one expand serve every slice)."""
+    """One projection's device slots: A [S, n*R, K] and B transposed [S, n*R, N] for its
+    n stacked PEFT modules, slice i's A and B^T in rows [i*R, i*R + r) (B^T in the
+    slice's own output columns, zero elsewhere, so one shrink and one expand serve every
+    slice)."""
 
     lora_a: torch.Tensor
     lora_b: torch.Tensor
@@ -84,7 +85,7 @@ def wrap_projections(
             rank_width = len(widths) * max_rank
             weights = SlotWeights(
                 torch.zeros(num_slots, rank_width, in_features, dtype=dtype, device=device),
-                torch.zeros(num_slots, sum(widths), rank_width, dtype=dtype, device=device),
+                torch.zeros(num_slots, rank_width, sum(widths), dtype=dtype, device=device),
                 [sum(widths[:i]) for i in range(len(widths))],
             )
             storage[(index, projection)] = weights

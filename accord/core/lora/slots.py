@@ -96,5 +96,5 @@ class LoRASlots:
             cols = slice(shape.slice_index * width, shape.slice_index * width + rank)
             row = weights.row_offsets[shape.slice_index]
             weights.lora_a[slot, cols].copy_(a)
-            weights.lora_b[slot, row : row + shape.out_features, cols].copy_(b)
+            weights.lora_b[slot, cols, row : row + shape.out_features].copy_(b.t())
         self._resident[adapter.request.lora_int_id] = slot

@@ -202,10 +202,6 @@ class ModelRunner:
         self.decode_graphs = None
         if self.config.enforce_eager or not self.backend.captures_graphs:
             return
-        if self.lora is not None:
-            # A replayed graph would keep the slot ids of its capture.
-            logger.info("no decode graphs: LoRA steps run eagerly")
-            return
         if self.config.compilation_config and not self.backend.captures_compiled_steps:
             logger.info("no decode graphs: backend %s does not record a compiled step (-O%d)",
                         self.backend.name, self.config.compilation_config)
@@ -227,6 +223,10 @@ class ModelRunner:
             "block_tables": InputSpec((max_blocks,), INDEX_DTYPE, 0),
             "seq_lens": InputSpec((), INDEX_DTYPE, 1),
         }
+        if self.lora is not None:
+            # Each row's adapter slot is an input like the others, so a replay reads the
+            # step's slots (padding rows: -1, the base model).
+            inputs["lora_slot_ids"] = InputSpec((), INDEX_DTYPE, -1)
         largest, limit = self.config.cudagraph_capture_size, self.backend.max_graph_batch
         largest = largest if limit is None else min(largest, limit)
         self._decode_query_start_loc = torch.arange(largest + 1, dtype=INDEX_DTYPE, device=self.device)
@@ -255,7 +255,20 @@ class ModelRunner:
             max_query_len=1,
             max_seq_len=self.max_model_len,
         )
-        return self.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
+        if self.lora is None:
+            return self.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
+        return self._lora_forward(inputs["lora_slot_ids"], inputs["input_ids"], inputs["positions"], attn)
+
+    def _lora_forward(
+        self, slot_ids: torch.Tensor | None, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata
+    ) -> torch.Tensor:
+        """The forward with each token's LoRA slot in `slot_ids` (None: no adapter)."""
+        self.lora.batch.slot_ids = slot_ids
+        try:
+            return self.forward(input_ids, positions, attn, self.kv_caches)
+        finally:
+            # Forwards outside a step (profile, dummy batches) run the base model.
+            self.lora.batch.slot_ids = None
 
     def _forward(
         self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray, lora_slots: np.ndarray | None = None
@@ -270,15 +283,12 @@ class ModelRunner:
         if decode:
             inputs = {"input_ids": flat.input_ids, "positions": flat.positions, "slot_mapping": flat.attn.slot_mapping,
                       "block_tables": flat.attn.block_tables, "seq_lens": flat.attn.seq_lens}
+            if self.lora is not None:
+                inputs["lora_slot_ids"] = torch.from_numpy(lora_slots).to(self.device)
             return graphs.run(inputs), flat
         if self.lora is None:
             return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
-        self.lora.batch.slot_ids = flat.lora_slot_ids
-        try:
-            return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
-        finally:
-            # Forwards outside a step (profile, dummy batches) run the base model.
-            self.lora.batch.slot_ids = None
+        return self._lora_forward(flat.lora_slot_ids, flat.input_ids, flat.positions, flat.attn), flat
 
     # -- a step --------------------------------------------------------------------
     def update_states(self, step: SchedulerOutput) -> None:
