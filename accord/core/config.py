@@ -234,8 +234,6 @@ class EngineConfig:
         )
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")
-        if self.enable_lora and self.tensor_parallel_size > 1:
-            raise ValueError("enable_lora with tensor_parallel_size > 1 is not supported yet (LoRA's slots are not sharded)")
         #: The checked KV transfer setup (None: no connector).
         self.kv_transfer: KVTransferConfig | None = (
             None if self.kv_transfer_config is None else KVTransferConfig.parse(self.kv_transfer_config)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...op_contracts import OpDispatcher
+from ..distributed import ParallelContext
 from ..models.causal_lm import CausalLM
 from .layer import LoRABatch, wrap_projections
 from .layout import LoRALayout
@@ -20,13 +21,15 @@ from .request import LoRARequest
 
 
 class LoRASlots:
-    """The device slots and host cache of one model's adapters, and the per-step batch
-    state its LoRALinears read."""
+    """The device slots and host cache of one model's adapters (this tensor-parallel
+    rank's part of each, under `parallel`), and the per-step batch state its LoRALinears read."""
 
     def __init__(
-        self, model: CausalLM, ops: OpDispatcher, max_loras: int, max_lora_rank: int, max_cpu_loras: int
+        self, model: CausalLM, ops: OpDispatcher, max_loras: int, max_lora_rank: int, max_cpu_loras: int,
+        parallel: ParallelContext | None = None,
     ) -> None:
-        self.layout = LoRALayout.of(model.config)
+        #: The modules' full shapes (what adapters are checked against) and this rank's parts.
+        self.layout = LoRALayout.of(model.config, parallel)
         self.max_lora_rank = max_lora_rank
         self.max_cpu_loras = max_cpu_loras
         self.batch: LoRABatch
@@ -95,6 +98,7 @@ class LoRASlots:
             weights = self._storage[(layer, shape.projection)]
             cols = slice(shape.slice_index * width, shape.slice_index * width + rank)
             row = weights.row_offsets[shape.slice_index]
-            weights.lora_a[slot, cols].copy_(a)
-            weights.lora_b[slot, cols, row : row + shape.out_features].copy_(b.t())
+            (in_start, in_stop), (out_start, out_stop) = shape.local_in, shape.local_out
+            weights.lora_a[slot, cols].copy_(a[:, in_start:in_stop])
+            weights.lora_b[slot, cols, row : row + out_stop - out_start].copy_(b[out_start:out_stop].t())
         self._resident[adapter.request.lora_int_id] = slot

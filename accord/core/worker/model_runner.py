@@ -28,6 +28,7 @@ from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from .compilation import compile_forward
 from ..config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from ..device import DeviceBackend
+from ..distributed import ParallelContext
 from .graph_capture import DecodeGraphs, InputSpec, capture_sizes
 from .input_batch import CachedRequestState, InputBatch
 from ..kv_transfer.base import KVConnectorWorker
@@ -58,6 +59,7 @@ class ModelRunner:
         max_model_len: int,
         is_driver: bool = True,
         rank: int = 0,
+        parallel: ParallelContext | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -66,7 +68,7 @@ class ModelRunner:
         #: The LoRA adapters' device slots (None: LoRA off); put in the model before
         #: the forward is compiled, so a compiled forward calls the LoRA hook too.
         self.lora: LoRASlots | None = (
-            LoRASlots(model, ops, config.max_loras, config.max_lora_rank, config.lora_cpu_cache_size)
+            LoRASlots(model, ops, config.max_loras, config.max_lora_rank, config.lora_cpu_cache_size, parallel)
             if config.enable_lora else None
         )
         # The forward every step runs: compiled when -O asks (accord.core.worker.compilation).

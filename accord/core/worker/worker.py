@@ -80,7 +80,7 @@ class Worker:
         self.max_model_len = config.resolve_max_model_len(loaded.config.max_position_embeddings)
         self.runner = ModelRunner(
             config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver,
-            rank=rank,
+            rank=rank, parallel=self.parallel,
         )
 
     def info(self) -> WorkerInfo:
