@@ -7,7 +7,7 @@ least recently used adapter past its size (read from disk again if asked for aga
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,8 @@ class LoRASlots:
         #: Resident adapter id -> its slot, least recently used first.
         self._resident: OrderedDict[int, int] = OrderedDict()
         self._free = list(range(max_loras - 1, -1, -1))
+        #: Unloaded adapters a request of the batch still runs on.
+        self._unloading: set[int] = set()
 
     def register(self, request: LoRARequest) -> None:
         """Learn where adapter `request.lora_int_id` loads from (a request naming it
@@ -51,6 +53,24 @@ class LoRASlots:
             if slot is not None:
                 self._free.append(slot)
         self._known[lora_id] = request
+
+    def unload(self, lora_ids: Iterable[int], in_use: set[int]) -> None:
+        """Adapters `lora_ids` were unloaded: free the slot and host copy of each, and
+        forget where it loads from, once no request in `in_use` (the batch's adapters)
+        runs on it; until then it stays, and a later call frees it."""
+        self._unloading.update(lora_ids)
+        for lora_id in self._unloading - in_use:
+            self._host.pop(lora_id, None)
+            self._known.pop(lora_id, None)
+            slot = self._resident.pop(lora_id, None)
+            if slot is not None:
+                self._free.append(slot)
+        self._unloading &= in_use
+
+    @property
+    def host_cached(self) -> set[int]:
+        """The ids of the adapters read and kept on the host now."""
+        return set(self._host)
 
     @property
     def resident(self) -> dict[int, int]:

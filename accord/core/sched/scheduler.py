@@ -85,6 +85,7 @@ class Scheduler:
         # What the runner holds: blocks sent per running request, and ids it must drop.
         self._blocks_sent: dict[str, int] = {}
         self._finished_ids: set[str] = set()
+        self._unloaded_lora_ids: set[int] = set()
 
     @property
     def num_unfinished(self) -> int:
@@ -238,9 +239,11 @@ class Scheduler:
             preempted_req_ids={request.req_id for request in preempted},
             scheduled_spec_decode_tokens=drafts,
             kv_connector_metadata=self._kv_connector_metadata(batch, scheduled),
+            unloaded_lora_ids=frozenset(self._unloaded_lora_ids),
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
+        self._unloaded_lora_ids = set()
         for request in batch:
             self._advance(request, scheduled[request.req_id])
         self._update_gauges()
@@ -382,6 +385,10 @@ class Scheduler:
             admitted.append(request)
             budget -= count
         return budget
+
+    def unload_lora(self, lora_int_id: int) -> None:
+        """Tell the workers, with the next step, that adapter `lora_int_id` was unloaded."""
+        self._unloaded_lora_ids.add(lora_int_id)
 
     def _lora_fits(self, request: Request) -> bool:
         """Whether `request`'s adapter can run beside the running requests' without

@@ -304,6 +304,8 @@ class ModelRunner:
             if new.lora_request is not None and self.lora is not None:
                 self.lora.register(new.lora_request)
         batch.update(step.scheduled_cached_reqs)
+        if self.lora is not None:
+            self.lora.unload(step.unloaded_lora_ids, {state.lora_int_id for state in batch.requests.values()})
 
     def execute_model(self, step: SchedulerOutput) -> ModelRunnerOutput | None:
         """Apply the step to the persistent batch and run it; the driver returns the
