@@ -32,19 +32,13 @@
 #define HAVE_DPBF16 0
 #endif
 #include "bf16.h"
+#include "lanes.h"
 
-#define LANES 16
 #define TOKEN_BLOCK 4
 #define OUT_BLOCK 64
 /* Multiply-adds below which a call runs on the calling thread: waking the OpenMP team
  * costs more than a decode row's few of them. */
 #define PARALLEL_WORK (1L << 17)
-
-typedef float vfloat __attribute__((vector_size(LANES * 4)));
-typedef uint32_t vuint __attribute__((vector_size(LANES * 4)));
-typedef uint16_t vhalf __attribute__((vector_size(LANES * 2)));
-typedef float vhalf_float __attribute__((vector_size(LANES * 2)));
-typedef float vquarter_float __attribute__((vector_size(LANES)));
 
 /* LANES elements at index i of an fp32 (bf16 == 0) or bf16 array, as fp32. */
 static inline vfloat load_lanes(const void *p, long i, int bf16) {
@@ -72,19 +66,6 @@ static inline void add_out(void *out, long at, float delta, int bf16) {
     } else {
         ((float *)out)[at] += delta;
     }
-}
-
-/* The sum of v's lanes, halved to four and those added pairwise: one fixed order. */
-static inline float lane_sum(vfloat v) {
-    vhalf_float low, high;
-    memcpy(&low, &v, sizeof low);
-    memcpy(&high, (const char *)&v + sizeof low, sizeof high);
-    vhalf_float half = low + high;
-    vquarter_float front, back;
-    memcpy(&front, &half, sizeof front);
-    memcpy(&back, (const char *)&half + sizeof front, sizeof back);
-    vquarter_float quarter = front + back;
-    return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
 }
 
 /* dots[j] = u[j] . v over `len` elements for `count` (1..TOKEN_BLOCK) vectors u[j], all
