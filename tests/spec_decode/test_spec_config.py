@@ -42,6 +42,11 @@ def test_no_config_means_no_speculation() -> None:
         ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0}, "prompt_lookup_min"),
         ({"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_min_token_prob": 2}, "min_token_prob"),
         ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}, "disable_by_batch_size"),
+        ({"method": "draft_model", "num_speculative_tokens": 2}, "speculative_config.model"),
+        ({"method": "draft_model", "num_speculative_tokens": 2, "model": 3}, "speculative_config.model"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "model": "d"}, "speculative_config.model"),
+        ({"method": "draft_model", "num_speculative_tokens": 2, "model": "d", "draft_tensor_parallel_size": 2},
+         "draft_tensor_parallel_size"),
     ],
 )
 def test_a_bad_combination_is_refused_naming_the_key(spec: dict, named: str) -> None:
@@ -49,7 +54,13 @@ def test_a_bad_combination_is_refused_naming_the_key(spec: dict, named: str) -> 
         EngineConfig(model="m", speculative_config=spec)
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp"])
+def test_a_draft_model_config_takes_vllms_keys() -> None:
+    spec = config(method="draft_model", num_speculative_tokens=3, model="/draft", draft_tensor_parallel_size=1)
+    assert (spec.method, spec.model, spec.num_speculative_tokens, spec.num_lookahead_tokens) == (
+        "draft_model", "/draft", 3, 3)
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "mtp"])
 def test_a_method_accord_does_not_run_is_refused_by_name(method: str) -> None:
     with pytest.raises(ValueError, match=f"method '{method}' is not supported"):
         EngineConfig(model="m", speculative_config={"method": method, "num_speculative_tokens": 2})
