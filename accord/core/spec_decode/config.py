@@ -9,14 +9,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 #: The proposers accord runs.
-BUILT_METHODS = ("ngram", "suffix", "draft_model")
+BUILT_METHODS = ("ngram", "suffix", "draft_model", "mtp")
 #: The methods that draft with a model of their own (its KV cache in the target's blocks).
-MODEL_METHODS = ("draft_model",)
+MODEL_METHODS = ("draft_model", "mtp")
 #: vLLM's other methods: refused by name at start (never silently ignored), with why.
 NOT_BUILT_METHODS = {
     "eagle": "EAGLE heads are not built yet",
     "eagle3": "EAGLE-3 heads are not built yet",
-    "mtp": "DeepSeek MTP layers are not loaded yet (the loader skips them)",
     "medusa": "Medusa heads are not built",
 }
 
@@ -33,7 +32,8 @@ class SpeculativeConfig:
     continuation most of its copies share, while at least suffix_decoding_min_token_prob
     of them agree; draft_model runs the smaller model in `model` (same vocabulary)
     `num_speculative_tokens` times after each step, unsharded
-    (`draft_tensor_parallel_size` 1). Requests stop getting proposals while at least
+    (`draft_tensor_parallel_size` 1); mtp runs the checkpoint's multi-token-prediction
+    layer (DeepSeek-V3) over the target's hidden states. Requests stop getting proposals while at least
     `disable_by_batch_size` requests run.
     """
 

@@ -33,13 +33,15 @@ from .input_batch import CachedRequestState, InputBatch
 from ..kv_transfer.base import KVConnectorWorker
 from ..kv_transfer.factory import make_worker_connector
 from ..models import CausalLM
+from ..models.deepseek_mtp import MtpLayer
 from ..lora.slots import LoRASlots
 from ..models.layers.mlp import worst_case_expert_load
 from .rejection_sampler import RejectionSampler
 from .sampler import SampledTokens, Sampler, prompt_logprobs
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
-from ..spec_decode.draft_model import DraftModelProposer
 from ..spec_decode.proposers import Proposer, make_proposer, speculates
+from .drafting import ModelDrafter, make_drafter
+from .drafting.base import TargetStep
 from .step_inputs import INDEX_DTYPE, FlatBatch, StepInputs
 from ..structured_output import GrammarBitmask
 
@@ -59,7 +61,7 @@ class ModelRunner:
         max_model_len: int,
         is_driver: bool = True,
         rank: int = 0,
-        draft_model: CausalLM | None = None,
+        drafting_model: CausalLM | MtpLayer | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -86,18 +88,18 @@ class ModelRunner:
         max_tokens = max(config.max_num_batched_tokens or 0, max_model_len, config.max_num_seqs)
         self.step_inputs = StepInputs(config.max_num_seqs, max_tokens, max_blocks, self.block_size, self.device)
         #: Drafts the next steps' tokens from each request's tokens (speculative decoding;
-        #: None: off), or with a draft model (`draft`, loaded by the worker on the driver).
-        #: Only the driver's proposals are used: the scheduler hands them to every rank.
+        #: None: off), or with a model (`drafter`: a draft model or an MTP layer, which the
+        #: worker loads on the driver as `drafting_model`). Only the driver's proposals are
+        #: used: the scheduler hands them to every rank.
         speculative = config.speculative
         self.proposer: Proposer | None = (
-            make_proposer(speculative) if speculative is not None and is_driver and draft_model is None else None
+            make_proposer(speculative) if speculative is not None and is_driver and drafting_model is None else None
         )
-        self.draft: DraftModelProposer | None = None
-        if draft_model is not None:
-            assert speculative is not None, "a draft model without a speculative_config"
-            draft_inputs = StepInputs(config.max_num_seqs, config.max_num_seqs, max_blocks, self.block_size, self.device)
-            self.draft = DraftModelProposer(draft_model, speculative.num_speculative_tokens, draft_inputs,
-                                            self.sampler.rng)
+        self.drafter: ModelDrafter | None = None
+        if drafting_model is not None:
+            assert speculative is not None, "a drafting model without a speculative_config"
+            drafter_inputs = StepInputs(config.max_num_seqs, max_tokens, max_blocks, self.block_size, self.device)
+            self.drafter = make_drafter(speculative, drafting_model, drafter_inputs, self.sampler.rng)
         #: The distributions the draft model drew the last proposals from, by request.
         self._draft_probs: dict[str, torch.Tensor | None] = {}
         #: The captured decode steps (None: every step runs eagerly).
@@ -116,14 +118,14 @@ class ModelRunner:
     @property
     def bytes_per_block(self) -> int:
         """KV bytes one block costs across all layers (on this rank), a draft model's included."""
-        specs = self.specs + (self.draft.specs if self.draft is not None else [])
+        specs = self.specs + (self.drafter.specs if self.drafter is not None else [])
         return self.block_size * sum(spec.bytes_per_token(self.kv_cache_dtype) for spec in specs)
 
     def initialize_cache(self, num_blocks: int) -> None:
         """Allocate the KV cache for serving, then capture the decode graphs over it."""
         self.allocate_kv_cache(num_blocks)
-        if self.draft is not None:
-            self.draft.kv_caches = [self._layer_cache(spec, num_blocks) for spec in self.draft.specs]
+        if self.drafter is not None:
+            self.drafter.kv_caches = [self._layer_cache(spec, num_blocks) for spec in self.drafter.specs]
         if self.kv_connector is not None:
             self.kv_connector.register_kv_caches(self.kv_caches)
         self.capture_decode_graphs()
@@ -274,16 +276,6 @@ class ModelRunner:
     def _forward(
         self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray, lora_slots: np.ndarray | None = None
     ) -> tuple[torch.Tensor, FlatBatch]:
-        """Hidden states of the step's new tokens (and the draft model's KV of them, when
-        one drafts)."""
-        hidden, flat = self._target_forward(rows, num_computed, num_new, lora_slots)
-        if self.draft is not None:
-            self.draft.observe(flat)
-        return hidden, flat
-
-    def _target_forward(
-        self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray, lora_slots: np.ndarray | None
-    ) -> tuple[torch.Tensor, FlatBatch]:
         """Hidden states of the step's new tokens: a captured graph's replay for a
         pure-decode step whose bucket was captured, else an eager forward (with each
         request's LoRA slot in `lora_slots` when LoRA is on)."""
@@ -396,7 +388,11 @@ class ModelRunner:
             output.logprobs = sampled.logprobs
             output.top_logprobs = sampled.top_logprobs
             batch.append_tokens(sampling, rows, num_tokens, output.sampled_token_ids)
-        if (self.proposer is not None or self.draft is not None) and len(samplers):
+        if self.drafter is not None:
+            # Every step: the drafter's KV follows the target's, prompt chunks included.
+            step = TargetStep(flat, hidden, states, num_computed, num_new)
+            output.draft_token_ids = self._propose_with_model(step, [states[b] for b in samplers])
+        elif self.proposer is not None and len(samplers):
             output.draft_token_ids = self._propose([states[b] for b in samplers])
         # State changes only once nothing can fail any more.
         for b, entries in prompt_entries:
@@ -449,25 +445,30 @@ class ModelRunner:
     ) -> list[torch.Tensor | None] | None:
         """The draft model's distributions of the drafts a step checks (cut as the
         scheduler cut the drafts); None when the drafts are not a model's."""
-        if self.draft is None:
+        if self.drafter is None:
             return None
         probs = [self._draft_probs.get(state.req_id) for state in sampling]
         return [None if p is None else p[: len(draft)] for p, draft in zip(probs, drafts)]
 
+    def _propose_with_model(self, step: TargetStep, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
+        """The drafter's drafts for the requests that sampled this step and take proposals
+        (it reads the step whether or not any do)."""
+        speculating = [state for state in sampling if speculates(state.params, state.num_output_tokens)]
+        drafts = self.drafter.propose(step, speculating, self.input_batch, self.block_size)  # type: ignore[union-attr]
+        # A request that sampled has checked its last drafts; a request the scheduler
+        # left out of a step keeps its drafts, and their distributions, for a later one.
+        for state in sampling:
+            self._draft_probs.pop(state.req_id, None)
+        self._draft_probs.update((req_id, draft.probs) for req_id, draft in drafts.items())
+        return {req_id: draft.token_ids for req_id, draft in drafts.items()}
+
     def _propose(self, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
         """The drafts of the requests that sampled this step and take proposals."""
-        speculating = [state for state in sampling if speculates(state.params, state.num_output_tokens)]
-        if self.draft is not None:
-            drafts = self.draft.propose(speculating, self.input_batch, self.block_size) if speculating else {}
-            # A request that sampled has checked its last drafts; a request the scheduler
-            # left out of a step keeps its drafts, and their distributions, for a later one.
-            for state in sampling:
-                self._draft_probs.pop(state.req_id, None)
-            self._draft_probs.update((req_id, draft.probs) for req_id, draft in drafts.items())
-            return {req_id: draft.token_ids for req_id, draft in drafts.items()}
         proposals = {}
         tokens = self.input_batch.token_ids_np
-        for state in speculating:
+        for state in sampling:
+            if not speculates(state.params, state.num_output_tokens):
+                continue
             draft = self.proposer.propose(tokens[state.row, : state.num_tokens])  # type: ignore[union-attr]
             if draft:
                 proposals[state.req_id] = draft

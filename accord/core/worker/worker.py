@@ -69,6 +69,7 @@ class Worker:
         if config.record_op_calls is not None:
             # Installed before the model loads, so profile_run's calls are recorded too.
             self.ops.add_hook(CallRecorder(rank_directory(config.record_op_calls, rank)))
+        speculative = config.speculative
         loaded = load_model(
             config.model,
             self.ops,
@@ -76,12 +77,13 @@ class Worker:
             quantization=config.quantization,
             compute_dtype=backend.compute_dtype,
             parallel=self.parallel,
+            with_mtp=speculative is not None and speculative.method == "mtp",
         )
         self.model_config = loaded.config
         self.max_model_len = config.resolve_max_model_len(loaded.config.max_position_embeddings)
         self.runner = ModelRunner(
             config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver,
-            rank=rank, draft_model=self._load_draft(loaded.config) if self.parallel.is_driver else None,
+            rank=rank, drafting_model=(loaded.mtp or self._load_draft(loaded.config)) if self.parallel.is_driver else None,
         )
 
     def _load_draft(self, target: ModelConfig) -> CausalLM | None:
