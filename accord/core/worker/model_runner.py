@@ -453,7 +453,7 @@ class ModelRunner:
     def _propose_with_model(self, step: TargetStep, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
         """The drafter's drafts for the requests that sampled this step and take proposals
         (it reads the step whether or not any do)."""
-        speculating = [state for state in sampling if speculates(state.params, state.num_output_tokens)]
+        speculating = [state for state in sampling if self._takes_drafts(state)]
         drafts = self.drafter.propose(step, speculating, self.input_batch, self.block_size)  # type: ignore[union-attr]
         # A request that sampled has checked its last drafts; a request the scheduler
         # left out of a step keeps its drafts, and their distributions, for a later one.
@@ -462,12 +462,20 @@ class ModelRunner:
         self._draft_probs.update((req_id, draft.probs) for req_id, draft in drafts.items())
         return {req_id: draft.token_ids for req_id, draft in drafts.items()}
 
+    def _takes_drafts(self, state: CachedRequestState) -> bool:
+        """Whether to draft for `state`: it takes drafts, and the batch is below
+        disable_by_batch_size (the scheduler would not check them: drafting them, a draft
+        model's k forwards, would be wasted)."""
+        limit = self.config.speculative.disable_by_batch_size  # type: ignore[union-attr]
+        return (limit is None or len(self.input_batch.requests) < limit) and speculates(
+            state.params, state.num_output_tokens)
+
     def _propose(self, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
         """The drafts of the requests that sampled this step and take proposals."""
         proposals = {}
         tokens = self.input_batch.token_ids_np
         for state in sampling:
-            if not speculates(state.params, state.num_output_tokens):
+            if not self._takes_drafts(state):
                 continue
             draft = self.proposer.propose(tokens[state.row, : state.num_tokens])  # type: ignore[union-attr]
             if draft:
