@@ -1,9 +1,11 @@
 """Speculative decoding with a draft model through `LLM`: a one-layer counting Llama
 drafts for the two-layer one (tests/spec_decode/conftest.py, both written by
 transformers, same vocabulary). Greedy outputs equal those without speculation, plainly,
-under chunked prefill and with prefix-cache hits; drafts are both accepted and rejected;
-a draft of another vocabulary is refused at start; and every test ends with every KV
-block back in the pool (the conftest's check)."""
+under chunked prefill, with prefix-cache hits and under forced preemption; drafts are
+both accepted and rejected; seeded sampling (n = 2) reproduces alone and batched; a
+draft of another vocabulary is refused at start; and every test ends with every KV
+block back in the pool (the conftest's check). The sampled distribution with a draft
+model is checked in test_spec_sampling_distribution.py."""
 
 from __future__ import annotations
 
@@ -81,3 +83,26 @@ def test_a_draft_of_another_vocabulary_is_refused_naming_both_sizes(counting_lla
     target_size = read_model_config(counting_llama_dir).vocab_size
     with pytest.raises(ValueError, match=f"vocabulary of {target_size + 8} tokens.* one of {target_size}"):
         LLM(model=str(counting_llama_dir), backend="cpu", speculative_config=spec(draft), **ENGINE)
+
+
+def test_greedy_outputs_equal_under_forced_preemption(counting_llama_dir, counting_draft_dir, make_llm,
+                                                      baseline_tokens):
+    # 16 blocks of 16 tokens for four requests of ~70 tokens (and the drafts' lookahead): some are preempted.
+    llm = make_llm(counting_llama_dir, speculative_config=spec(counting_draft_dir), max_model_len=256,
+                   num_gpu_blocks_override=16)
+    assert token_ids(generate(llm)) == baseline_tokens
+    assert llm.llm_engine.stats.num_preemptions > 0
+
+
+def test_seeded_sampling_with_a_draft_model_reproduces_alone_and_batched(counting_llama_dir, counting_draft_dir,
+                                                                          make_llm):
+    llm = make_llm(counting_llama_dir, speculative_config=spec(counting_draft_dir), **ENGINE)
+    params = SamplingParams(max_tokens=30, temperature=0.8, top_p=0.9, seed=11, n=2)
+
+    def outputs(prompts: list[list[int]]) -> list[list[list[int]]]:
+        results = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [[sample.token_ids for sample in result.outputs] for result in results]
+
+    alone, batched = outputs(PROMPTS[:1]), outputs(PROMPTS)
+    assert alone[0] == batched[0] and alone == outputs(PROMPTS[:1])
+    assert alone[0][0] != alone[0][1]  # the siblings' seeds differ
