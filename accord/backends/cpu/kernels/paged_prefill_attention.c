@@ -48,7 +48,8 @@ _Static_assert(KEY_TILE == LANES, "a row's tile of scores is one vector");
  * the rows as fp32 (kd each) or as bf16 pairs (kd / 2 uint32 each); `keys` the key tile
  * transposed (channel-major: fp32 [kd][KEY_TILE] or pairs [kd / 2][KEY_TILE]); `values`
  * the value tile widened, [KEY_TILE][vd]; `scores` [rows][KEY_TILE]; `top` and `total`
- * the running maximum and sum per row; `acc` [rows][vd]. */
+ * the running maximum per row and its sum (as LANES partial sums, [rows][LANES]: one
+ * horizontal sum per row at the end, not per tile); `acc` [rows][vd]. */
 struct state {
     void *q, *keys;
     float *values, *scores, *top, *total, *acc;
@@ -60,11 +61,11 @@ static long aligned(long bytes) { return (bytes + 63) / 64 * 64; }
 static void *state_alloc(struct state *s, long rows, long kd, long vd) {
     const long q = aligned(rows * kd * 4), k = aligned(kd * KEY_TILE * 4), v = aligned(KEY_TILE * vd * 4),
                sc = aligned(rows * KEY_TILE * 4), t = aligned(rows * 4), a = aligned(rows * vd * 4);
-    char *base = aligned_alloc(64, q + k + v + sc + 2 * t + a);
+    char *base = aligned_alloc(64, q + k + v + 2 * sc + t + a);
     if (base == NULL) return NULL;
     s->q = base, s->keys = base + q, s->values = (float *)(base + q + k), s->scores = (float *)(base + q + k + v);
     s->top = (float *)(base + q + k + v + sc), s->total = (float *)(base + q + k + v + sc + t);
-    s->acc = (float *)(base + q + k + v + sc + 2 * t);
+    s->acc = (float *)(base + q + k + v + 2 * sc + t);
     return base;
 }
 
@@ -98,7 +99,7 @@ static inline __attribute__((always_inline, target("avx512f,avx512bf16"))) void 
     for (int r = 0; r < nb; ++r) acc[r] = _mm512_setzero_ps();
     for (long i = 0; i < pairs; ++i) {
         const __m512bh k = (__m512bh)_mm512_loadu_si512(keys + i * KEY_TILE);
-        for (int r = 0; r < nb; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32((int)q[r * pairs + i]), k);
+        for (int r = 0; r < nb; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], k, (__m512bh)_mm512_set1_epi32((int)q[r * pairs + i]));
     }
     for (int r = 0; r < nb; ++r) _mm512_storeu_ps(scores + r * KEY_TILE, _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
 }
@@ -142,6 +143,12 @@ static void load_tile(const struct cache *c, int kv_dtype, int isa, const void *
     }
 }
 
+/* Unaligned fp32 vector loads and stores the compiler keeps in registers (a memcpy into
+ * an array of vectors made GCC copy every value row through the stack). */
+typedef float vfloat_u __attribute__((vector_size(LANES * 4), aligned(4), may_alias));
+static inline vfloat loadv(const float *p) { return *(const vfloat_u *)p; }
+static inline void storev(float *p, vfloat v) { *(vfloat_u *)p = v; }
+
 /* The online softmax of one row's tile of scores: positions p0 + j visible to a query at
  * position `pos` (causal, and inside the window when there is one) keep their score,
  * the others weigh 0; the running maximum, sum and accumulator are updated and the
@@ -155,56 +162,66 @@ static void softmax_tile(float *scores, long p0, long pos, long window, float *t
     vfloat x;
     memcpy(&x, scores, sizeof x);
     const vfloat none = (vfloat){0} - __builtin_inff();
-    float tile_top = -__builtin_inff();
-    for (int j = 0; j < LANES; ++j)
-        if (seen[j] && x[j] > tile_top) tile_top = x[j];
-    if (tile_top == -__builtin_inff()) { /* nothing of this tile is visible to the row */
-        memset(scores, 0, sizeof x);
-        return;
-    }
-    const float new_top = tile_top > *top ? tile_top : *top;
-    const float scale = *top == -__builtin_inff() ? 0.0f : exp_lanes((vfloat){0} + (*top - new_top))[0];
     vint xi, ni;
     memcpy(&xi, &x, sizeof xi);
     memcpy(&ni, &none, sizeof ni);
     xi = (xi & seen) | (ni & ~seen);
     memcpy(&x, &xi, sizeof x);
+    /* The tile's maximum as a halving tree of lane maxima (lane 0 ends with it). */
+    vfloat m = max_lanes(x, __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    m = max_lanes(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    m = max_lanes(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    m = max_lanes(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+    const float tile_top = m[0];
+    if (tile_top == -__builtin_inff()) { /* nothing of this tile is visible to the row */
+        memset(scores, 0, sizeof x);
+        return;
+    }
+    /* The accumulator's rescale e^(old - new maximum): 1 (no exp, no pass over it) while
+     * the maximum stays, 0 before the row's first visible position. */
+    const float new_top = tile_top > *top ? tile_top : *top;
+    const float scale = *top == -__builtin_inff() ? 0.0f
+                        : new_top == *top          ? 1.0f
+                                                   : exp_lanes((vfloat){0} + (*top - new_top))[0];
     vfloat e = exp_lanes(x - new_top);
     vint ei;
     memcpy(&ei, &e, sizeof ei);
     ei &= seen; /* exp_lanes clamps far below the maximum instead of reaching 0: hidden is 0 */
     memcpy(&e, &ei, sizeof e);
-    *total = *total * scale + lane_sum(e);
+    storev(total, loadv(total) * scale + e);
     *top = new_top;
     memcpy(scores, &e, sizeof e);
     if (scale != 1.0f)
         for (long i = 0; i < vd; ++i) acc[i] *= scale;
 }
 
-/* acc[r] += sum over the tile's positions j (ascending) of w[r][j] * value row j, for nb
- * rows (a constant where this is inlined), channels four vectors at a time. */
+/* acc[r] += sum over the tile's positions j (ascending) of w[r][j] * value row j, for
+ * VALUE_ROWS rows at a time, channels four vectors at a time (16 accumulators, each
+ * value vector loaded once for the rows), then one vector, then one channel at a time. */
+#define VALUE_ROWS 4
 static inline __attribute__((always_inline)) void add_values_rows(const float *w, const float *values, long vd,
                                                                  const int nb, float *acc) {
     long i = 0;
     for (; i + 4 * LANES <= vd; i += 4 * LANES) {
-        vfloat a[2][4];
+        vfloat a[VALUE_ROWS][4];
         for (int r = 0; r < nb; ++r)
-            for (int k = 0; k < 4; ++k) memcpy(&a[r][k], acc + r * vd + i + k * LANES, sizeof(vfloat));
+            for (int k = 0; k < 4; ++k) a[r][k] = loadv(acc + r * vd + i + k * LANES);
         for (int j = 0; j < KEY_TILE; ++j) {
-            vfloat v[4];
-            for (int k = 0; k < 4; ++k) memcpy(&v[k], values + j * vd + i + k * LANES, sizeof(vfloat));
-            for (int r = 0; r < nb; ++r)
-                for (int k = 0; k < 4; ++k) a[r][k] += w[r * KEY_TILE + j] * v[k];
+            const float *v = values + j * vd + i;
+            const vfloat v0 = loadv(v), v1 = loadv(v + LANES), v2 = loadv(v + 2 * LANES), v3 = loadv(v + 3 * LANES);
+            for (int r = 0; r < nb; ++r) {
+                const float weight = w[r * KEY_TILE + j];
+                a[r][0] += weight * v0, a[r][1] += weight * v1, a[r][2] += weight * v2, a[r][3] += weight * v3;
+            }
         }
         for (int r = 0; r < nb; ++r)
-            for (int k = 0; k < 4; ++k) memcpy(acc + r * vd + i + k * LANES, &a[r][k], sizeof(vfloat));
+            for (int k = 0; k < 4; ++k) storev(acc + r * vd + i + k * LANES, a[r][k]);
     }
     for (; i + LANES <= vd; i += LANES)
         for (int r = 0; r < nb; ++r) {
-            vfloat a;
-            memcpy(&a, acc + r * vd + i, sizeof a);
-            for (int j = 0; j < KEY_TILE; ++j) a += w[r * KEY_TILE + j] * load_lanes(values + j * vd, i, FP32);
-            memcpy(acc + r * vd + i, &a, sizeof a);
+            vfloat a = loadv(acc + r * vd + i);
+            for (int j = 0; j < KEY_TILE; ++j) a += w[r * KEY_TILE + j] * loadv(values + j * vd + i);
+            storev(acc + r * vd + i, a);
         }
     for (; i < vd; ++i)
         for (int r = 0; r < nb; ++r)
@@ -213,8 +230,8 @@ static inline __attribute__((always_inline)) void add_values_rows(const float *w
 
 static void add_values(const float *w, long rows, const float *values, long vd, float *acc) {
     long r = 0;
-    for (; r + 2 <= rows; r += 2) add_values_rows(w + r * KEY_TILE, values, vd, 2, acc + r * vd);
-    if (r < rows) add_values_rows(w + r * KEY_TILE, values, vd, 1, acc + r * vd);
+    for (; r + VALUE_ROWS <= rows; r += VALUE_ROWS) add_values_rows(w + r * KEY_TILE, values, vd, VALUE_ROWS, acc + r * vd);
+    for (; r < rows; ++r) add_values_rows(w + r * KEY_TILE, values, vd, 1, acc + r * vd);
 }
 
 /* One task: query positions [pos0, pos0 + positions) of a sequence of seq_len cached
@@ -257,8 +274,8 @@ static int run_prefill_task(const struct prefill_tasks *w, long k) {
         else
             for (long i = 0; i < kd; ++i) ((float *)s.q)[m * kd + i] = load_one(src, i, r->q_dtype);
         s.top[m] = -__builtin_inff();
-        s.total[m] = 0.0f;
     }
+    memset(s.total, 0, rows * LANES * sizeof(float));
     memset(s.acc, 0, rows * vd * sizeof(float));
     const long last = t->pos0 + t->positions - 1; /* the last row's position: keys past it are hidden */
     const long lo = window > 0 && t->pos0 - window + 1 > 0 ? t->pos0 - window + 1 : 0;
@@ -269,14 +286,14 @@ static int run_prefill_task(const struct prefill_tasks *w, long k) {
         else
             score_fp32(s.q, rows, kd, s.keys, w->scale, s.scores);
         for (long m = 0; m < rows; ++m)
-            softmax_tile(s.scores + m * KEY_TILE, p0, t->pos0 + m / group, window, s.top + m, s.total + m,
+            softmax_tile(s.scores + m * KEY_TILE, p0, t->pos0 + m / group, window, s.top + m, s.total + m * LANES,
                          s.acc + m * vd, vd);
         add_values(s.scores, rows, s.values, vd, s.acc);
     }
     for (long m = 0; m < rows; ++m) {
         char *dst = (char *)r->out +
                     ((t->row0 + m / group) * r->out_row_stride + (head * group + m % group) * r->out_head_stride) * out_size;
-        const float inv = 1.0f / s.total[m];
+        const float inv = 1.0f / lane_sum(loadv(s.total + m * LANES));
         for (long i = 0; i < vd; ++i) {
             const float o = s.acc[m * vd + i] * inv;
             if (r->out_dtype == BF16)
