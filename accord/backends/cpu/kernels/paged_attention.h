@@ -124,5 +124,23 @@ struct rows {
     long q_row_stride, q_head_stride, out_row_stride, out_head_stride;
 };
 
+/* run(work, task) for every task in [0, tasks), with `threads` OpenMP threads taking
+ * one task at a time, or in the calling thread alone when threads < 2 (not even a
+ * one-thread parallel region: its set-up costs about a microsecond, a tenth of a small
+ * decode call). Returns whether any task failed (returned non-zero). */
+static int run_tasks(int (*run)(const void *work, long task), const void *work, long tasks, long threads) {
+    int failed = 0;
+    if (threads > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (long task = 0; task < tasks; ++task)
+            if (run(work, task)) {
+#pragma omp atomic write
+                failed = 1;
+            }
+    } else {
+        for (long task = 0; task < tasks; ++task) failed |= run(work, task);
+    }
+    return failed;
+}
 
 #endif

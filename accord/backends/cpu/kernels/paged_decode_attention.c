@@ -407,7 +407,8 @@ struct decode_tasks {
 };
 
 /* attend_task for task number `task` (sequence task / kv_heads, kv head task % kv_heads). */
-static int run_decode_task(const struct decode_tasks *w, long task) {
+static int run_decode_task(const void *tasks, long task) {
+    const struct decode_tasks *w = tasks;
     const long *d = w->decodes + 3 * (task / w->kv_heads);
     const long len = read_index(w->seq_lens, d[0], w->index_bytes);
     const void *table = (const char *)w->block_tables + d[0] * w->table_stride * w->index_bytes;
@@ -474,21 +475,9 @@ long accord_paged_decode_attention(const struct paged_call *call, float scale) {
     if (wanted > threads) wanted = threads;
     if (wanted > tasks) wanted = tasks;
     if (wanted < 1) wanted = 1;
-    int failed = 0;
     const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, seq_lens, block_tables, table_stride,
                                       index_bytes, group, scale};
-    if (wanted > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted)
-        for (long task = 0; task < tasks; ++task)
-            if (run_decode_task(&work, task)) {
-#pragma omp atomic write
-                failed = 1;
-            }
-    } else {
-        /* Not even a one-thread parallel region: its set-up costs about a microsecond,
-         * a tenth of a small call. */
-        for (long task = 0; task < tasks; ++task) failed |= run_decode_task(&work, task);
-    }
+    const int failed = run_tasks(run_decode_task, &work, tasks, wanted);
     free(decodes);
     return failed ? -1 : prefills;
 invalid:

@@ -254,7 +254,8 @@ struct prefill_tasks {
 
 /* Task number `k` (tile k / kv_heads, kv head k % kv_heads); 0, or -1 when its state
  * could not be allocated. */
-static int run_prefill_task(const struct prefill_tasks *w, long k) {
+static int run_prefill_task(const void *tasks, long k) {
+    const struct prefill_tasks *w = tasks;
     const struct prefill_task *t = w->tasks + k / w->kv_heads;
     const struct cache *c = w->cache;
     const struct rows *r = w->rows;
@@ -362,17 +363,7 @@ long accord_paged_prefill_attention(const struct paged_call *call, float scale, 
     long wanted = pairs / PAIRS_PER_THREAD;
     if (wanted > threads) wanted = threads;
     if (wanted > total) wanted = total;
-    int failed = 0;
-    if (wanted > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted)
-        for (long k = 0; k < total; ++k)
-            if (run_prefill_task(&work, k)) {
-#pragma omp atomic write
-                failed = 1;
-            }
-    } else {
-        for (long k = 0; k < total; ++k) failed |= run_prefill_task(&work, k);
-    }
+    const int failed = run_tasks(run_prefill_task, &work, total, wanted);
     free(tasks);
     return failed ? -1 : 0;
 invalid:
