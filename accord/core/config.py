@@ -116,7 +116,8 @@ class EngineConfig:
     max_num_batched_tokens: int | None = setting(
         None, help="most tokens in one step", at_least=1,
         default_help="chosen at start-up from measured step times: the largest power of two from max_num_seqs "
-        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.engine.token_budget)",
+        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.engine.token_budget); 4096 for "
+        "offline LLM.generate",
     )
     enable_prefix_caching: bool = setting(True, help="reuse KV blocks of shared prompt prefixes")
     kv_cache_memory: int | None = setting(
