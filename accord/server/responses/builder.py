@@ -85,7 +85,9 @@ class ResponseBuilder:
         """The end of the answer: the last item closed, and the response completed (or
         incomplete, when the output reached max_output_tokens)."""
         incomplete = self._finish_reason == "length"
-        events = self._close("incomplete" if incomplete else "completed")
+        # An answer with nothing in it is still a message (an empty one), as OpenAI's.
+        events = self._begin("message") if self._open is None and not self.response.output else []
+        events += self._close("incomplete" if incomplete else "completed")
         if incomplete:
             self.response.status = "incomplete"
             self.response.incomplete_details = IncompleteDetails(reason="max_output_tokens")
