@@ -278,6 +278,7 @@ def test_a_background_response_runs_to_the_same_answer(app: InProcessApp) -> Non
     ({"input": ASK, "max_output_tokens": 100000}, "max_output_tokens"),
     ({"input": ASK, "tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"input": ASK, "tool_choice": "required"}, "tool_choice"),
+    ({"input": ASK, "tools": [{"type": "web_search"}]}, "tools"),
     ({"input": ASK, "background": True, "stream": True}, "background"),
     ({"input": ASK, "background": True, "store": False}, "background"),
     ({"input": ASK, "text": {"format": {"type": "json_schema", "name": "x"}}}, "text"),
@@ -285,7 +286,7 @@ def test_a_background_response_runs_to_the_same_answer(app: InProcessApp) -> Non
     ({"input": ASK, "truncation": "auto"}, "truncation"),
     ({"input": ASK, "reasoning": {"effort": "low"}}, "reasoning"),
     ({"input": []}, "input"),
-], ids=["image", "item-kind", "include", "too-long", "unknown-tool", "required-without-tools",
+], ids=["image", "item-kind", "include", "too-long", "unknown-tool", "required-without-tools", "built-in-tool",
         "background-stream", "background-unstored", "schema-missing", "metadata", "truncation",
         "reasoning-without-parser", "empty"])
 def test_bad_input_is_a_400_naming_the_field(app: InProcessApp, body: dict, param: str) -> None:

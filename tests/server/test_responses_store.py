@@ -1,11 +1,13 @@
 """The responses store and background responses, over a chat stand-in whose answer
 waits for the test to let it go on: cancelling (or evicting, or deleting) a running one
 closes its chunks (which aborts its engine request) and leaves it "cancelled" (or gone),
-whatever the host's speed; and `--responses-store-size`, the store's bound."""
+whatever the host's speed; an answer that fails after it began ends the response as
+"failed"; and `--responses-store-size`, the store's bound."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
@@ -20,12 +22,19 @@ from accord.server.responses.protocol import ResponsesRequest
 
 
 class HeldChat:
-    """A ChatService stand-in: each answer says "Hi", then waits for `release`."""
+    """A ChatService stand-in: each answer says "Hi", then waits for `release` (or,
+    with `fail`, raises)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail: bool = False) -> None:
         self.serving = SimpleNamespace(model=SimpleNamespace(name="m"))
         self.release = asyncio.Event()
         self.closed = 0
+        if fail:
+            self.release.wait = self._fail  # type: ignore[method-assign]
+
+    @staticmethod
+    async def _fail() -> None:
+        raise RuntimeError("the engine died")
 
     async def answer(self, request) -> AsyncIterator[ChatCompletionChunk]:
         return self._chunks()
@@ -121,6 +130,24 @@ def test_closing_the_service_cancels_what_runs() -> None:
         service.close()
         await _settle()
         assert chat.closed == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_failure_after_the_answer_began_fails_the_response() -> None:
+    async def scenario() -> None:
+        service = ResponsesService(HeldChat(fail=True), ResponseStore(4))  # type: ignore[arg-type]
+        with pytest.raises(OpenAIError) as failed:  # not streamed: a 500, as chat's
+            await service.create(ResponsesRequest(input="Hello"))
+        assert failed.value.status_code == 500
+        streamed = await service.create(ResponsesRequest(input="Hello", stream=True))
+        events = [json.loads(block.split("data: ", 1)[1]) async for block in streamed.body_iterator]
+        last = events[-1]
+        assert [e["type"] for e in events][-4:] == ["response.output_text.done", "response.content_part.done",
+                                                   "response.output_item.done", "response.failed"]
+        assert last["response"]["status"] == "failed" and last["response"]["error"]["code"] == "engine_error"
+        assert last["response"]["output"][0]["status"] == "incomplete"
+        assert service.retrieve(last["response"]["id"]).status == "failed"
 
     asyncio.run(scenario())
 
