@@ -18,6 +18,8 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 from responses_harness import MODEL, InProcessApp, InProcessEngine
+from test_server_tools import TOOLS as CHAT_TOOLS
+from test_server_tools import WEATHER_PARAMETERS
 
 #: The demo template, plus tool calls and tool results written out, so a conversation
 #: that lost one renders (and is answered) differently.
@@ -30,17 +32,8 @@ TOOL_TEMPLATE = (
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
 ASK = "What is the weather in Paris?"
-WEATHER_PARAMETERS = {
-    "type": "object",
-    "properties": {"city": {"enum": ["Paris", "Rome"]}, "unit": {"enum": ["c", "f"]}},
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
-TOOLS = [
-    {"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER_PARAMETERS},
-    {"type": "function", "name": "get_time", "description": "Time now",
-     "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
-]
+#: The chat tool tests' tools, in the Responses API's flat shape.
+TOOLS = [{"type": "function", **tool["function"]} for tool in CHAT_TOOLS]
 EVENTS = TypeAdapter(ResponseStreamEvent)
 TEXT_EVENTS_OPEN = ["response.created", "response.in_progress", "response.output_item.added",
                     "response.content_part.added"]

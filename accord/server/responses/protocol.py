@@ -334,60 +334,51 @@ class OutputItemEvent(BaseModel):
     item: OutputItem
 
 
-class ContentPartEvent(BaseModel):
+
+
+class _ContentEvent(BaseModel):
+    """An event about one content part of one output item."""
+
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+
+
+class ContentPartEvent(_ContentEvent):
     """A content part of an item begins (empty) or ends (whole)."""
 
     type: Literal["response.content_part.added", "response.content_part.done"]
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int
     part: OutputText | ReasoningText
 
 
-class OutputTextDeltaEvent(BaseModel):
+class OutputTextDeltaEvent(_ContentEvent):
     """More of the answer's text."""
 
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int
     delta: str
     logprobs: list[Any] = Field(default_factory=list)
 
 
-class OutputTextDoneEvent(BaseModel):
+class OutputTextDoneEvent(_ContentEvent):
     """The answer's whole text."""
 
     type: Literal["response.output_text.done"] = "response.output_text.done"
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int
     text: str
     logprobs: list[Any] = Field(default_factory=list)
 
 
-class ReasoningTextDeltaEvent(BaseModel):
+class ReasoningTextDeltaEvent(_ContentEvent):
     """More of the thinking's text."""
 
     type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int
     delta: str
 
 
-class ReasoningTextDoneEvent(BaseModel):
+class ReasoningTextDoneEvent(_ContentEvent):
     """The thinking's whole text."""
 
     type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int
     text: str
 
 
