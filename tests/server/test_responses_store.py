@@ -121,6 +121,18 @@ def test_evicting_or_deleting_a_running_background_response_cancels_it() -> None
     asyncio.run(scenario())
 
 
+def test_a_background_response_cancelled_before_it_ran_still_closes_its_chunks() -> None:
+    async def scenario() -> None:
+        chat = HeldChat()
+        service = ResponsesService(chat, ResponseStore(4))  # type: ignore[arg-type]
+        started = await service.create(_background())
+        await service.cancel(started.id)  # no loop turn between: its task never started
+        await _settle()
+        assert chat.closed == 1 and service.retrieve(started.id).status == "cancelled"
+
+    asyncio.run(scenario())
+
+
 def test_closing_the_service_cancels_what_runs() -> None:
     async def scenario() -> None:
         chat = HeldChat()

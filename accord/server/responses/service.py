@@ -28,6 +28,8 @@ class ResponsesService:
     def __init__(self, chat: ChatService, store: ResponseStore) -> None:
         self.chat = chat
         self.store = store
+        #: Background responses' chunks being closed (held until closed: the loop keeps weak references).
+        self._closing: set[asyncio.Future[None]] = set()
 
     async def create(self, request: ResponsesRequest) -> ResponseObject | StreamingResponse:
         """Answer one `POST /v1/responses`. Every refusal (400, 404, 429) comes before
@@ -44,12 +46,15 @@ class ResponsesService:
         except OpenAIError as error:
             raise in_responses_terms(error) from error
         assert not isinstance(chunks, ChatCompletionResponse), "the chat request is streamed"
+        # Taking the first chunk starts the chat stream: from now on closing it aborts the
+        # engine request, even if the events are never read (a client gone at once).
+        first = await anext(chunks)
         builder = ResponseBuilder(self._response(request))
-        events = self._events(builder, chunks, messages, request.store)
+        events = self._events(builder, first, chunks, messages, request.store)
         if request.stream:
             return StreamingResponse(_sse(events), media_type="text/event-stream")
         if request.background:
-            return self._in_background(builder, events)
+            return self._in_background(builder, events, chunks)
         async for _ in events:
             pass
         response = builder.response
@@ -119,23 +124,21 @@ class ResponsesService:
         )
 
     async def _events(
-        self, builder: ResponseBuilder, chunks: AsyncIterator[ChatCompletionChunk], messages: list[ChatMessage],
-        store: bool,
+        self, builder: ResponseBuilder, first: ChatCompletionChunk, chunks: AsyncIterator[ChatCompletionChunk],
+        messages: list[ChatMessage], store: bool,
     ) -> AsyncIterator[StreamEvent]:
-        """The response's events from its chat chunks; with `store` it is kept (in
-        progress from the start, then as it ended, with the conversation it ends)."""
-        started = False
+        """The response's events from its chat chunks (`first`, then `chunks`); with
+        `store` it is kept (in progress from the start, then as it ended, with the
+        conversation it ends)."""
         try:
-            # Closing the chunks aborts the engine request; they are started before the
-            # first event is written, so a client gone after it still aborts it.
             async with aclosing(chunks):  # type: ignore[type-var]
+                for event in builder.start():
+                    yield event
+                if store and not builder.response.background:  # _in_background keeps that one
+                    self.store.put(StoredResponse(builder.response, []))
+                for event in builder.feed(first):
+                    yield event
                 async for chunk in chunks:
-                    if not started:
-                        started = True
-                        for event in builder.start():
-                            yield event
-                        if store and not builder.response.background:  # _in_background keeps that one
-                            self.store.put(StoredResponse(builder.response, []))
                     for event in builder.feed(chunk):
                         yield event
             ending = builder.finish()
@@ -147,7 +150,9 @@ class ResponsesService:
         for event in ending:
             yield event
 
-    def _in_background(self, builder: ResponseBuilder, events: AsyncIterator[StreamEvent]) -> ResponseObject:
+    def _in_background(
+        self, builder: ResponseBuilder, events: AsyncIterator[StreamEvent], chunks: AsyncIterator[ChatCompletionChunk]
+    ) -> ResponseObject:
         """Run the response on in a task, kept in the store; answer with it in progress."""
 
         async def drain() -> None:
@@ -155,6 +160,15 @@ class ResponsesService:
                 pass
 
         task = asyncio.create_task(drain(), name=f"response {builder.response.id}")
+
+        def close_chunks(_: asyncio.Task[None]) -> None:
+            # A task cancelled before it ran never closed the chunks: close them (aborting
+            # the engine request) once it is done, however it ended.
+            closing = asyncio.ensure_future(chunks.aclose())  # type: ignore[attr-defined]
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+        task.add_done_callback(close_chunks)
         self.store.put(StoredResponse(builder.response, [], task))
         return builder.response.model_copy(deep=True)
 
