@@ -12,8 +12,8 @@ def start_native_builds() -> None:
     """Start building the native libraries the kernels use, side by side, in the
     background (cached, and once per process)."""
     for library in (
-        _native_gemm.LIBRARY, _native_elementwise.LIBRARY, _native_attention.LIBRARY, _native_quant.LIBRARY,
-        _native_lora.LIBRARY,
+        _native_gemm.LIBRARY, _native_elementwise.LIBRARY, _native_attention.LIBRARY, _native_attention.PREFILL_LIBRARY,
+        _native_quant.LIBRARY, _native_lora.LIBRARY,
     ):
         _native.build_ahead(*library)
 
