@@ -184,3 +184,68 @@ def test_mistral_needs_its_tool_calls_token() -> None:
     MistralToolParser.check_tokenizer({"[TOOL_CALLS]": 5})
     with pytest.raises(ValueError, match=r"\[TOOL_CALLS\]"):
         MistralToolParser.check_tokenizer({"<tool_call>": 5})
+
+
+# -- through the chat endpoint -------------------------------------------------------------
+WRITTEN_CALL = DALLAS.replace("<parameter=unit>\nfahrenheit\n</parameter>\n", "")
+
+
+@pytest.fixture(scope="module")
+def qwen3_client(demo_model, cache_dir):
+    """A server parsing Qwen3-Coder's XML calls (the random demo model, made to write one by a regex)."""
+    import openai
+    from server_harness import ENGINE_FLAGS, ServerProcess
+
+    process = ServerProcess("--tool-call-parser", "qwen3_xml", *ENGINE_FLAGS, cache_dir=cache_dir)
+    yield openai.OpenAI(base_url=f"{process.url}/v1", api_key="unused", max_retries=0)
+    process.stop()
+
+
+def _regex_literal(text: str) -> str:
+    return "".join("\\" + char if char in r"\.^$|?*+()[]{}/" else ("\\n" if char == "\n" else char) for char in text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_chat_endpoint_parses_qwen3_xml_calls_with_typed_arguments(qwen3_client, stream: bool) -> None:
+    from accord.demo.model import DEMO_MODEL_NAME
+
+    kwargs = dict(model=DEMO_MODEL_NAME, messages=[{"role": "user", "content": "Weather in Dallas?"}],
+                  tools=[{"type": "function", "function": WEATHER}], max_tokens=200,
+                  extra_body={"guided_regex": _regex_literal("Checking." + WRITTEN_CALL)})
+    if stream:
+        content, calls, finish_reason = "", {}, None
+        for chunk in qwen3_client.chat.completions.create(stream=True, **kwargs):
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            for part in delta.tool_calls or []:
+                call = calls.setdefault(part.index, {"id": part.id, "name": part.function.name, "arguments": ""})
+                assert part.id is None or part.id == call["id"]  # the id comes with the first piece only
+                call["arguments"] += part.function.arguments or ""
+            finish_reason = chunk.choices[0].finish_reason or finish_reason
+        [call] = calls.values()
+        name, arguments, call_id = call["name"], call["arguments"], call["id"]
+    else:
+        choice = qwen3_client.chat.completions.create(**kwargs).choices[0]
+        [tool_call] = choice.message.tool_calls
+        content, finish_reason = choice.message.content, choice.finish_reason
+        name, arguments, call_id = tool_call.function.name, tool_call.function.arguments, tool_call.id
+    assert content == "Checking." and name == "get_current_weather" and call_id
+    assert json.loads(arguments) == {"city": "Dallas", "state": "TX"}
+    assert finish_reason == "tool_calls"
+
+
+@pytest.mark.slow
+def test_required_choice_forces_a_qwen3_xml_call_matching_the_schema(qwen3_client) -> None:
+    from accord.demo.model import DEMO_MODEL_NAME
+
+    tool = {"name": "set_level", "parameters": {"type": "object", "properties": {
+        "level": {"type": "integer", "minimum": 1, "maximum": 3}, "unit": {"enum": ["c", "f"]}},
+        "required": ["level", "unit"]}}
+    choice = qwen3_client.chat.completions.create(
+        model=DEMO_MODEL_NAME, messages=[{"role": "user", "content": "Set it."}], max_tokens=120, seed=0,
+        tools=[{"type": "function", "function": tool}], tool_choice="required").choices[0]
+    [call] = choice.message.tool_calls
+    arguments = json.loads(call.function.arguments)
+    assert call.function.name == "set_level" and set(arguments) == {"level", "unit"}
+    assert arguments["level"] in (1, 2, 3) and arguments["unit"] in ("c", "f")  # typed by the schema
