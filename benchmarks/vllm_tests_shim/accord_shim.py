@@ -2,7 +2,7 @@
 
 vLLM's tests start their server through `tests.utils.RemoteOpenAIServer`, which runs
 `vllm serve MODEL FLAGS`. This plugin makes it run `accord serve` with the same flags
-instead, serving accord's offline demo model (random weights, accord's demo tokenizer)
+instead, serving accord's offline demo model (random weights, accord's demo tokenizer, its context raised to 32k)
 under the test's model name, and skips the Hugging Face download vLLM's helper does
 first. Tests that load the model's tokenizer themselves get the demo tokenizer, so an
 expected token count or text is the demo model's, not the real model's (README.md in
@@ -14,8 +14,11 @@ accord checkout to serve from (default: this file's repository).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -26,12 +29,25 @@ ACCORD_REPO = Path(os.environ.get("ACCORD_REPO", Path(__file__).resolve().parent
 ACCORD_PYTHON = os.environ.get("ACCORD_PYTHON", "python3")
 
 
+#: The context the tests' models have (Qwen2/2.5 and Llama-3.2: 32k), which their
+#: --max-model-len values (up to 8192 here) assume.
+CONTEXT = 32768
+
+
 def demo_model_dir() -> str:
-    """accord's demo model directory, made once in accord's cache."""
+    """accord's demo model, copied with the tests' models' context length (its rotary
+    embedding takes any position; the demo model itself declares 2048)."""
     script = "from accord.demo.model import demo_model_dir; print(demo_model_dir())"
     out = subprocess.run([ACCORD_PYTHON, "-c", script], check=True, capture_output=True, text=True,
                          cwd=ACCORD_REPO, env={**os.environ, "PYTHONPATH": str(ACCORD_REPO)})
-    return out.stdout.strip().splitlines()[-1]
+    source = Path(out.stdout.strip().splitlines()[-1])
+    copy = Path(tempfile.gettempdir()) / f"accord-shim-{source.name}"
+    if not copy.exists():
+        shutil.copytree(source, copy)
+        config = json.loads((copy / "config.json").read_text())
+        config["max_position_embeddings"] = CONTEXT
+        (copy / "config.json").write_text(json.dumps(config))
+    return str(copy)
 
 
 def accord_command(model: str, flags: list[str], demo: str) -> list[str]:
@@ -64,3 +80,18 @@ def pytest_configure(config: pytest.Config) -> None:
         return original(demo, *args, **kwargs)
 
     vllm.tokenizers.get_tokenizer = demo_tokenizer
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Append each test's outcome, with the last line of its failure, to $SHIM_REPORT
+    as it happens (a file killed by a timeout keeps what it had)."""
+    path = os.environ.get("SHIM_REPORT")
+    if not path or not (report.when == "call" or report.outcome != "passed"):
+        return
+    reason = ""
+    if report.outcome != "passed":
+        lines = [line for line in str(report.longrepr).splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("E ")]
+        reason = (errors or lines or [""])[-1].strip()[:300]
+    with open(path, "a") as out:
+        out.write(f"{report.nodeid}\t{report.when}\t{report.outcome}\t{reason}\n")
