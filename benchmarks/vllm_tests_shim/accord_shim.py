@@ -66,7 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
         env = {**os.environ, **(env_dict or {}), "PYTHONPATH": str(ACCORD_REPO)}
         command = accord_command(model, vllm_serve_args, demo)
         print("accord shim:", " ".join(command), file=sys.stderr)
-        self.proc = subprocess.Popen(command, env=env, cwd=ACCORD_REPO, stdout=sys.stdout, stderr=sys.stderr)
+        # A session of its own, as vLLM's helper starts it: its teardown kills the server's
+        # process group, which would otherwise be pytest's.
+        self.proc = subprocess.Popen(command, env=env, cwd=ACCORD_REPO, stdout=sys.stdout, stderr=sys.stderr,
+                                     start_new_session=True)
 
     utils.RemoteOpenAIServer._start_server = start_server
     utils.RemoteVLLMServer._pre_download_model = lambda self, model, args: None
