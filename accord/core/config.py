@@ -190,7 +190,7 @@ class EngineConfig:
     speculative_config: dict | None = setting(
         None, help="speculative decoding as JSON, vLLM's keys: {\"method\": \"ngram\" or \"suffix\", "
         "\"num_speculative_tokens\": k, \"prompt_lookup_min\": .., \"prompt_lookup_max\": .., "
-        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; draft_model, eagle and mtp are refused)",
+        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; also \"draft_model\" with \"model\": DIR, and \"mtp\"; eagle is refused)",
         default_help="off", aliases=("-sc",),
     )
     enable_lora: bool = setting(
@@ -232,6 +232,11 @@ class EngineConfig:
         self.speculative: SpeculativeConfig | None = (
             None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)
         )
+        if self.speculative is not None and self.speculative.method == "mtp" and self.world_size > 1:
+            raise ValueError(
+                "speculative_config.method 'mtp' with tensor_parallel_size or data_parallel_size > 1 is not "
+                "supported yet (the MTP layer runs on the driver rank only)"
+            )
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")
         if self.enable_lora and self.tensor_parallel_size > 1:

@@ -199,7 +199,7 @@ class Scheduler:
             else:
                 proposal = []
             count = min(to_compute + len(proposal), budget)
-            while not self.block_manager.allocate(request.req_id, request.num_computed_tokens + count):
+            while not self.block_manager.allocate(request.req_id, self._slots(request.num_computed_tokens + count)):
                 victim = max(self.running, key=self.order_key)
                 self._preempt(victim)
                 preempted.append(victim)
@@ -255,6 +255,16 @@ class Scheduler:
         request.num_computed_tokens = start + count
         if request.num_computed_tokens >= request.num_tokens + request.num_output_placeholders:
             request.num_output_placeholders += 1
+
+    def _slots(self, num_tokens: int) -> int:
+        """KV slots a request computing up to `num_tokens` tokens needs: those, and the
+        lookahead a draft model writes its drafts' KV into (vLLM's num_lookahead_tokens),
+        within the context limit."""
+        lookahead = self._speculative.num_lookahead_tokens if self._speculative is not None else 0
+        if not lookahead:
+            return num_tokens
+        total = num_tokens + lookahead
+        return total if self.max_model_len is None else min(total, max(num_tokens, self.max_model_len))
 
     def _speculation_on(self) -> bool:
         """Whether this step checks drafts: speculative decoding is configured and the
@@ -363,7 +373,7 @@ class Scheduler:
             transfer = self._transfer_request(request, None)
             external = self._external_tokens(request, transfer, computed)
             count = min(request.num_tokens - computed - external, budget)
-            if not self.block_manager.allocate(request.req_id, computed + external + count, cached):
+            if not self.block_manager.allocate(request.req_id, self._slots(computed + external + count), cached):
                 break
             if self.kv_connector is not None:
                 self.kv_connector.update_state_after_alloc(
