@@ -3,7 +3,7 @@ to assistant messages (text or tool calls), whole or streamed as server-sent eve
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi.responses import StreamingResponse
 
@@ -22,6 +22,7 @@ from .protocol import (
     DeltaMessage,
     DeltaToolCall,
     FunctionCall,
+    FunctionDefinition,
     NamedToolChoice,
     ToolCall,
     Usage,
@@ -32,7 +33,7 @@ from .reasoning_parsers import ReasoningParser, ReasoningSplit
 from .request_stream import RequestStream, abort_all
 from .serving import OpenAIServing, prompt_logprobs_of, refuse_unsupported, usage_of
 from .streaming import DeltaTracker, SampleDelta, sse_stream, whole
-from .tool_parsers import ParsedToolCall, ToolParser
+from .tool_parsers import ToolCallDelta, ToolParser
 
 #: Fields OpenAI defines that accord does not implement (refused, never ignored).
 UNSUPPORTED_FIELDS = ("functions", "function_call", "modalities")
@@ -50,6 +51,10 @@ class ChatService:
     ) -> None:
         self.serving = serving
         self.tool_parser = tool_parser
+        added = serving.engine.tokenizer.tokenizer.get_added_tokens_decoder()
+        #: The tokenizer's added tokens (text to id), which some formats are told apart by.
+        self.added_tokens = {token.content: token_id for token_id, token in added.items()}
+        tool_parser.check_tokenizer(self.added_tokens)
         #: The reasoning model's parser and budgets (--reasoning-parser), if any.
         self.reasoning = reasoning
         #: Whether usage counts the prompt tokens found in the prefix cache (the server's
@@ -101,9 +106,8 @@ class ChatService:
                 raise OpenAIError("tool_choice required or named cannot be combined with response_format or guided_*",
                                   param="tool_choice")
             chosen = [t.function for t in tools if tool_choice == "required" or t.function.name == tool_choice]
-            definitions = [f.model_dump(exclude_none=True) for f in chosen]
             parallel = request.parallel_tool_calls and tool_choice == "required"
-            constraint = StructuredOutputsParams(grammar=self.tool_parser.grammar(definitions, parallel))
+            constraint = StructuredOutputsParams(grammar=self._parser(chosen).grammar(parallel))
         prompt_logprobs = serving.num_logprobs(request.prompt_logprobs, "prompt_logprobs")
         reasoning = self.reasoning
         if reasoning is None:
@@ -115,13 +119,15 @@ class ChatService:
         params = serving.sampling_params(
             request, max_tokens, logprobs, prompt_logprobs=prompt_logprobs, structured_outputs=constraint, **thinking
         )
+        if tools and self.tool_parser.KEEPS_SPECIAL_TOKENS:
+            params.skip_special_tokens = False  # the calls' markers are special tokens (as vLLM does)
         request_id = random_id("chatcmpl")
         streams = await serving.start([prompt], params, request_id, request.priority, lora_request)
         fmt = serving.logprob_format(request.return_tokens_as_token_ids)
-        parse_tools = bool(tools)
+        tool_functions = [t.function for t in tools or ()]
         named = tool_choice not in ("none", "auto", "required")
         if request.stream:
-            return self._chunks(request, request_id, streams[0], fmt, parse_tools, named)
+            return self._chunks(request, request_id, streams[0], fmt, tool_functions, named)
         try:
             final = await streams[0].final()
         finally:
@@ -135,8 +141,8 @@ class ChatService:
             content = echo + answer if reasoning is None or echo or answer else None
             message = ChatResponseMessage(content=content, reasoning_content=split.reasoning)
             finish_reason = delta.finish_reason
-            if parse_tools:  # tool calls are read from the answer, never the thinking
-                extracted = self.tool_parser().extract(answer)
+            if tool_functions:  # tool calls are read from the answer, never the thinking
+                extracted = self._parser(tool_functions).extract(answer)
                 if extracted.calls:
                     # parallel_tool_calls=false: the first call only, as vLLM.
                     kept = extracted.calls if request.parallel_tool_calls else extracted.calls[:1]
@@ -159,6 +165,10 @@ class ChatService:
             prompt_token_ids=list(final.prompt_token_ids) if request.return_token_ids else None,
             kv_transfer_params=final.kv_transfer_params,
         )
+
+    def _parser(self, functions: Sequence[FunctionDefinition]) -> ToolParser:
+        """A tool parser for one choice, knowing `functions` (the request's tools)."""
+        return self.tool_parser([f.model_dump(exclude_none=True) for f in functions], self.added_tokens)
 
     def _thinker(self, prompt_token_ids: list[int]) -> ReasoningParser:
         """A reasoning parser for one choice of this prompt's output."""
@@ -212,7 +222,7 @@ class ChatService:
         request_id: str,
         stream: RequestStream,
         fmt: LogprobFormat,
-        parse_tools: bool,
+        tool_functions: list[FunctionDefinition],
         named: bool,
     ) -> AsyncIterator[ChatCompletionChunk]:
         markers = self.reasoning.markers if self.reasoning else None
@@ -223,7 +233,7 @@ class ChatService:
             return self._chunk(request_id, choices, usage=usage.running())
 
         tracker = DeltaTracker()
-        parsers = {i: self.tool_parser() for i in range(request.n)} if parse_tools else {}
+        parsers = {i: self._parser(tool_functions) for i in range(request.n)} if tool_functions else {}
         prompt = stream.latest.prompt_token_ids
         thinkers = {i: self._thinker(prompt) for i in range(request.n)} if self.reasoning else {}
         num_calls = dict.fromkeys(range(request.n), 0)
@@ -255,11 +265,12 @@ class ChatService:
                         if delta.finish_reason is not None:  # what was held back: text, or calls
                             ended = parser.finish()
                             content, calls = content + ended.content, calls + ended.calls
-                        if not request.parallel_tool_calls:
-                            calls = calls[: max(0, 1 - num_calls[delta.index])]
+                        if not request.parallel_tool_calls:  # the first call only, as vLLM
+                            calls = [call for call in calls if call.index == 0]
                         messages = [DeltaMessage(content=content or None)] if content else []
-                        messages += [DeltaMessage(tool_calls=[d]) for d in _deltas(calls, num_calls[delta.index])]
-                        num_calls[delta.index] += len(calls)
+                        if calls:
+                            messages.append(DeltaMessage(tool_calls=_deltas(calls)))
+                            num_calls[delta.index] = max(num_calls[delta.index], calls[-1].index + 1)
                         if finish_reason is not None and num_calls[delta.index]:
                             finish_reason = _tool_finish_reason(finish_reason, named)
                     if split.reasoning:
@@ -300,13 +311,19 @@ def _tool_finish_reason(finish_reason: str | None, named: bool) -> str | None:
     return finish_reason
 
 
-def _deltas(calls: list[ParsedToolCall], first_index: int) -> list[DeltaToolCall]:
-    """Calls as OpenAI streams them: each opens with its id, type and name (arguments
-    empty), then its arguments follow."""
-    deltas = []
-    for index, call in enumerate(calls, first_index):
-        deltas.append(DeltaToolCall(
-            index=index, id=random_id("call"), type="function", function=DeltaFunctionCall(name=call.name, arguments="")
-        ))
-        deltas.append(DeltaToolCall(index=index, function=DeltaFunctionCall(arguments=call.arguments)))
-    return deltas
+def _deltas(calls: list[ToolCallDelta]) -> list[DeltaToolCall]:
+    """Pieces of calls as OpenAI streams them, one entry per call in a chunk (as vLLM
+    merges them): a call's first piece carries its id, type and name."""
+    merged: dict[int, DeltaToolCall] = {}
+    for call in calls:
+        entry = merged.get(call.index)
+        if entry is None:
+            opening = call.name is not None
+            merged[call.index] = DeltaToolCall(
+                index=call.index, id=random_id("call") if opening else None, type="function" if opening else None,
+                function=DeltaFunctionCall(name=call.name, arguments=call.arguments),
+            )
+        else:
+            assert entry.function is not None
+            entry.function.arguments = (entry.function.arguments or "") + call.arguments
+    return list(merged.values())

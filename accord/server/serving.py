@@ -245,14 +245,16 @@ class OpenAIServing:
         thinking_markers: ThinkingMarkers | None = None,
         details: bool | None = None,
     ) -> StreamUsage:
-        """Where a stream reports usage: on a last chunk with `include_usage` (always
-        under --enable-force-include-usage), and on every chunk too with vLLM's
-        `continuous_usage_stats`; with a reasoning model's `thinking_markers`, the
-        thinking tokens among the completion tokens; the cached prompt tokens when
-        `details` (None: as --enable-prompt-tokens-details says)."""
+        """Where a stream reports usage: on a last chunk with `include_usage`, and on
+        every chunk too with vLLM's `continuous_usage_stats` (both, whatever the request
+        asks, under --enable-force-include-usage, as vLLM's `should_include_usage`);
+        with a reasoning model's `thinking_markers`, the thinking tokens among the
+        completion tokens; the cached prompt tokens when `details` (None: as
+        --enable-prompt-tokens-details says)."""
         stream_options = request.stream_options
-        at_end = self.options.enable_force_include_usage or bool(stream_options and stream_options.include_usage)
-        continuous = at_end and bool(stream_options and stream_options.continuous_usage_stats)
+        forced = self.options.enable_force_include_usage
+        at_end = forced or bool(stream_options and stream_options.include_usage)
+        continuous = forced or (at_end and bool(stream_options and stream_options.continuous_usage_stats))
         if details is None:
             details = self.options.enable_prompt_tokens_details
         return StreamUsage(outputs, count_completion, details, at_end, continuous, thinking_markers)

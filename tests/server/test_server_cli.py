@@ -68,3 +68,14 @@ def test_serving_a_missing_directory_fails_with_a_one_line_error(tmp_path: Path)
     assert result.returncode == 1
     assert result.stderr.startswith("accord serve: error:") and str(missing) in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("env, expected", [({"VLLM_API_KEY": "v"}, ["v"]),
+                                           ({"VLLM_API_KEY": "v", "ACCORD_API_KEY": "a"}, ["a"]), ({}, None)])
+def test_the_api_key_comes_from_vllms_environment_variable_too(monkeypatch, env: dict, expected) -> None:
+    # vLLM reads VLLM_API_KEY when --api-key is absent; a vLLM deployment's environment keeps working.
+    for name in ("VLLM_API_KEY", "ACCORD_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert build_parser().parse_args(["serve"]).api_key == expected

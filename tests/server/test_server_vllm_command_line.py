@@ -93,9 +93,16 @@ def test_cached_prompt_tokens_are_reported(http: httpx.Client) -> None:
     assert cached > 0 and cached % 16 == 0 and cached < again["prompt_tokens"]
 
 
-def test_every_stream_ends_with_usage_when_forced(http: httpx.Client) -> None:
-    body = {"prompt": "hi", "max_tokens": 2, "ignore_eos": True, "stream": True}
-    with http.stream("POST", "/v1/completions", json=body) as response:
+@pytest.mark.parametrize("route, body", [("/v1/completions", {"prompt": "hi"}),
+                                         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})])
+def test_every_stream_chunk_carries_usage_when_forced(http: httpx.Client, route: str, body: dict) -> None:
+    # vLLM's --enable-force-include-usage forces include_usage and continuous_usage_stats
+    # both (its `should_include_usage` answers (True, True)), whatever the request says.
+    body = {**body, "max_tokens": 2, "ignore_eos": True, "stream": True}
+    with http.stream("POST", route, json=body) as response:
         chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
-    assert all(chunk["usage"] is None for chunk in chunks[:-1])
+    assert all(chunk["usage"] is not None for chunk in chunks)
+    counts = [chunk["usage"]["completion_tokens"] for chunk in chunks]
+    assert counts == sorted(counts) and all(u["usage"]["total_tokens"] == u["usage"]["prompt_tokens"]
+                                            + u["usage"]["completion_tokens"] for u in chunks)

@@ -20,8 +20,14 @@ from ...server.tool_parsers import tool_parser_names
 from ..engine_flags import EnableDisableAction, add_engine_flags
 from ..vllm_flags import add_vllm_flags, check_vllm_flags
 
-#: Environment variable that supplies --api-key (keeps the key out of `ps` output).
-API_KEY_ENV = "ACCORD_API_KEY"
+#: Environment variables that supply --api-key (keeps the key out of `ps` output), in
+#: order: accord's, then vLLM's (a vLLM deployment's environment keeps its key).
+API_KEY_ENVS = ("ACCORD_API_KEY", "VLLM_API_KEY")
+
+
+def _api_key_from_env() -> list[str] | None:
+    key = next((os.environ[name] for name in API_KEY_ENVS if os.environ.get(name)), None)
+    return [key] if key else None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -49,9 +55,9 @@ def _add_server_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 for all (default: %(default)s)")
     group.add_argument("--port", type=int, default=8000, help="TCP port to listen on (default: %(default)s)")
     group.add_argument(
-        "--api-key", nargs="+", default=[os.environ[API_KEY_ENV]] if os.environ.get(API_KEY_ENV) else None,
+        "--api-key", nargs="+", default=_api_key_from_env(),
         help=f"require 'Authorization: Bearer <key>' with one of these keys on every /v1 request "
-        f"(default: ${API_KEY_ENV}, else none)",
+        f"(default: ${API_KEY_ENVS[0]}, else ${API_KEY_ENVS[1]}, else none)",
     )
     group.add_argument(
         "--served-model-name", nargs="+", default=None,

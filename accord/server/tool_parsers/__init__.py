@@ -7,13 +7,15 @@ Add a parser by subclassing ToolParser and decorating it with `@register("name")
 
 from __future__ import annotations
 
-from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser, get_tool_parser, register, tool_parser_names
+from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolCallDelta, ToolParser, get_tool_parser, register, tool_parser_names
 from .deepseek_v3 import DeepSeekV3ToolParser
 from .hermes import HermesToolParser
 from .llama3_json import Llama3JsonToolParser
+from .mistral import MistralToolParser
+from .qwen3_xml import Qwen3XmlToolParser
 
 __all__ = [
-    "DeepSeekV3ToolParser", "ExtractedToolCalls", "HermesToolParser", "Llama3JsonToolParser",
-    "ParsedToolCall", "StreamingToolCalls", "ToolParser",
+    "DeepSeekV3ToolParser", "ExtractedToolCalls", "HermesToolParser", "Llama3JsonToolParser", "MistralToolParser",
+    "ParsedToolCall", "Qwen3XmlToolParser", "StreamingToolCalls", "ToolCallDelta", "ToolParser",
     "get_tool_parser", "register", "tool_parser_names",
 ]

@@ -27,8 +27,7 @@ class DeepSeekV3ToolParser(DelimitedToolParser):
     OPEN, CLOSE = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
     OUTER = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
 
-    @classmethod
-    def parse_body(cls, body: str) -> ParsedToolCall | None:
+    def parse_body(self, body: str) -> ParsedToolCall | None:
         match = _BODY.fullmatch(body)
         if match is None:
             return None

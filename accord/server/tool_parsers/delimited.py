@@ -7,12 +7,12 @@ call's body reads, and the grammar of a body."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core.structured_output.grammar import lark_literal
 from ..streaming import partial_marker_length
-from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolParser
+from .base import ExtractedToolCalls, ParsedToolCall, StreamingToolCalls, ToolCallDelta, ToolParser
 
 
 class DelimitedToolParser(ToolParser):
@@ -24,13 +24,21 @@ class DelimitedToolParser(ToolParser):
     #: Markers around all of a message's calls (removed from the content), if any.
     OUTER: tuple[str, str] = ("", "")
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Sequence[dict[str, Any]] = (), added_tokens: Mapping[str, int] | None = None) -> None:
+        super().__init__(tools, added_tokens)
         self._buffer = ""
+        #: The streamed arguments of the call under way, once its name is out (None before).
+        self._streamed: str | None = None
 
-    @classmethod
     @abstractmethod
-    def parse_body(cls, body: str) -> ParsedToolCall | None:
+    def parse_body(self, body: str) -> ParsedToolCall | None:
         """The call a body (the text between the markers) writes, or None."""
+
+    def partial_body(self, body: str) -> ParsedToolCall | None:
+        """While a call is still arriving: its name and the part of its arguments text
+        that the finished call's arguments are sure to begin with, once the name is
+        known. None (the default) keeps the whole call until its closing marker."""
+        return None
 
     @classmethod
     @abstractmethod
@@ -73,27 +81,53 @@ class DelimitedToolParser(ToolParser):
                 break
             content.append(self._buffer[:start])
             end = self._buffer.find(self.CLOSE, start + len(self.OPEN))
-            if end < 0:  # inside a call: wait for its end
+            if end < 0:  # inside a call: what of it is sure so far, then wait for its end
                 self._buffer = self._buffer[start:]
+                calls += self._stream_partial(self.partial_body(self._buffer[len(self.OPEN) :]))
                 break
             call = self.parse_body(self._buffer[start + len(self.OPEN) : end])
             if call is None:
                 content.append(self._buffer[start : end + len(self.CLOSE)])
             else:
-                calls.append(call)
+                calls += self._stream_rest(call)
             self._buffer = self._buffer[end + len(self.CLOSE) :]
         return StreamingToolCalls(self._content("".join(content)), calls)
 
+    def _stream_partial(self, partial: ParsedToolCall | None) -> list[ToolCallDelta]:
+        """The new pieces of a call still arriving."""
+        if partial is None:
+            return []
+        if self._streamed is None:
+            self._streamed = partial.arguments
+            return [self.begin_call(partial.name, partial.arguments)]
+        grown = partial.arguments[len(self._streamed) :]
+        if not grown or not partial.arguments.startswith(self._streamed):
+            return []
+        self._streamed = partial.arguments
+        return [self.continue_call(grown)]
+
+    def _stream_rest(self, call: ParsedToolCall) -> list[ToolCallDelta]:
+        """A finished call's pieces not yet streamed."""
+        streamed, self._streamed = self._streamed, None
+        if streamed is None:
+            return self.whole_calls([call])
+        # partial_body promises a prefix; the finished call's own text wins if it broke that.
+        rest = call.arguments[len(streamed) :] if call.arguments.startswith(streamed) else call.arguments
+        return [self.continue_call(rest)] if rest else []
+
     def finish(self) -> StreamingToolCalls:
         rest, self._buffer = self._buffer, ""
+        if self._streamed is not None:
+            # A call cut off after its name went out: its body stays open as it was.
+            self._streamed = None
+            return StreamingToolCalls("", [])
         return StreamingToolCalls(rest, [])
 
-    @classmethod
-    def grammar(cls, tools: Sequence[dict[str, Any]], parallel: bool) -> str:
+    def grammar(self, parallel: bool) -> str:
         repeat = "+" if parallel else ""
-        opening, closing = (f"{lark_literal(marker)} " if marker else "" for marker in cls.OUTER)
+        opening, closing = (f"{lark_literal(marker)} " if marker else "" for marker in self.OUTER)
         return (
             f"start: {opening}call{repeat} {closing}\n"
-            f"call: {lark_literal(cls.OPEN)} body {lark_literal(cls.CLOSE)}\n"
-            f"{cls.body_grammar(tools)}"
+            f"call: {lark_literal(self.OPEN)} body {lark_literal(self.CLOSE)}\n"
+            f"{self.body_grammar(self.tools)}"
         )

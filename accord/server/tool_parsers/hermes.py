@@ -18,8 +18,7 @@ class HermesToolParser(DelimitedToolParser):
 
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
-    @classmethod
-    def parse_body(cls, body: str) -> ParsedToolCall | None:
+    def parse_body(self, body: str) -> ParsedToolCall | None:
         try:
             call = json.loads(body)
         except json.JSONDecodeError:

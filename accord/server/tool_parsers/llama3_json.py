@@ -6,7 +6,7 @@ not open with a call is text; one that opens like a call is held back until it e
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core.structured_output.grammar import lark_literal
@@ -50,7 +50,8 @@ def _call_text(text: str) -> str | None:
 class Llama3JsonToolParser(ToolParser):
     """A whole answer of JSON calls; any other answer is content."""
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Sequence[dict[str, Any]] = (), added_tokens: Mapping[str, int] | None = None) -> None:
+        super().__init__(tools, added_tokens)
         self._buffer = ""
         #: None until the answer's start tells; then "text" or "call".
         self._kind: str | None = None
@@ -75,10 +76,9 @@ class Llama3JsonToolParser(ToolParser):
     def finish(self) -> StreamingToolCalls:
         rest, self._buffer = self._buffer, ""
         extracted = self.extract(rest)
-        return StreamingToolCalls(extracted.content or "", extracted.calls)
+        return StreamingToolCalls(extracted.content or "", self.whole_calls(extracted.calls))
 
-    @classmethod
-    def grammar(cls, tools: Sequence[dict[str, Any]], parallel: bool) -> str:
-        schema = json.dumps(tool_call_schema(tools, arguments_key="parameters"))
+    def grammar(self, parallel: bool) -> str:
+        schema = json.dumps(tool_call_schema(self.tools, arguments_key="parameters"))
         more = f" ({lark_literal(SEPARATOR)} call)*" if parallel else ""
         return f"start: call{more}\ncall: %json {schema}\n"
