@@ -16,8 +16,10 @@ next starts. The host's load average is read before and after each sweep and wri
 with the figures: on a shared host it moves them more than the servers do.
 
 Written to `--out-dir`: each server's log and sweep (`<engine>/sweep.json`, `.png`,
-`.html`), `summary.json` (the loads, start-up times, commands), `table.md` (the three
+`.html`), `summary.json` (the loads, start-up times, commands), `table.md` (the
 sweeps side by side), and the overlaid picture (`--png`, via `accord bench plot`).
+Engines measured earlier into the same `--out-dir` stay in the table and the picture,
+so one can be rerun alone (`--skip` the others).
 """
 
 from __future__ import annotations
@@ -153,8 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     gguf = export_gguf(demo_model_dir(), Path(args.out_dir) / f"{DEMO_MODEL_NAME}.f32.gguf", "f32")
     # A SIGTERM unwinds like Ctrl-C, so every server started is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    summary = {engine: measure(args, engine, gguf) for engine in engines}
-    (Path(args.out_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+    # Engines measured earlier into the same --out-dir stay in the picture (rerun one with --skip).
+    recorded = Path(args.out_dir) / "summary.json"
+    summary = json.loads(recorded.read_text()) if recorded.exists() else {}
+    summary |= {engine: measure(args, engine, gguf) for engine in engines}
+    summary = {engine: summary[engine] for engine in ENGINES if engine in summary}
+    recorded.write_text(json.dumps(summary, indent=2))
     plot = [sys.executable, "-m", "accord", "bench", "plot", *(s["sweep"] for s in summary.values()), "-o", args.png]
     subprocess.run(plot, check=True)
     table = render_table(summary)
