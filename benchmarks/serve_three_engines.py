@@ -8,7 +8,9 @@ The model is the random demo Llama (`accord-demo-random`, fp32): accord and vLLM
 its directory (vLLM with `--dtype float32`), llama-server a GGUF of it written with
 f32 matrices (accord/bench/gguf_export.py), so all three do the same arithmetic. Every
 server answers to the name `accord-demo-random` with up to 64 sequences of 256 tokens
-(llama-server: 64 slots over one unified KV buffer of 64 x 256). Each one is started,
+(llama-server: 64 slots over one unified KV buffer of 64 x 256) and steps of up to 2048
+tokens (vLLM-CPU's serving default, llama-server's default batch; accord's is pinned,
+since its own start-up measurement depends on the host's load). Each one is started,
 waited for until `GET /health` answers 200, swept (`--num-prompts` random prompts of
 `--input-len` ids, `--output-len` tokens each, EOS ignored, greedy, `--goodput ttft:2000
 tpot:100`, `--reset-prefix-cache` where the server offers it), and stopped before the
@@ -41,6 +43,8 @@ from accord.demo.model import DEMO_MODEL_NAME, demo_model_dir
 
 ENGINES = ("accord", "llama.cpp", "vllm")
 MAX_SEQS, MAX_LEN = 64, 256
+#: Tokens per engine step: vLLM-CPU's `vllm serve` default, and llama-server's batch.
+STEP_TOKENS = 2048
 #: Figures of each sweep's rungs in the table: (title, key).
 COLUMNS = [("goodput req/s", "request_goodput"), ("out tok/s", "output_throughput")]
 PAIRED = [("TTFT p50 / p99 ms", "ttft"), ("TPOT p50 / p99 ms", "tpot")]
@@ -49,8 +53,12 @@ PAIRED = [("TTFT p50 / p99 ms", "ttft"), ("TPOT p50 / p99 ms", "tpot")]
 def server_command(engine: str, args: argparse.Namespace, port: int, gguf: Path) -> tuple[list[str], dict[str, str]]:
     """How `engine`'s server is started on `port`, and its environment."""
     if engine == "accord":
+        # The step budget pinned at vLLM-CPU's serving default (llama-server's batch is 2048
+        # too): left unset, accord measures it at start-up, and on a loaded host that
+        # measurement picks a small one (128 tokens at load average 16).
         return [sys.executable, "-m", "accord", "serve", "--model", DEMO_MODEL_NAME, "--port", str(port),
-                "--max-model-len", str(MAX_LEN), "--max-num-seqs", str(MAX_SEQS)], dict(os.environ)  # fmt: skip
+                "--max-model-len", str(MAX_LEN), "--max-num-seqs", str(MAX_SEQS),
+                "--max-num-batched-tokens", str(STEP_TOKENS)], dict(os.environ)  # fmt: skip
     if engine == "llama.cpp":
         return [str(Path(args.llama_cpp_bin) / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1",
                 "--port", str(port), "-a", DEMO_MODEL_NAME, "-np", str(MAX_SEQS), "-kvu",
@@ -102,7 +110,7 @@ def render_table(summary: dict[str, dict]) -> str:
     rows = []
     for rate in rates:
         rungs = {e: next((r for r in s["rungs"] if r["request_rate"] == rate), None) for e, s in sweeps.items()}
-        row = [str(rate)]
+        row = [rate if isinstance(rate, str) else f"{rate:g}"]
         for title, key in COLUMNS:
             for engine in engines:
                 rung, star = rungs[engine], "*" if sweeps[engine].get("operating_point") == rate else ""
