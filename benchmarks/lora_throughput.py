@@ -5,17 +5,20 @@ at once, in one forward per step. The model is a random Llama of SmolLM2-135M's 
 (30 layers, hidden 576, 9 heads / 3 KV heads, intermediate 1536), written by
 transformers; prompts are random token ids.
 
-    PYTHONPATH=. python benchmarks/lora_throughput.py [--batch 32] [--tokens 64] [--adapters 1 4 16]
+    PYTHONPATH=. python benchmarks/lora_throughput.py [--batch 32] [--tokens 64] [--adapters 1 4 16] [--rounds 3]
 
-Each run is one `LLM.generate` of the whole batch after a warm-up batch, so prefill
-is included; "vs base" is the run's tok/s over the base model's (the issue's target:
-16 adapters at least 0.7x).
+Every engine (the base, and one per adapter count) is built first and warmed up with
+one batch; then each round runs one `LLM.generate` of the whole batch on each engine in
+turn (prefill included), so a shared host's load disturbs them alike. Reported: the
+median tok/s over the rounds, and "vs base", its ratio to the base engine's median (the
+issue's target: 16 adapters at least 0.7x).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -72,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--rounds", type=int, default=3, help="0: only write the model and adapters (with --keep)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="write the model and adapters here and keep them (for lora_throughput_vllm.py)")
     args = parser.parse_args(argv)
 
     import torch
@@ -81,10 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = Path(scratch) / "model"
-        model_dir.mkdir()
+        root = args.keep or Path(scratch)
+        model_dir = root / "model"
+        model_dir.mkdir(parents=True)
         write_model(model_dir, args.dtype)
-        paths = write_adapters(model_dir, Path(scratch), max(args.adapters), args.rank)
+        paths = write_adapters(model_dir, root, max(args.adapters), args.rank)
+        if args.rounds == 0:
+            return 0
         generator = torch.Generator().manual_seed(0)
         prompts = [{"prompt_token_ids": torch.randint(3, 800, (args.prompt_len,), generator=generator).tolist()}
                    for _ in range(args.batch)]
@@ -92,20 +101,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"random Llama of SmolLM2-135M's shape ({args.dtype}); {cpu_name()}, {torch.get_num_threads()} torch "
               f"thread(s); batch {args.batch}, {args.prompt_len} prompt + {args.tokens} output tokens each, rank "
               f"{args.rank}")
-        print(f"{'adapters':>8} {'tok/s':>8} {'vs base':>8}")
-        base_speed = None
+        engines = {}
         for count in [0, *args.adapters]:
             llm = LLM(str(model_dir), backend="cpu", dtype=args.dtype, max_num_seqs=args.batch, max_model_len=512,
                       enable_lora=count > 0, max_loras=max(count, 1), max_lora_rank=args.rank,
-                      enable_prefix_caching=False)
+                      enable_prefix_caching=False, kv_cache_memory=256 << 20)
             loras = [LoRARequest(f"a{i % count}", i % count + 1, str(paths[i % count])) for i in range(args.batch)] if count else None
             llm.generate(prompts, params, use_tqdm=False, lora_request=loras)  # warm-up: reads the adapters too
-            start = time.perf_counter()
-            outputs = llm.generate(prompts, params, use_tqdm=False, lora_request=loras)
-            seconds = time.perf_counter() - start
-            speed = sum(len(o.outputs[0].token_ids) for o in outputs) / seconds
-            base_speed = base_speed or speed
-            print(f"{count or 'base':>8} {speed:8.1f} {speed / base_speed:7.2f}x", flush=True)
+            engines[count] = (llm, loras)
+        speeds: dict[int, list[float]] = {count: [] for count in engines}
+        for _ in range(args.rounds):
+            for count, (llm, loras) in engines.items():
+                start = time.perf_counter()
+                outputs = llm.generate(prompts, params, use_tqdm=False, lora_request=loras)
+                seconds = time.perf_counter() - start
+                speeds[count].append(sum(len(o.outputs[0].token_ids) for o in outputs) / seconds)
+        base_speed = statistics.median(speeds[0])
+        print(f"{'adapters':>8} {'tok/s':>8} {'vs base':>8}  (median of {args.rounds} rounds; each round's tok/s)")
+        for count, values in speeds.items():
+            speed = statistics.median(values)
+            rounds = " ".join(f"{value:.1f}" for value in values)
+            print(f"{count or 'base':>8} {speed:8.1f} {speed / base_speed:7.2f}x  ({rounds})", flush=True)
+        for llm, _ in engines.values():
             llm.llm_engine.shutdown()
     return 0
 

@@ -6,6 +6,10 @@ batch 32 (the set repeated to 32 requests at once), with the acceptance rate (ac
 over drafted tokens) and the mean tokens each request gets per step.
 
     PYTHONPATH=. python benchmarks/spec_decode.py [--tokens 128] [--batch 1 32] [--model PATH]
+        [--draft-model SMALL] [--mtp]
+
+`--draft-model` adds a draft_model mode (a smaller model with the target's vocabulary),
+`--mtp` an mtp mode (a DeepSeek-V3 target whose checkpoint carries MTP layers).
 
 The greedy outputs of every mode are compared with those without speculation, and a
 difference is printed (it would be a bug: greedy speculation is lossless).
@@ -58,7 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--draft-model", default=None, help="also measure draft_model k=4 with this draft")
+    parser.add_argument("--mtp", action="store_true", help="also measure mtp k=1 (the target has MTP layers)")
     args = parser.parse_args(argv)
+    modes = dict(MODES)
+    if args.draft_model:
+        modes["draft k=4"] = {"method": "draft_model", "model": args.draft_model, "num_speculative_tokens": 4}
+    if args.mtp:
+        modes["mtp k=1"] = {"method": "mtp", "num_speculative_tokens": 1}
 
     import torch
 
@@ -75,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in args.batch:
         conversations = (prompts * -(-batch // len(prompts)))[: max(batch, len(prompts))] if batch > 1 else prompts
         baseline_speed, baseline_outputs = None, None
-        for mode, spec in MODES.items():
+        for mode, spec in modes.items():
             llm = LLM(model=model, backend="cpu", max_model_len=1024, max_num_seqs=max(batch, 1),
                       speculative_config=spec)
             run(llm, conversations[:1], 1, 8)  # warm-up

@@ -116,7 +116,8 @@ class EngineConfig:
     max_num_batched_tokens: int | None = setting(
         None, help="most tokens in one step", at_least=1,
         default_help="chosen at start-up from measured step times: the largest power of two from max_num_seqs "
-        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.engine.token_budget)",
+        "to 2048 whose step takes at most 5 one-request decode steps (accord.core.engine.token_budget); 4096 for "
+        "offline LLM.generate",
     )
     enable_prefix_caching: bool = setting(True, help="reuse KV blocks of shared prompt prefixes")
     kv_cache_memory: int | None = setting(
@@ -190,7 +191,7 @@ class EngineConfig:
     speculative_config: dict | None = setting(
         None, help="speculative decoding as JSON, vLLM's keys: {\"method\": \"ngram\" or \"suffix\", "
         "\"num_speculative_tokens\": k, \"prompt_lookup_min\": .., \"prompt_lookup_max\": .., "
-        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; draft_model, eagle and mtp are refused)",
+        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; also \"draft_model\" with \"model\": DIR, and \"mtp\"; eagle is refused)",
         default_help="off", aliases=("-sc",),
     )
     enable_lora: bool = setting(
@@ -232,10 +233,13 @@ class EngineConfig:
         self.speculative: SpeculativeConfig | None = (
             None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)
         )
+        if self.speculative is not None and self.speculative.method == "mtp" and self.world_size > 1:
+            raise ValueError(
+                "speculative_config.method 'mtp' with tensor_parallel_size or data_parallel_size > 1 is not "
+                "supported yet (the MTP layer runs on the driver rank only)"
+            )
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")
-        if self.enable_lora and self.tensor_parallel_size > 1:
-            raise ValueError("enable_lora with tensor_parallel_size > 1 is not supported yet (LoRA's slots are not sharded)")
         #: The checked KV transfer setup (None: no connector).
         self.kv_transfer: KVTransferConfig | None = (
             None if self.kv_transfer_config is None else KVTransferConfig.parse(self.kv_transfer_config)

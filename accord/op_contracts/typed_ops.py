@@ -118,17 +118,18 @@ class Ops:
         lora_b: torch.Tensor,
         slot_ids: torch.Tensor,
     ) -> torch.Tensor:
-        """out[t] = y[t] + (x[t] @ lora_a[s]^T) @ lora_b[s]^T with s = slot_ids[t], and out[t] = y[t]
+        """out[t] = y[t] + (x[t] @ lora_a[s]^T) @ lora_b[s] with s = slot_ids[t], and out[t] = y[t]
         where s = -1 (the base model). `y` is the base projection of `x` (ops.linear, once for the
-        batch); `lora_a` [S, R, K] and `lora_b` [S, N, R] hold the adapters resident in the S device
-        slots, padded with zeros to the slots' rank R, the adapter's scaling already folded into
-        lora_b. A slot no row names may hold anything. Both products are accumulated in at least
-        fp32 and the sum with y is rounded once to y's dtype. slot_ids values lie in [-1, S).
+        batch); `lora_a` [S, R, K] (PEFT's A) and `lora_b` [S, R, N] (PEFT's B transposed, so the
+        expand reads each rank's row of N outputs contiguously) hold the adapters resident in the S
+        device slots, padded with zeros to the slots' rank R, the adapter's scaling already folded
+        into lora_b. A slot no row names may hold anything. Both products are accumulated in at
+        least fp32 and the sum with y is rounded once to y's dtype. slot_ids values lie in [-1, S).
 
         y: fp32/fp16/bf16 [T, N]: the base projection's output
         x: fp32/fp16/bf16 [T, K]: the projection's input activations
         lora_a: fp32/fp16/bf16 [S, R, K]: each slot's A (down) matrix
-        lora_b: fp32/fp16/bf16 [S, N, R]: each slot's B (up) matrix, times the scaling
+        lora_b: fp32/fp16/bf16 [S, R, N]: each slot's B (up) matrix transposed, times the scaling
         slot_ids: int32 [T]: each token's adapter slot, -1 for none
         returns out: like:y [T, N]
         """

@@ -24,6 +24,8 @@ from .errors import OpenAIError, install_error_handlers
 from .metrics import ServerMetrics
 from .options import ServerOptions
 from .reasoning import served_reasoning
+from .responses import ResponsesService, ResponseStore
+from .responses.protocol import DeletedResponse, ResponseObject, ResponsesRequest
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -62,6 +64,19 @@ _STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {
     }
 }
 
+#: The Responses API's streamed 200.
+_RESPONSES_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {
+            "text/event-stream": {
+                "schema": {"type": "string"},
+                "description": "with stream=true: `event: <type>` and `data: <event JSON>` per event, "
+                "response.created first and response.completed (or .incomplete, .failed) last",
+            }
+        }
+    }
+}
+
 
 def create_app(
     engine: EngineClient, model: ServedModel, options: ServerOptions | None = None, drain: DrainDeadline | None = None
@@ -74,6 +89,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine.watch_engine()
         yield
+        responses.close()
         serving.close()
         await engine.shutdown()
 
@@ -93,6 +109,11 @@ def create_app(
     reasoning = served_reasoning(options.reasoning_parser, options.reasoning_budgets, engine.tokenizer)
     completions = CompletionService(serving)
     chat = ChatService(serving, get_tool_parser(options.tool_call_parser), reasoning)
+    # The Responses API always reports cached input tokens (OpenAI's usage has them).
+    responses = ResponsesService(
+        ChatService(serving, chat.tool_parser, reasoning, prompt_tokens_details=True),
+        ResponseStore(options.responses_store_size),
+    )
     card = ModelCard(id=model.name, root=model.name, max_model_len=model.max_model_len, description=model.description)
 
     api = APIRouter(prefix="/v1", responses=_ERROR_RESPONSES)
@@ -137,6 +158,27 @@ def create_app(
     ) -> ChatCompletionResponse | StreamingResponse:
         """Answer a conversation; `stream=true` answers with server-sent events."""
         return await cancel_on_disconnect(chat.create(request), raw)
+
+    @api.post("/responses", response_model=ResponseObject, responses=_RESPONSES_STREAM)
+    async def create_response(request: ResponsesRequest, raw: Request) -> ResponseObject | StreamingResponse:
+        """Answer input items (the Responses API); `stream=true` answers with its events,
+        `background=true` at once with the response in progress."""
+        return await cancel_on_disconnect(responses.create(request), raw)
+
+    @api.get("/responses/{response_id}")
+    async def retrieve_response(response_id: str) -> ResponseObject:
+        """A stored response (404 once evicted: see --responses-store-size)."""
+        return responses.retrieve(response_id)
+
+    @api.post("/responses/{response_id}/cancel")
+    async def cancel_response(response_id: str) -> ResponseObject:
+        """Stop a background response."""
+        return await responses.cancel(response_id)
+
+    @api.delete("/responses/{response_id}")
+    async def delete_response(response_id: str) -> DeletedResponse:
+        """Forget a stored response."""
+        return await responses.delete(response_id)
 
     app.include_router(api)
 

@@ -31,7 +31,7 @@ from .reasoning import ServedReasoning, refuse_reasoning_fields
 from .reasoning_parsers import ReasoningParser, ReasoningSplit
 from .request_stream import RequestStream, abort_all
 from .serving import OpenAIServing, prompt_logprobs_of, refuse_unsupported, usage_of
-from .streaming import DONE_EVENT, DeltaTracker, SampleDelta, error_event, sse_event, whole
+from .streaming import DeltaTracker, SampleDelta, sse_stream, whole
 from .tool_parsers import ParsedToolCall, ToolParser
 
 #: Fields OpenAI defines that accord does not implement (refused, never ignored).
@@ -42,15 +42,33 @@ class ChatService:
     """Serves chat completions over the shared serving logic."""
 
     def __init__(
-        self, serving: OpenAIServing, tool_parser: type[ToolParser], reasoning: ServedReasoning | None = None
+        self,
+        serving: OpenAIServing,
+        tool_parser: type[ToolParser],
+        reasoning: ServedReasoning | None = None,
+        prompt_tokens_details: bool | None = None,
     ) -> None:
         self.serving = serving
         self.tool_parser = tool_parser
         #: The reasoning model's parser and budgets (--reasoning-parser), if any.
         self.reasoning = reasoning
+        #: Whether usage counts the prompt tokens found in the prefix cache (the server's
+        #: --enable-prompt-tokens-details unless the caller says: the Responses API always does).
+        self.prompt_tokens_details = (
+            serving.options.enable_prompt_tokens_details if prompt_tokens_details is None else prompt_tokens_details
+        )
 
     async def create(self, request: ChatCompletionRequest) -> ChatCompletionResponse | StreamingResponse:
         """Answer one chat completions request."""
+        answer = await self.answer(request)
+        if isinstance(answer, ChatCompletionResponse):
+            return answer
+        return StreamingResponse(sse_stream(answer), media_type="text/event-stream")
+
+    async def answer(self, request: ChatCompletionRequest) -> ChatCompletionResponse | AsyncIterator[ChatCompletionChunk]:
+        """One chat completions request's response, or with `stream` its chunks (which
+        raise a failure after the first; closing them aborts the engine request). The
+        Responses API is served through this too."""
         serving = self.serving
         lora_request = serving.check_model(request.model)
         refuse_unsupported(request, UNSUPPORTED_FIELDS)
@@ -103,8 +121,7 @@ class ChatService:
         parse_tools = bool(tools)
         named = tool_choice not in ("none", "auto", "required")
         if request.stream:
-            events = self._stream(request, request_id, streams[0], fmt, parse_tools, named)
-            return StreamingResponse(events, media_type="text/event-stream")
+            return self._chunks(request, request_id, streams[0], fmt, parse_tools, named)
         try:
             final = await streams[0].final()
         finally:
@@ -134,7 +151,7 @@ class ChatService:
                 index=delta.index, message=message, logprobs=logprobs, finish_reason=finish_reason, token_ids=token_ids
             ))
         markers = reasoning.markers if reasoning else None
-        usage = usage_of([final], details=serving.options.enable_prompt_tokens_details, thinking_markers=markers)
+        usage = usage_of([final], details=self.prompt_tokens_details, thinking_markers=markers)
         self._count_reasoning_tokens(usage)
         return ChatCompletionResponse(
             id=request_id, model=serving.model.name, choices=choices, usage=usage,
@@ -186,10 +203,10 @@ class ChatService:
             return None
         return ChatLogprobs(content=chat_logprobs(delta.token_ids, delta.logprobs, request.top_logprobs or 0, fmt))
 
-    def _chunk(self, request_id: str, choices: list[ChatStreamChoice], **fields: object) -> str:
-        return sse_event(ChatCompletionChunk(id=request_id, model=self.serving.model.name, choices=choices, **fields))
+    def _chunk(self, request_id: str, choices: list[ChatStreamChoice], **fields: object) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=request_id, model=self.serving.model.name, choices=choices, **fields)
 
-    async def _stream(
+    async def _chunks(
         self,
         request: ChatCompletionRequest,
         request_id: str,
@@ -197,11 +214,12 @@ class ChatService:
         fmt: LogprobFormat,
         parse_tools: bool,
         named: bool,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         markers = self.reasoning.markers if self.reasoning else None
-        usage = self.serving.stream_usage(request, lambda: [stream.latest], thinking_markers=markers)
+        usage = self.serving.stream_usage(request, lambda: [stream.latest], thinking_markers=markers,
+                                          details=self.prompt_tokens_details)
 
-        def chunk(choices: list[ChatStreamChoice]) -> str:
+        def chunk(choices: list[ChatStreamChoice]) -> ChatCompletionChunk:
             return self._chunk(request_id, choices, usage=usage.running())
 
         tracker = DeltaTracker()
@@ -259,13 +277,10 @@ class ChatService:
                     yield chunk([choice])
             if usage.at_end:
                 yield self._chunk(request_id, [], usage=usage.final())
-        except Exception as error:  # the response has begun: report the failure in-band
-            yield error_event(error)
         finally:
             await stream.abort()
             if self.reasoning is not None:
                 self._count_reasoning_tokens(usage.final())
-        yield DONE_EVENT
 
 
 def _merge(first: ReasoningSplit, then: ReasoningSplit | None) -> ReasoningSplit:

@@ -13,6 +13,9 @@ from .lora_modules import LoRAModulePath
 #: The thinking budget of each `reasoning_effort` unless --reasoning-budgets says otherwise.
 DEFAULT_REASONING_BUDGETS: Mapping[str, int] = {"low": 256, "medium": 1024, "high": 4096}
 
+#: Stored responses the Responses API keeps unless --responses-store-size says otherwise.
+DEFAULT_RESPONSES_STORE_SIZE = 1024
+
 #: vLLM's default --max-logprobs (OpenAI's cap on top_logprobs is 20 too).
 DEFAULT_MAX_LOGPROBS = 20
 
@@ -60,3 +63,5 @@ class ServerOptions:
     lora_modules: tuple[LoRAModulePath, ...] = ()
     #: Whether /v1/load_lora_adapter and /v1/unload_lora_adapter are served.
     allow_runtime_lora_updating: bool = False
+    #: How many stored responses (`store: true`) the Responses API keeps, least recently used out.
+    responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE

@@ -243,16 +243,19 @@ class OpenAIServing:
         outputs: Callable[[], Sequence[RequestOutput]],
         count_completion: bool = True,
         thinking_markers: ThinkingMarkers | None = None,
+        details: bool | None = None,
     ) -> StreamUsage:
         """Where a stream reports usage: on a last chunk with `include_usage` (always
         under --enable-force-include-usage), and on every chunk too with vLLM's
         `continuous_usage_stats`; with a reasoning model's `thinking_markers`, the
-        thinking tokens among the completion tokens."""
+        thinking tokens among the completion tokens; the cached prompt tokens when
+        `details` (None: as --enable-prompt-tokens-details says)."""
         stream_options = request.stream_options
         at_end = self.options.enable_force_include_usage or bool(stream_options and stream_options.include_usage)
         continuous = at_end and bool(stream_options and stream_options.continuous_usage_stats)
-        return StreamUsage(outputs, count_completion, self.options.enable_prompt_tokens_details, at_end, continuous,
-                           thinking_markers)
+        if details is None:
+            details = self.options.enable_prompt_tokens_details
+        return StreamUsage(outputs, count_completion, details, at_end, continuous, thinking_markers)
 
     @staticmethod
     def check_stream_options(request: SamplingFields) -> None:

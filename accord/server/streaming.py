@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,6 +29,19 @@ def error_event(error: Exception) -> str:
     """An event reporting a failure after the stream began (its status line is sent)."""
     reported = error if isinstance(error, OpenAIError) else engine_failure(error)
     return sse_event(reported.body())
+
+
+async def sse_stream(chunks: AsyncIterator[BaseModel]) -> AsyncIterator[str]:
+    """`chunks` as OpenAI streams them: one event each, a failure after the first
+    reported in-band, then `[DONE]`. Closing this closes `chunks` at once (a client gone
+    away: their cleanup aborts the engine request)."""
+    async with aclosing(chunks):  # type: ignore[type-var]
+        try:
+            async for chunk in chunks:
+                yield sse_event(chunk)
+        except Exception as error:  # the response has begun: report the failure in-band
+            yield error_event(error)
+    yield DONE_EVENT
 
 
 def partial_marker_length(text: str, markers: Sequence[str]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from paged_calls import MIXED, PADDING_ROWS, metadata, paged_call, poisoned_cache
 
 from accord.backends.cpu.kernels import _native_attention
 
@@ -23,103 +23,49 @@ def decode_kernel(request, monkeypatch) -> str:
         pytest.skip("no C compiler on this host: the C decode-attention kernel cannot be built")
     return request.param
 
-BLOCK_SIZE = 4
-#: (cached length, new query rows): a whole prefill, a decode, a chunk of a longer
-#: prefill, a decode with a much longer context, a one-token sequence.
-MIXED = ((6, 6), (9, 1), (11, 4), (37, 1), (1, 1))
-PADDING_ROWS = 2
-
-
-def _metadata(lengths: tuple[tuple[int, int], ...], index_dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """(block_tables, seq_lens, query_start_loc) with each sequence's blocks drawn from
-    a shuffled pool and the rest of its table row -1, plus the pool's size."""
-    counts = [-(-n // BLOCK_SIZE) for n, _ in lengths]
-    physical = torch.randperm(sum(counts) + 3)
-    block_tables = torch.full((len(lengths), max(counts) + 1), -1)
-    used = 0
-    for b, count in enumerate(counts):
-        block_tables[b, :count] = physical[used : used + count]
-        used += count
-    query_lens = torch.tensor([q for _, q in lengths])
-    return (
-        block_tables.to(index_dtype),
-        torch.tensor([n for n, _ in lengths], dtype=index_dtype),
-        F.pad(query_lens.cumsum(0), (1, 0)).to(index_dtype),
-        physical.numel(),
-    )
-
-
-def _poisoned_cache(
-    block_tables: torch.Tensor, seq_lens: torch.Tensor, num_blocks: int, entry: tuple[int, ...], dtype: torch.dtype
-) -> torch.Tensor:
-    """A cache with random values in every position a sequence owns and NaN elsewhere."""
-    cache = torch.full((num_blocks, BLOCK_SIZE, *entry), float("nan"))
-    for b, seq_len in enumerate(seq_lens.tolist()):
-        positions = torch.arange(seq_len)
-        slots = block_tables[b, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
-        cache.view(-1, *entry)[slots] = torch.randn(seq_len, *entry)
-    return cache.to(dtype)
-
-
-def _paged_call(
-    lengths: tuple[tuple[int, int], ...],
-    index_dtype: torch.dtype = torch.int32,
-    dtype: torch.dtype = torch.float32,
-    cache_dtype: torch.dtype | None = None,
-    q_heads: int = 8,
-    kv_heads: int = 2,
-    head_dim: int = 16,
-) -> tuple[torch.Tensor, ...]:
-    """Arguments of a paged_attention call over `lengths`, with padding query rows."""
-    block_tables, seq_lens, query_start_loc, num_blocks = _metadata(lengths, index_dtype)
-    entry, stored = (kv_heads, head_dim), cache_dtype or dtype
-    key_cache, value_cache = (_poisoned_cache(block_tables, seq_lens, num_blocks, entry, stored) for _ in range(2))
-    query = torch.randn(int(query_start_loc[-1]) + PADDING_ROWS, q_heads, head_dim).to(dtype)
-    return query, key_cache, value_cache, block_tables, seq_lens, query_start_loc
-
 
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mixed_prefill_and_decode_batch_matches_reference(assert_matches_reference, index_dtype, dtype) -> None:
-    assert_matches_reference("paged_attention", *_paged_call(MIXED, index_dtype, dtype), scale=0.25)
+    assert_matches_reference("paged_attention", *paged_call(MIXED, index_dtype, dtype), scale=0.25)
 
 
 def test_sliding_window_matches_reference(assert_matches_reference) -> None:
-    assert_matches_reference("paged_attention", *_paged_call(MIXED), scale=0.25, sliding_window=5)
+    assert_matches_reference("paged_attention", *paged_call(MIXED), scale=0.25, sliding_window=5)
 
 
 @pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
 def test_fp8_cache_is_read_times_its_scales(assert_matches_reference, fp8) -> None:
-    call = _paged_call(MIXED, dtype=torch.bfloat16, cache_dtype=fp8)
+    call = paged_call(MIXED, dtype=torch.bfloat16, cache_dtype=fp8)
     assert_matches_reference("paged_attention", *call, scale=0.25, k_scale=0.5, v_scale=2.0)
 
 
 def test_decodes_of_very_different_lengths_match_reference(assert_matches_reference) -> None:
     lengths = tuple((n, 1) for n in (1, 3, 60, 7, 33, 2, 64, 17))
-    assert_matches_reference("paged_attention", *_paged_call(lengths), scale=0.25)
+    assert_matches_reference("paged_attention", *paged_call(lengths), scale=0.25)
 
 
 def test_a_query_head_per_kv_head_matches_reference(assert_matches_reference) -> None:
-    assert_matches_reference("paged_attention", *_paged_call(MIXED, q_heads=4, kv_heads=4), scale=0.25)
+    assert_matches_reference("paged_attention", *paged_call(MIXED, q_heads=4, kv_heads=4), scale=0.25)
 
 
 def test_rows_no_sequence_owns_are_zero(cpu_ops) -> None:
-    out = cpu_ops.paged_attention(*_paged_call(MIXED), scale=0.25)
+    out = cpu_ops.paged_attention(*paged_call(MIXED), scale=0.25)
     assert torch.equal(out[-PADDING_ROWS:], torch.zeros_like(out[-PADDING_ROWS:]))
 
 
 def test_a_small_call_after_a_large_one_matches_reference(cpu_ops, assert_matches_reference) -> None:
     """The kernels gather into reused scratch buffers; a smaller call must only see its
     own part of them."""
-    cpu_ops.paged_attention(*_paged_call(tuple((64, 1) for _ in range(8))), scale=0.25)
-    assert_matches_reference("paged_attention", *_paged_call(((5, 1), (3, 3))), scale=0.25)
+    cpu_ops.paged_attention(*paged_call(tuple((64, 1) for _ in range(8))), scale=0.25)
+    assert_matches_reference("paged_attention", *paged_call(((5, 1), (3, 3))), scale=0.25)
 
 
 def test_metadata_refilled_in_place_is_not_served_a_stale_plan(cpu_ops, reference_ops, nmse_of) -> None:
     """Each step's plan (layout, decode batch indices) is reused across layers; the
     same metadata tensors refilled in place with another step's values, or met with
     another sliding window, must get plans of their own."""
-    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = paged_call(
         tuple((n, 1) for n in (9, 30, 2))
     )
     call = (query, key_cache, value_cache, block_tables, seq_lens, query_start_loc)
@@ -139,8 +85,8 @@ def test_metadata_refilled_in_place_is_not_served_a_stale_plan(cpu_ops, referenc
 def test_mla_mixed_batch_matches_reference(assert_matches_reference, index_dtype, cache_dtype, latent, rope) -> None:
     """Latent widths off (40 channels) and on (96 and 64) the C kernel's chunks."""
     heads = 4
-    block_tables, seq_lens, query_start_loc, num_blocks = _metadata(MIXED, index_dtype)
-    kv_cache = _poisoned_cache(block_tables, seq_lens, num_blocks, (latent + rope,), cache_dtype)
+    block_tables, seq_lens, query_start_loc, num_blocks = metadata(MIXED, index_dtype)
+    kv_cache = poisoned_cache(block_tables, seq_lens, num_blocks, (latent + rope,), cache_dtype)
     rows = int(query_start_loc[-1]) + PADDING_ROWS
     q_latent, q_pe = torch.randn(rows, heads, latent), torch.randn(rows, heads, rope)
     assert_matches_reference(
@@ -152,8 +98,8 @@ def test_mla_mixed_batch_matches_reference(assert_matches_reference, index_dtype
 def test_the_c_kernel_takes_decodes_and_leaves_prefills_to_the_torch_path(decode_kernel, dtype) -> None:
     """It attends every single-row sequence and reports the rest; the tests above then
     check its numbers. (On the torch path nothing is taken.)"""
-    decodes = _paged_call(tuple((n, 1) for n in (9, 40)), dtype=dtype)
-    mixed = _paged_call(MIXED, dtype=dtype)
+    decodes = paged_call(tuple((n, 1) for n in (9, 40)), dtype=dtype)
+    mixed = paged_call(MIXED, dtype=dtype)
     taken = [
         _native_attention.attend_decodes(*call, scale=0.25, sliding_window=0, out=torch.empty_like(call[0]))
         for call in (decodes, mixed)
@@ -163,7 +109,7 @@ def test_the_c_kernel_takes_decodes_and_leaves_prefills_to_the_torch_path(decode
 
 def test_metadata_outside_the_cache_is_left_to_the_checked_path(decode_kernel) -> None:
     """A block id past the cache: the C kernel writes nothing and declines the call."""
-    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(((9, 1),))
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = paged_call(((9, 1),))
     block_tables[0, 1] = key_cache.shape[0]
     out = torch.full_like(query, 7.0)
     taken = _native_attention.attend_decodes(
@@ -183,7 +129,7 @@ def test_a_decode_gets_the_same_bits_alone_as_beside_a_prefill_and_many_decodes(
     with a prefill chunk and 40 long decodes, enough work for the kernel's threads; on
     the C kernel's generic path (16 channels) and its chunked one (64)."""
     lengths = ((11, 4), (300, 1), *((250 + n, 1) for n in range(40)))
-    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = paged_call(
         lengths, dtype=dtype, head_dim=head_dim
     )
     threads_before = torch.get_num_threads()
@@ -211,7 +157,7 @@ LIKE_RUNS = ((6, 6), (6, 6), (6, 6), (9, 1), (11, 4), (11, 4), (6, 6), (5, 5), (
 @pytest.mark.parametrize("window", [0, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_runs_of_like_prefills_match_reference(assert_matches_reference, window, dtype) -> None:
-    assert_matches_reference("paged_attention", *_paged_call(LIKE_RUNS, dtype=dtype), scale=0.25, sliding_window=window)
+    assert_matches_reference("paged_attention", *paged_call(LIKE_RUNS, dtype=dtype), scale=0.25, sliding_window=window)
 
 
 @pytest.mark.parametrize("lengths", [((16, 16),) * 6 + ((9, 1),), ((20, 4),) * 5])
@@ -219,7 +165,7 @@ def test_runs_of_like_prefills_match_reference(assert_matches_reference, window,
 def test_a_prefill_gets_the_same_bits_alone_as_in_a_run_of_like_prefills(cpu_ops, lengths, dtype) -> None:
     """Batch invariance: sequence 2 alone, and in the middle of a run of chunks of its
     shape (one SDPA call for the run)."""
-    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = _paged_call(lengths, dtype=dtype)
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = paged_call(lengths, dtype=dtype)
     together = cpu_ops.paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=0.25)
     first, last = int(query_start_loc[2]), int(query_start_loc[3])
     alone = cpu_ops.paged_attention(
@@ -233,7 +179,7 @@ def test_a_prefill_gets_the_same_bits_alone_as_in_a_run_of_like_prefills(cpu_ops
 def test_long_decodes_under_a_sliding_window_match_reference(assert_matches_reference, cache_dtype) -> None:
     """Windows that start inside a block, over contexts of many blocks."""
     lengths = tuple((n, 1) for n in (200, 97, 13, 64))
-    call = _paged_call(lengths, dtype=cache_dtype, q_heads=8, kv_heads=2, head_dim=64)
+    call = paged_call(lengths, dtype=cache_dtype, q_heads=8, kv_heads=2, head_dim=64)
     for window in (0, 1, 37, 100):
         assert_matches_reference("paged_attention", *call, scale=0.125, sliding_window=window)
 
@@ -248,21 +194,21 @@ def test_head_sizes_and_groups_of_the_chunked_path_match_reference(
     half-block of values, four) and groups of 1, 2, 3, 4 and 7 queries per kv head (the
     kernel takes them four, two and one at a time), with contexts off and on its tile of
     16 positions."""
-    call = _paged_call(MIXED + ((16, 1), (150, 1)), dtype=cache_dtype, q_heads=q_heads, kv_heads=kv_heads,
+    call = paged_call(MIXED + ((16, 1), (150, 1)), dtype=cache_dtype, q_heads=q_heads, kv_heads=kv_heads,
                        head_dim=head_dim)
     assert_matches_reference("paged_attention", *call, scale=head_dim**-0.5)
 
 
 def test_a_head_size_off_the_vector_width_matches_reference(assert_matches_reference) -> None:
     """24 channels: one vector of 16 and a scalar tail in every dot and value sum."""
-    call = _paged_call(MIXED + ((150, 1),), q_heads=6, kv_heads=3, head_dim=24)
+    call = paged_call(MIXED + ((150, 1),), q_heads=6, kv_heads=3, head_dim=24)
     assert_matches_reference("paged_attention", *call, scale=0.3)
 
 
 def test_a_query_viewed_out_of_a_fused_qkv_row_matches_reference(assert_matches_reference) -> None:
     """The model hands the query as a view of the fused QKV projection (rows longer
     than its heads)."""
-    query, *rest = _paged_call(MIXED)
+    query, *rest = paged_call(MIXED)
     rows, heads, dim = query.shape
     fused = torch.randn(rows, heads * dim + 2 * 2 * dim)
     fused[:, : heads * dim] = query.flatten(1)
@@ -272,4 +218,4 @@ def test_a_query_viewed_out_of_a_fused_qkv_row_matches_reference(assert_matches_
 def test_scores_far_below_the_maximum_get_no_weight(assert_matches_reference) -> None:
     """A large softmax scale: most positions sit hundreds below the maximum, where
     e^x underflows (the C kernel's exp clamps there)."""
-    assert_matches_reference("paged_attention", *_paged_call(tuple((n, 1) for n in (90, 33))), scale=40.0)
+    assert_matches_reference("paged_attention", *paged_call(tuple((n, 1) for n in (90, 33))), scale=40.0)

@@ -62,19 +62,19 @@ def test_an_argument_struct_is_declared_once_and_the_c_side_reads_its_layout(
     import ctypes
     import struct
 
-    from accord.backends.cpu.kernels._native_attention import CALL_LAYOUT, DECODE_CALL
+    from accord.backends.cpu.kernels._native_attention import CALL_LAYOUT, PAGED_CALL
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(_native, "KERNEL_DIR", tmp_path)
     shutil.copy(Path(_native.__file__).parent / "native_packed.h", tmp_path)
     (tmp_path / "layout_probe.c").write_text(
-        "long probe_field(const struct decode_call *call, long index) {\n"
+        "long probe_field(const struct paged_call *call, long index) {\n"
         "    return ((const int64_t *)call)[index] == call->sliding_window ? index : -1;\n}\n"
     )
     signature = ("probe_field", ctypes.c_long, (ctypes.c_void_p, ctypes.c_long))
-    library = _native.load("layout_probe.c", (signature,), "-O0", (DECODE_CALL,))
+    library = _native.load("layout_probe.c", (signature,), "-O0", (PAGED_CALL,))
     assert library is not None
-    index = DECODE_CALL.fields.index("sliding_window")
-    packed = struct.pack(CALL_LAYOUT, *range(100, 100 + len(DECODE_CALL.fields)))
+    index = PAGED_CALL.fields.index("sliding_window")
+    packed = struct.pack(CALL_LAYOUT, *range(100, 100 + len(PAGED_CALL.fields)))
     assert library.probe_field(packed, index) == index
-    assert struct.calcsize(CALL_LAYOUT) == 8 * len(DECODE_CALL.fields)
+    assert struct.calcsize(CALL_LAYOUT) == 8 * len(PAGED_CALL.fields)

@@ -1,6 +1,7 @@
-"""The default step token budget: the largest power-of-two budget whose measured step
-keeps within 5 one-token steps (Sarathi-Serve's strict target), between a floor of
-max_num_seqs and vLLM's online 2048; a configured budget is never measured."""
+"""The default step token budget: for serving, the largest power-of-two budget whose
+measured step keeps within 5 one-token steps (Sarathi-Serve's strict target), between a
+floor of max_num_seqs and vLLM's online 2048; for offline `LLM`, vLLM-CPU's 4096,
+unmeasured; a configured budget is never measured."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accord.core.engine.token_budget import DECODE_REPEATS, candidate_budgets, choose_token_budget
+from accord.core.engine.token_budget import DECODE_REPEATS, OFFLINE_BUDGET, candidate_budgets, choose_token_budget
 from accord.core.worker.worker import Worker
 
 
@@ -55,7 +56,9 @@ def test_when_even_the_floor_is_too_slow_the_floor_is_the_budget() -> None:
 
 
 def test_the_engine_measures_a_default_budget_and_schedules_with_it(llama_dir: Path, monkeypatch) -> None:
-    from accord import LLM, SamplingParams
+    """The serving engine (what `accord serve` and AsyncLLM build) measures its default."""
+    from accord import SamplingParams
+    from accord.entrypoints import LLMEngine
 
     measured: list[int] = []
     original = Worker.time_step
@@ -65,11 +68,30 @@ def test_the_engine_measures_a_default_budget_and_schedules_with_it(llama_dir: P
         return original(self, num_tokens)
 
     monkeypatch.setattr(Worker, "time_step", recording)
+    engine = LLMEngine.from_engine_args(str(llama_dir), max_model_len=256, max_num_seqs=8, kv_cache_memory=8 << 20)
+    try:
+        budget = engine.config.max_num_batched_tokens
+        assert measured[:DECODE_REPEATS] == [1] * DECODE_REPEATS and budget in measured[DECODE_REPEATS:]
+        assert budget in candidate_budgets(8, 2048)
+        assert engine.scheduler.max_num_batched_tokens == budget
+        engine.add_request("0", {"prompt_token_ids": list(range(3, 40))}, SamplingParams(max_tokens=4, ignore_eos=True))
+        tokens = []
+        while engine.has_unfinished_requests():
+            tokens = [out.outputs[0].token_ids for out in engine.step() if out.finished] or tokens
+        assert len(tokens[0]) == 4
+    finally:
+        engine.shutdown()
+
+
+def test_offline_generation_defaults_to_the_throughput_budget_without_measuring(llama_dir: Path, monkeypatch) -> None:
+    from accord import LLM, SamplingParams
+
+    def refuse(self: Worker, num_tokens: int) -> float:
+        raise AssertionError("offline generation's default budget must not be measured")
+
+    monkeypatch.setattr(Worker, "time_step", refuse)
     llm = LLM(model=str(llama_dir), max_model_len=256, max_num_seqs=8, kv_cache_memory=8 << 20)
-    engine = llm.llm_engine
-    budget = engine.config.max_num_batched_tokens
-    assert measured[:DECODE_REPEATS] == [1] * DECODE_REPEATS and budget in measured[DECODE_REPEATS:] and budget in candidate_budgets(8, 2048)
-    assert engine.scheduler.max_num_batched_tokens == budget
+    assert llm.llm_engine.scheduler.max_num_batched_tokens == OFFLINE_BUDGET == 4096
     out = llm.generate({"prompt_token_ids": list(range(3, 40))}, SamplingParams(max_tokens=4, ignore_eos=True),
                        use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 4

@@ -4,7 +4,8 @@ app in process, over the real engine): the thinking comes back as
 `message.reasoning_content` (and streamed `reasoning_content` deltas), the answer as
 `content`; budgets (explicit, or by reasoning_effort through the server's budgets) end
 the thinking at exactly N tokens; usage and /metrics count the thinking tokens; forced
-tool calls are read from the answer; Qwen3's `enable_thinking=False` answers at once.
+tool calls are read from the answer; Qwen3's `enable_thinking=False` answers at once; the
+Responses API gives the thinking as a reasoning item (streamed as reasoning_text events).
 
 The random model would think forever, so `</think>` and EOS are biased away and the
 budget is what ends the thinking. Texts are checked against the tokenizers library's own
@@ -19,6 +20,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 from prometheus_client.parser import text_string_to_metric_families
 from reasoning_models import THINK_END
 from tokenizers import Tokenizer
@@ -183,3 +186,56 @@ def test_qwen3_enable_thinking_false_answers_at_once(qwen3: Served) -> None:
     assert choice.message.reasoning_content is None
     assert choice.message.content == qwen3.text(choice.token_ids)
     assert response.usage.completion_tokens_details.reasoning_tokens == 0
+
+
+# The Responses API over the same server: the thinking as a reasoning item (the chat
+# endpoint's answer to the same request is the reference).
+#: reasoning.effort "low" is a 3-token thinking budget on this server (Served's budgets).
+EFFORT, EFFORT_BUDGET = "low", 3
+RESPONSE_PARTS = ["response.output_item.added", "response.content_part.added"]
+
+
+def responses_reference(r1: Served):
+    return r1.runner.run(r1.client.chat.completions.create(
+        model="tiny", messages=ASK, temperature=0.0, reasoning_effort=EFFORT, max_completion_tokens=ANSWER_TOKENS))
+
+
+def test_responses_thinking_is_a_reasoning_item_before_the_answer(r1: Served) -> None:
+    raw = r1.runner.run(r1.client.responses.with_raw_response.create(
+        model="tiny", input=ASK, temperature=0.0, reasoning={"effort": EFFORT}, max_output_tokens=ANSWER_TOKENS))
+    Response.model_validate(json.loads(raw.text))
+    response = raw.parse()
+    expected = responses_reference(r1)
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.id.startswith("rs_") and reasoning.status == "completed"
+    assert reasoning.content[0].text == expected.choices[0].message.reasoning_content
+    assert message.type == "message" and response.output_text == expected.choices[0].message.content
+    assert response.usage.output_tokens_details.reasoning_tokens == EFFORT_BUDGET
+    assert response.usage.output_tokens == expected.usage.completion_tokens == EFFORT_BUDGET + 1 + ANSWER_TOKENS
+
+
+def test_responses_streamed_thinking_comes_as_reasoning_text_events_first(r1: Served) -> None:
+    async def collect() -> list:
+        stream = await r1.client.responses.create(model="tiny", input=ASK, temperature=0.0, stream=True,
+                                                  reasoning={"effort": EFFORT}, max_output_tokens=ANSWER_TOKENS)
+        return [event async for event in stream]
+
+    events = r1.runner.run(collect())
+    adapter = TypeAdapter(ResponseStreamEvent)
+    for event in events:
+        adapter.validate_python(event.model_dump(mode="json", by_alias=True, exclude_unset=True))
+    kinds = [event.type for event in events]
+    thinking, answer = kinds.count("response.reasoning_text.delta"), kinds.count("response.output_text.delta")
+    assert thinking >= 1 and answer >= 1
+    assert kinds == [
+        "response.created", "response.in_progress",
+        *RESPONSE_PARTS, *["response.reasoning_text.delta"] * thinking, "response.reasoning_text.done",
+        "response.content_part.done", "response.output_item.done",
+        *RESPONSE_PARTS, *["response.output_text.delta"] * answer, "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.incomplete",
+    ]
+    expected = responses_reference(r1).choices[0].message
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == expected.reasoning_content
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == expected.content
+    assert [e.output_index for e in events if e.type == "response.output_item.done"] == [0, 1]

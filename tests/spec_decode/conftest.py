@@ -1,7 +1,9 @@
 """Fixtures for the speculative decoding tests: a tiny random Llama whose next token is
 mostly its current token plus one (a counting model, so drafts taken from a counting
 prompt are often right and sometimes wrong), built once per session with transformers;
-and engines over it, each checked after every test to hold no KV block."""
+a shallower counting Llama of other random weights on the same vocabulary (a draft model
+that agrees with the target often, not always); and engines over them, each checked
+after every test to hold no KV block."""
 
 from __future__ import annotations
 
@@ -16,36 +18,18 @@ _ENGINE_HELPERS = str(Path(__file__).resolve().parent.parent / "engine")
 if _ENGINE_HELPERS not in sys.path:
     sys.path.insert(0, _ENGINE_HELPERS)
 
-from engine_models import MAX_POSITIONS, write_tokenizer  # noqa: E402
-
-#: How much the layers add to the residual stream: small enough that the embedding
-#: mostly decides the next token (count on), large enough that it sometimes does not.
-LAYER_SCALE = 0.04
+from spec_decode_models import write_counting_llama  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def counting_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    return write_counting_llama(tmp_path_factory.mktemp("models") / "counting_llama", num_layers=2, seed=0)
 
-    directory = tmp_path_factory.mktemp("models") / "counting_llama"
-    directory.mkdir()
-    vocab_size, bos_id, eos_id = write_tokenizer(directory)
-    config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS, bos_token_id=bos_id, eos_token_id=eos_id,
-        initializer_range=0.2, tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).float().eval()
-    with torch.no_grad():
-        embed = model.model.embed_tokens.weight
-        # Row v of the head is token v-1's embedding: the head's best answer to token t is t + 1.
-        model.lm_head.weight.copy_(torch.roll(embed, shifts=1, dims=0))
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.mul_(LAYER_SCALE)
-            layer.mlp.down_proj.weight.mul_(LAYER_SCALE)
-    model.save_pretrained(directory)
-    return directory
+
+@pytest.fixture(scope="session")
+def counting_draft_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One layer, other weights, the target's vocabulary: a draft model for counting_llama_dir."""
+    return write_counting_llama(tmp_path_factory.mktemp("models") / "counting_draft", num_layers=1, seed=1)
 
 
 _ENGINES: dict[tuple, object] = {}

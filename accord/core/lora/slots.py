@@ -7,11 +7,12 @@ least recently used adapter past its size (read from disk again if asked for aga
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from ...op_contracts import OpDispatcher
+from ..distributed import ParallelContext
 from ..models.causal_lm import CausalLM
 from .layer import LoRABatch, wrap_projections
 from .layout import LoRALayout
@@ -20,13 +21,15 @@ from .request import LoRARequest
 
 
 class LoRASlots:
-    """The device slots and host cache of one model's adapters, and the per-step batch
-    state its LoRALinears read."""
+    """The device slots and host cache of one model's adapters (this tensor-parallel
+    rank's part of each, under `parallel`), and the per-step batch state its LoRALinears read."""
 
     def __init__(
-        self, model: CausalLM, ops: OpDispatcher, max_loras: int, max_lora_rank: int, max_cpu_loras: int
+        self, model: CausalLM, ops: OpDispatcher, max_loras: int, max_lora_rank: int, max_cpu_loras: int,
+        parallel: ParallelContext | None = None,
     ) -> None:
-        self.layout = LoRALayout.of(model.config)
+        #: The modules' full shapes (what adapters are checked against) and this rank's parts.
+        self.layout = LoRALayout.of(model.config, parallel)
         self.max_lora_rank = max_lora_rank
         self.max_cpu_loras = max_cpu_loras
         self.batch: LoRABatch
@@ -36,6 +39,8 @@ class LoRASlots:
         #: Resident adapter id -> its slot, least recently used first.
         self._resident: OrderedDict[int, int] = OrderedDict()
         self._free = list(range(max_loras - 1, -1, -1))
+        #: Unloaded adapters a request of the batch still runs on.
+        self._unloading: set[int] = set()
 
     def register(self, request: LoRARequest) -> None:
         """Learn where adapter `request.lora_int_id` loads from (a request naming it
@@ -48,6 +53,24 @@ class LoRASlots:
             if slot is not None:
                 self._free.append(slot)
         self._known[lora_id] = request
+
+    def unload(self, lora_ids: Iterable[int], in_use: set[int]) -> None:
+        """Adapters `lora_ids` were unloaded: free the slot and host copy of each, and
+        forget where it loads from, once no request in `in_use` (the batch's adapters)
+        runs on it; until then it stays, and a later call frees it."""
+        self._unloading.update(lora_ids)
+        for lora_id in self._unloading - in_use:
+            self._host.pop(lora_id, None)
+            self._known.pop(lora_id, None)
+            slot = self._resident.pop(lora_id, None)
+            if slot is not None:
+                self._free.append(slot)
+        self._unloading &= in_use
+
+    @property
+    def host_cached(self) -> set[int]:
+        """The ids of the adapters read and kept on the host now."""
+        return set(self._host)
 
     @property
     def resident(self) -> dict[int, int]:
@@ -95,6 +118,7 @@ class LoRASlots:
             weights = self._storage[(layer, shape.projection)]
             cols = slice(shape.slice_index * width, shape.slice_index * width + rank)
             row = weights.row_offsets[shape.slice_index]
-            weights.lora_a[slot, cols].copy_(a)
-            weights.lora_b[slot, row : row + shape.out_features, cols].copy_(b)
+            (in_start, in_stop), (out_start, out_stop) = shape.local_in, shape.local_out
+            weights.lora_a[slot, cols].copy_(a[:, in_start:in_stop])
+            weights.lora_b[slot, cols, row : row + out_stop - out_start].copy_(b[out_start:out_stop].t())
         self._resident[adapter.request.lora_int_id] = slot

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, get_args
+from typing import Any, Callable, get_args
 
 import torch
 
@@ -29,6 +29,8 @@ class LoadedModel:
 
     model: CausalLM
     config: ModelConfig
+    #: The checkpoint's multi-token-prediction layer, when asked for (`with_mtp`).
+    mtp: Any = None
 
 
 def load_model(
@@ -38,6 +40,7 @@ def load_model(
     quantization: str | None = None,
     compute_dtype: Callable[[torch.dtype], torch.dtype] | None = None,
     parallel: ParallelContext | None = None,
+    with_mtp: bool = False,
 ) -> LoadedModel:
     """Load a Hugging Face model directory (or a GGUF file) onto `ops`'s backend.
 
@@ -45,6 +48,8 @@ def load_model(
     (the backend's, e.g. bf16 -> fp32 on CPUs without bf16 GEMMs). `quantization`
     "fp8" quantises dense weights at load; block-fp8 checkpoints stay fp8 regardless.
     `parallel` (one rank when None) says which tensor-parallel shard this rank loads.
+    `with_mtp` also loads the checkpoint's MTP layer (DeepSeek-V3), refused where the
+    architecture or the checkpoint has none.
     """
     parallel = parallel or ParallelContext.single()
     if quantization not in QUANTIZATIONS:
@@ -70,8 +75,16 @@ def load_model(
         quantize_fp8=quantization == "fp8", parallel=parallel,
     )
     model = builder.load(weights, config)
+    mtp = None
+    if with_mtp:
+        if builder.load_mtp is None or not config.num_nextn_predict_layers:
+            raise ValueError(
+                f"speculative_config.method 'mtp' needs a checkpoint with MTP layers; {architecture} at "
+                f"{model_dir} has none (num_nextn_predict_layers is {config.num_nextn_predict_layers})"
+            )
+        mtp = builder.load_mtp(weights, config, model)
     weights.finish(lambda name: builder.ignores(name, config))
-    return LoadedModel(model, config)
+    return LoadedModel(model, config, mtp)
 
 
 def read_model_config(model_dir: str | Path) -> ModelConfig:

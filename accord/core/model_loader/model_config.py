@@ -103,6 +103,8 @@ class ModelConfig:
     fp8_block: tuple[int, int] | None = None
     #: DeepSeek-V4's own fields, parsed beside its graph (models/deepseek_v4/config.py).
     v4: DeepseekV4Config | None = None
+    #: Multi-token-prediction layers the checkpoint carries past num_layers (DeepSeek).
+    num_nextn_predict_layers: int = 0
 
     @classmethod
     def from_hf(cls, raw: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> ModelConfig:
@@ -132,6 +134,7 @@ class ModelConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             attention_bias=bool(raw.get("attention_bias", architecture == "Qwen2ForCausalLM")),
             qk_norm=architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
+            num_nextn_predict_layers=int(raw.get("num_nextn_predict_layers") or 0),
             sliding_windows=_sliding_windows(raw, architecture, num_layers),
             moe=_moe(raw, architecture, num_layers),
             mla=mla,

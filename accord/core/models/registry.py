@@ -28,6 +28,9 @@ ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV4ForCausalLM": "deepseek_v4",
 }
+#: architecture -> module whose `MtpLayer.load(weights, config, target)` loads the
+#: checkpoint's multi-token-prediction layer (speculative_config method "mtp").
+MTP_LAYERS = {"DeepseekV3ForCausalLM": "deepseek_mtp"}
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -47,6 +50,8 @@ class ModelFamily:
     parse_config: Callable[[Mapping[str, Any], ModelConfig], ModelConfig]
     #: The op contracts its graph calls for a config (what a backend must implement).
     contract_ops: Callable[[ModelConfig], frozenset[str]]
+    #: Loads its MTP layer onto a loaded target: (weights, config, target); None: it has none.
+    load_mtp: Callable[[WeightLoader, ModelConfig, CausalLM], Any] | None = None
 
 
 def supported_architectures() -> list[str]:
@@ -82,7 +87,10 @@ def family(architecture: str) -> ModelFamily:
     load = getattr(module, "load", None) or partial(CausalLM.load, build_layer=module.build_layer)
     own_fields = getattr(module, "parse_config", None) or (lambda raw, config: config)
     ops = getattr(module, "contract_ops", decoder_ops)
-    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False), own_fields, ops)
+    load_mtp = None
+    if architecture in MTP_LAYERS:
+        load_mtp = importlib.import_module(f".{MTP_LAYERS[architecture]}", __package__).MtpLayer.load
+    return ModelFamily(load, ignores, getattr(module, "TENSOR_PARALLEL", False), own_fields, ops, load_mtp)
 
 
 def parse_model_config(raw: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> ModelConfig:

@@ -75,6 +75,9 @@ class SchedulerOutput:
     dummy_batch: bool = False
     #: The KV connector's loads and saves for this step (None: no connector).
     kv_connector_metadata: KVConnectorMetadata | None = None
+    #: LoRA adapters unloaded since the last step: the workers free their slots and host
+    #: copies once no request of the batch uses them.
+    unloaded_lora_ids: frozenset[int] = frozenset()
 
     @property
     def total_num_scheduled_tokens(self) -> int:

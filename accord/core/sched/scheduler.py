@@ -85,6 +85,7 @@ class Scheduler:
         # What the runner holds: blocks sent per running request, and ids it must drop.
         self._blocks_sent: dict[str, int] = {}
         self._finished_ids: set[str] = set()
+        self._unloaded_lora_ids: set[int] = set()
 
     @property
     def num_unfinished(self) -> int:
@@ -199,7 +200,7 @@ class Scheduler:
             else:
                 proposal = []
             count = min(to_compute + len(proposal), budget)
-            while not self.block_manager.allocate(request.req_id, request.num_computed_tokens + count):
+            while not self.block_manager.allocate(request.req_id, self._slots(request.num_computed_tokens + count)):
                 victim = max(self.running, key=self.order_key)
                 self._preempt(victim)
                 preempted.append(victim)
@@ -238,9 +239,11 @@ class Scheduler:
             preempted_req_ids={request.req_id for request in preempted},
             scheduled_spec_decode_tokens=drafts,
             kv_connector_metadata=self._kv_connector_metadata(batch, scheduled),
+            unloaded_lora_ids=frozenset(self._unloaded_lora_ids),
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
         self._finished_ids = set()
+        self._unloaded_lora_ids = set()
         for request in batch:
             self._advance(request, scheduled[request.req_id])
         self._update_gauges()
@@ -255,6 +258,16 @@ class Scheduler:
         request.num_computed_tokens = start + count
         if request.num_computed_tokens >= request.num_tokens + request.num_output_placeholders:
             request.num_output_placeholders += 1
+
+    def _slots(self, num_tokens: int) -> int:
+        """KV slots a request computing up to `num_tokens` tokens needs: those, and the
+        lookahead a draft model writes its drafts' KV into (vLLM's num_lookahead_tokens),
+        within the context limit."""
+        lookahead = self._speculative.num_lookahead_tokens if self._speculative is not None else 0
+        if not lookahead:
+            return num_tokens
+        total = num_tokens + lookahead
+        return total if self.max_model_len is None else min(total, max(num_tokens, self.max_model_len))
 
     def _speculation_on(self) -> bool:
         """Whether this step checks drafts: speculative decoding is configured and the
@@ -363,7 +376,7 @@ class Scheduler:
             transfer = self._transfer_request(request, None)
             external = self._external_tokens(request, transfer, computed)
             count = min(request.num_tokens - computed - external, budget)
-            if not self.block_manager.allocate(request.req_id, computed + external + count, cached):
+            if not self.block_manager.allocate(request.req_id, self._slots(computed + external + count), cached):
                 break
             if self.kv_connector is not None:
                 self.kv_connector.update_state_after_alloc(
@@ -382,6 +395,10 @@ class Scheduler:
             admitted.append(request)
             budget -= count
         return budget
+
+    def unload_lora(self, lora_int_id: int) -> None:
+        """Tell the workers, with the next step, that adapter `lora_int_id` was unloaded."""
+        self._unloaded_lora_ids.add(lora_int_id)
 
     def _lora_fits(self, request: Request) -> bool:
         """Whether `request`'s adapter can run beside the running requests' without

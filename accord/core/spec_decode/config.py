@@ -9,13 +9,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 #: The proposers accord runs.
-BUILT_METHODS = ("ngram", "suffix")
+BUILT_METHODS = ("ngram", "suffix", "draft_model", "mtp")
+#: The methods that draft with a model of their own (its KV cache in the target's blocks).
+MODEL_METHODS = ("draft_model", "mtp")
 #: vLLM's other methods: refused by name at start (never silently ignored), with why.
 NOT_BUILT_METHODS = {
-    "draft_model": "a draft model with its own KV cache is not built yet",
     "eagle": "EAGLE heads are not built yet",
     "eagle3": "EAGLE-3 heads are not built yet",
-    "mtp": "DeepSeek MTP layers are not loaded yet (the loader skips them)",
     "medusa": "Medusa heads are not built",
 }
 
@@ -30,7 +30,10 @@ class SpeculativeConfig:
     continuation of the longest suffix of the request's tokens (up to
     suffix_decoding_max_tree_depth) that occurred before, token by token with the
     continuation most of its copies share, while at least suffix_decoding_min_token_prob
-    of them agree. Requests stop getting proposals while at least
+    of them agree; draft_model runs the smaller model in `model` (same vocabulary)
+    `num_speculative_tokens` times after each step, unsharded
+    (`draft_tensor_parallel_size` 1); mtp runs the checkpoint's multi-token-prediction
+    layer (DeepSeek-V3) over the target's hidden states. Requests stop getting proposals while at least
     `disable_by_batch_size` requests run.
     """
 
@@ -41,6 +44,8 @@ class SpeculativeConfig:
     suffix_decoding_max_tree_depth: int = 24
     suffix_decoding_min_token_prob: float = 0.1
     disable_by_batch_size: int | None = None
+    model: str | None = None
+    draft_tensor_parallel_size: int | None = None
 
     @classmethod
     def parse(cls, value: Mapping[str, Any] | str) -> SpeculativeConfig:
@@ -71,7 +76,10 @@ class SpeculativeConfig:
             if name == "suffix_decoding_min_token_prob":
                 if name in value and not (_is_int(value[name], False) or isinstance(value[name], float)):
                     raise ValueError(f"speculative_config.{name} must be a number, got {value[name]!r}")
-            elif name in value and not _is_int(value[name], nullable=name == "disable_by_batch_size"):
+            elif name == "model":
+                if name in value and not isinstance(value[name], str):
+                    raise ValueError(f"speculative_config.model must be a model directory (a string), got {value[name]!r}")
+            elif name in value and not _is_int(value[name], nullable=name in NULLABLE_INTS):
                 raise ValueError(f"speculative_config.{name} must be an integer, got {value[name]!r}")
         config = cls(**value)
         config._check()
@@ -99,6 +107,27 @@ class SpeculativeConfig:
             )
         if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
             raise ValueError(f"speculative_config.disable_by_batch_size must be at least 1, got {self.disable_by_batch_size}")
+        if self.method == "draft_model" and self.model is None:
+            raise ValueError("speculative_config.model is required with method 'draft_model' (the draft's directory)")
+        if self.method != "draft_model":
+            for name in ("model", "draft_tensor_parallel_size"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"speculative_config.{name} is only taken with method 'draft_model', not {self.method!r}")
+        if self.draft_tensor_parallel_size not in (None, 1):
+            raise ValueError(
+                f"speculative_config.draft_tensor_parallel_size must be 1 (the draft runs unsharded on the "
+                f"driver rank), got {self.draft_tensor_parallel_size}"
+            )
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots a request needs past its step's tokens: a draft model writes the KV
+        of its drafts (after the step's last token) while it proposes them."""
+        return self.num_speculative_tokens if self.method in MODEL_METHODS else 0
+
+
+#: Integer keys that may be null (off / the default).
+NULLABLE_INTS = ("disable_by_batch_size", "draft_tensor_parallel_size")
 
 
 def _is_int(value: Any, nullable: bool) -> bool:

@@ -28,17 +28,21 @@ from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from .compilation import compile_forward
 from ..config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from ..device import DeviceBackend
+from ..distributed import ParallelContext
 from .graph_capture import DecodeGraphs, InputSpec, capture_sizes
 from .input_batch import CachedRequestState, InputBatch
 from ..kv_transfer.base import KVConnectorWorker
 from ..kv_transfer.factory import make_worker_connector
 from ..models import CausalLM
+from ..models.deepseek_mtp import MtpLayer
 from ..lora.slots import LoRASlots
 from ..models.layers.mlp import worst_case_expert_load
 from .rejection_sampler import RejectionSampler
 from .sampler import SampledTokens, Sampler, prompt_logprobs
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
 from ..spec_decode.proposers import Proposer, make_proposer, speculates
+from .drafting import ModelDrafter, make_drafter
+from .drafting.base import TargetStep
 from .step_inputs import INDEX_DTYPE, FlatBatch, StepInputs
 from ..structured_output import GrammarBitmask
 
@@ -58,6 +62,8 @@ class ModelRunner:
         max_model_len: int,
         is_driver: bool = True,
         rank: int = 0,
+        parallel: ParallelContext | None = None,
+        drafting_model: CausalLM | MtpLayer | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -66,7 +72,7 @@ class ModelRunner:
         #: The LoRA adapters' device slots (None: LoRA off); put in the model before
         #: the forward is compiled, so a compiled forward calls the LoRA hook too.
         self.lora: LoRASlots | None = (
-            LoRASlots(model, ops, config.max_loras, config.max_lora_rank, config.lora_cpu_cache_size)
+            LoRASlots(model, ops, config.max_loras, config.max_lora_rank, config.lora_cpu_cache_size, parallel)
             if config.enable_lora else None
         )
         # The forward every step runs: compiled when -O asks (accord.core.worker.compilation).
@@ -79,16 +85,25 @@ class ModelRunner:
         self.kv_caches: list[LayerKVCache] = []
         self.sampler = Sampler(ops, seed=config.seed)
         self.rejection_sampler = RejectionSampler(ops, self.sampler.rng)
-        #: Drafts the next steps' tokens (speculative decoding; None: off). Only the
-        #: driver's proposals are used: the scheduler hands them to every rank.
-        speculative = config.speculative
-        self.proposer: Proposer | None = (
-            make_proposer(speculative) if speculative is not None and is_driver else None
-        )
         max_blocks = -(-max_model_len // self.block_size)
         self.input_batch = InputBatch(config.max_num_seqs, max_model_len, max_blocks)
         max_tokens = max(config.max_num_batched_tokens or 0, max_model_len, config.max_num_seqs)
         self.step_inputs = StepInputs(config.max_num_seqs, max_tokens, max_blocks, self.block_size, self.device)
+        #: Drafts the next steps' tokens from each request's tokens (speculative decoding;
+        #: None: off), or with a model (`drafter`: a draft model or an MTP layer, which the
+        #: worker loads on the driver as `drafting_model`). Only the driver's proposals are
+        #: used: the scheduler hands them to every rank.
+        speculative = config.speculative
+        self.proposer: Proposer | None = (
+            make_proposer(speculative) if speculative is not None and is_driver and drafting_model is None else None
+        )
+        self.drafter: ModelDrafter | None = None
+        if drafting_model is not None:
+            assert speculative is not None, "a drafting model without a speculative_config"
+            drafter_inputs = StepInputs(config.max_num_seqs, max_tokens, max_blocks, self.block_size, self.device)
+            self.drafter = make_drafter(speculative, drafting_model, drafter_inputs, self.sampler.rng)
+        #: The distributions the draft model drew the last proposals from, by request.
+        self._draft_probs: dict[str, torch.Tensor | None] = {}
         #: The captured decode steps (None: every step runs eagerly).
         self.decode_graphs: DecodeGraphs | None = None
         # The last step's token counts, kept so a failed step can be re-run in parts.
@@ -104,12 +119,15 @@ class ModelRunner:
     # -- KV cache ------------------------------------------------------------------
     @property
     def bytes_per_block(self) -> int:
-        """KV bytes one block costs across all layers (on this rank)."""
-        return self.block_size * sum(spec.bytes_per_token(self.kv_cache_dtype) for spec in self.specs)
+        """KV bytes one block costs across all layers (on this rank), a draft model's included."""
+        specs = self.specs + (self.drafter.specs if self.drafter is not None else [])
+        return self.block_size * sum(spec.bytes_per_token(self.kv_cache_dtype) for spec in specs)
 
     def initialize_cache(self, num_blocks: int) -> None:
         """Allocate the KV cache for serving, then capture the decode graphs over it."""
         self.allocate_kv_cache(num_blocks)
+        if self.drafter is not None:
+            self.drafter.kv_caches = [self._layer_cache(spec, num_blocks) for spec in self.drafter.specs]
         if self.kv_connector is not None:
             self.kv_connector.register_kv_caches(self.kv_caches)
         self.capture_decode_graphs()
@@ -202,10 +220,6 @@ class ModelRunner:
         self.decode_graphs = None
         if self.config.enforce_eager or not self.backend.captures_graphs:
             return
-        if self.lora is not None:
-            # A replayed graph would keep the slot ids of its capture.
-            logger.info("no decode graphs: LoRA steps run eagerly")
-            return
         if self.config.compilation_config and not self.backend.captures_compiled_steps:
             logger.info("no decode graphs: backend %s does not record a compiled step (-O%d)",
                         self.backend.name, self.config.compilation_config)
@@ -227,6 +241,10 @@ class ModelRunner:
             "block_tables": InputSpec((max_blocks,), INDEX_DTYPE, 0),
             "seq_lens": InputSpec((), INDEX_DTYPE, 1),
         }
+        if self.lora is not None:
+            # Each row's adapter slot is an input like the others, so a replay reads the
+            # step's slots (padding rows: -1, the base model).
+            inputs["lora_slot_ids"] = InputSpec((), INDEX_DTYPE, -1)
         largest, limit = self.config.cudagraph_capture_size, self.backend.max_graph_batch
         largest = largest if limit is None else min(largest, limit)
         self._decode_query_start_loc = torch.arange(largest + 1, dtype=INDEX_DTYPE, device=self.device)
@@ -255,7 +273,20 @@ class ModelRunner:
             max_query_len=1,
             max_seq_len=self.max_model_len,
         )
-        return self.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
+        if self.lora is None:
+            return self.forward(inputs["input_ids"], inputs["positions"], attn, self.kv_caches)
+        return self._lora_forward(inputs["lora_slot_ids"], inputs["input_ids"], inputs["positions"], attn)
+
+    def _lora_forward(
+        self, slot_ids: torch.Tensor | None, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata
+    ) -> torch.Tensor:
+        """The forward with each token's LoRA slot in `slot_ids` (None: no adapter)."""
+        self.lora.batch.slot_ids = slot_ids
+        try:
+            return self.forward(input_ids, positions, attn, self.kv_caches)
+        finally:
+            # Forwards outside a step (profile, dummy batches) run the base model.
+            self.lora.batch.slot_ids = None
 
     def _forward(
         self, rows: np.ndarray, num_computed: np.ndarray, num_new: np.ndarray, lora_slots: np.ndarray | None = None
@@ -270,15 +301,12 @@ class ModelRunner:
         if decode:
             inputs = {"input_ids": flat.input_ids, "positions": flat.positions, "slot_mapping": flat.attn.slot_mapping,
                       "block_tables": flat.attn.block_tables, "seq_lens": flat.attn.seq_lens}
+            if self.lora is not None:
+                inputs["lora_slot_ids"] = torch.from_numpy(lora_slots).to(self.device)
             return graphs.run(inputs), flat
         if self.lora is None:
             return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
-        self.lora.batch.slot_ids = flat.lora_slot_ids
-        try:
-            return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
-        finally:
-            # Forwards outside a step (profile, dummy batches) run the base model.
-            self.lora.batch.slot_ids = None
+        return self._lora_forward(flat.lora_slot_ids, flat.input_ids, flat.positions, flat.attn), flat
 
     # -- a step --------------------------------------------------------------------
     def update_states(self, step: SchedulerOutput) -> None:
@@ -287,11 +315,14 @@ class ModelRunner:
         batch = self.input_batch
         for req_id in step.finished_req_ids | step.preempted_req_ids:
             batch.remove(req_id)
+            self._draft_probs.pop(req_id, None)
         for new in step.scheduled_new_reqs:
             batch.add(new)
             if new.lora_request is not None and self.lora is not None:
                 self.lora.register(new.lora_request)
         batch.update(step.scheduled_cached_reqs)
+        if self.lora is not None:
+            self.lora.unload(step.unloaded_lora_ids, {state.lora_int_id for state in batch.requests.values()})
 
     def execute_model(self, step: SchedulerOutput) -> ModelRunnerOutput | None:
         """Apply the step to the persistent batch and run it; the driver returns the
@@ -371,7 +402,11 @@ class ModelRunner:
             output.logprobs = sampled.logprobs
             output.top_logprobs = sampled.top_logprobs
             batch.append_tokens(sampling, rows, num_tokens, output.sampled_token_ids)
-        if self.proposer is not None and len(samplers):
+        if self.drafter is not None:
+            # Every step: the drafter's KV follows the target's, prompt chunks included.
+            step = TargetStep(flat, hidden, states, num_computed, num_new)
+            output.draft_token_ids = self._propose_with_model(step, [states[b] for b in samplers])
+        elif self.proposer is not None and len(samplers):
             output.draft_token_ids = self._propose([states[b] for b in samplers])
         # State changes only once nothing can fail any more.
         for b, entries in prompt_entries:
@@ -398,7 +433,8 @@ class ModelRunner:
         num_checked_rows = len(logit_rows) - len(plain)
         results: dict[int, SampledTokens] = dict(zip(
             checked,
-            self.rejection_sampler(logits[:num_checked_rows], [sampling[b] for b in checked], [drafts[b] for b in checked]),
+            self.rejection_sampler(logits[:num_checked_rows], [sampling[b] for b in checked], [drafts[b] for b in checked],
+                                   self._checked_draft_probs([sampling[b] for b in checked], [drafts[b] for b in checked])),
         ))
         if plain:
             sampled = self.sampler(logits[num_checked_rows:], [sampling[b] for b in plain], self._grammar_bitmask)
@@ -418,15 +454,46 @@ class ModelRunner:
             positions += range(state.num_tokens, state.num_tokens + count)
         self.input_batch.append_tokens(states, np.array(rows), np.array(positions), output.sampled_token_ids)
 
+    def _checked_draft_probs(
+        self, sampling: list[CachedRequestState], drafts: list[list[int]]
+    ) -> list[torch.Tensor | None] | None:
+        """The draft model's distributions of the drafts a step checks (cut as the
+        scheduler cut the drafts); None when the drafts are not a model's."""
+        if self.drafter is None:
+            return None
+        probs = [self._draft_probs.get(state.req_id) for state in sampling]
+        return [None if p is None else p[: len(draft)] for p, draft in zip(probs, drafts)]
+
+    def _propose_with_model(self, step: TargetStep, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
+        """The drafter's drafts for the requests that sampled this step and take proposals
+        (it reads the step whether or not any do)."""
+        speculating = [state for state in sampling if self._takes_drafts(state)]
+        drafts = self.drafter.propose(step, speculating, self.input_batch, self.block_size)  # type: ignore[union-attr]
+        # A request that sampled has checked its last drafts; a request the scheduler
+        # left out of a step keeps its drafts, and their distributions, for a later one.
+        for state in sampling:
+            self._draft_probs.pop(state.req_id, None)
+        self._draft_probs.update((req_id, draft.probs) for req_id, draft in drafts.items())
+        return {req_id: draft.token_ids for req_id, draft in drafts.items()}
+
+    def _takes_drafts(self, state: CachedRequestState) -> bool:
+        """Whether to draft for `state`: it takes drafts, and the batch is below
+        disable_by_batch_size (the scheduler would not check them: drafting them, a draft
+        model's k forwards, would be wasted)."""
+        limit = self.config.speculative.disable_by_batch_size  # type: ignore[union-attr]
+        return (limit is None or len(self.input_batch.requests) < limit) and speculates(
+            state.params, state.num_output_tokens)
+
     def _propose(self, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
         """The drafts of the requests that sampled this step and take proposals."""
         proposals = {}
         tokens = self.input_batch.token_ids_np
         for state in sampling:
-            if speculates(state.params, state.num_output_tokens):
-                draft = self.proposer.propose(tokens[state.row, : state.num_tokens])  # type: ignore[union-attr]
-                if draft:
-                    proposals[state.req_id] = draft
+            if not self._takes_drafts(state):
+                continue
+            draft = self.proposer.propose(tokens[state.row, : state.num_tokens])  # type: ignore[union-attr]
+            if draft:
+                proposals[state.req_id] = draft
         return proposals
 
     def _prompt_logprobs(

@@ -28,10 +28,16 @@ class RejectionSampler:
         self._rng = rng
 
     def __call__(
-        self, logits: torch.Tensor, seqs: Sequence[SamplingRow], drafts: Sequence[Sequence[int]]
+        self,
+        logits: torch.Tensor,
+        seqs: Sequence[SamplingRow],
+        drafts: Sequence[Sequence[int]],
+        draft_probs: Sequence[torch.Tensor | None] | None = None,
     ) -> list[SampledTokens]:
         """Per request b: its accepted drafts and the token after them. `logits` ([R, V]
-        fp32) holds each request's 1 + len(drafts[b]) rows back to back, in order."""
+        fp32) holds each request's 1 + len(drafts[b]) rows back to back, in order.
+        `draft_probs[b]` ([len(drafts[b]), V]) is the distribution a draft model drew
+        request b's drafts from (None, or no list: each draft is a point mass)."""
         batch, vocab, device = len(seqs), logits.shape[1], logits.device
         width = max(len(d) for d in drafts)
         counts = [len(d) for d in drafts]
@@ -56,7 +62,7 @@ class RejectionSampler:
             padded,
             draft_ids.to(device),
             torch.tensor(counts, dtype=torch.int32, device=device),
-            None,
+            _padded_draft_probs(draft_probs, draft_ids, vocab, device),
             torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
             torch.tensor([p.top_k for p in params], dtype=torch.int32, device=device),
             torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
@@ -75,3 +81,19 @@ class RejectionSampler:
             chosen = [entry[token].logprob for entry, token in zip(entries, tokens)]
             results.append(SampledTokens(tokens, chosen, list(entries)))
         return results
+
+
+def _padded_draft_probs(
+    draft_probs: Sequence[torch.Tensor | None] | None, draft_ids: torch.Tensor, vocab: int, device: torch.device
+) -> torch.Tensor | None:
+    """[B, K, V]: each request's draft distributions, point masses on its drafts where it
+    has none (a greedy request); None when no request has any."""
+    if draft_probs is None or all(probs is None for probs in draft_probs):
+        return None
+    padded = torch.zeros(*draft_ids.shape, vocab)
+    for b, probs in enumerate(draft_probs):
+        if probs is None:
+            padded[b].scatter_(1, draft_ids[b, :, None], 1.0)
+        else:
+            padded[b, : len(probs)] = probs
+    return padded.to(device)

@@ -17,6 +17,7 @@ from ..model_loader.model_config import ModelConfig
 from .contract_ops import refuse_batch_variant_ops, worker_contract_ops
 from .model_runner import ModelRunner
 from ..model_loader.load import load_model
+from ..models import CausalLM
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
 
 logger = logging.getLogger("accord.worker")
@@ -68,6 +69,7 @@ class Worker:
         if config.record_op_calls is not None:
             # Installed before the model loads, so profile_run's calls are recorded too.
             self.ops.add_hook(CallRecorder(rank_directory(config.record_op_calls, rank)))
+        speculative = config.speculative
         loaded = load_model(
             config.model,
             self.ops,
@@ -75,13 +77,29 @@ class Worker:
             quantization=config.quantization,
             compute_dtype=backend.compute_dtype,
             parallel=self.parallel,
+            with_mtp=speculative is not None and speculative.method == "mtp",
         )
         self.model_config = loaded.config
         self.max_model_len = config.resolve_max_model_len(loaded.config.max_position_embeddings)
         self.runner = ModelRunner(
             config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver,
-            rank=rank,
+            rank=rank, parallel=self.parallel,
+            drafting_model=(loaded.mtp or self._load_draft(loaded.config)) if self.parallel.is_driver else None,
         )
+
+    def _load_draft(self, target: ModelConfig) -> CausalLM | None:
+        """speculative_config's draft model (None: no draft_model method), unsharded, on
+        this rank's backend in the target's dtype; a different vocabulary is refused."""
+        speculative = self.config.speculative
+        if speculative is None or speculative.method != "draft_model":
+            return None
+        draft = load_model(speculative.model, self.ops, dtype=target.dtype, compute_dtype=self.backend.compute_dtype)  # type: ignore[arg-type]
+        if draft.config.vocab_size != target.vocab_size:
+            raise ValueError(
+                f"speculative_config.model {speculative.model!r} has a vocabulary of {draft.config.vocab_size} tokens, "
+                f"the target {self.config.model!r} one of {target.vocab_size}: a draft model must share the target's"
+            )
+        return draft.model
 
     def info(self) -> WorkerInfo:
         """This rank's backend, model config, context length and KV block cost."""

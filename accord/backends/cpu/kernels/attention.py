@@ -150,7 +150,10 @@ def paged_attention(
     """Causal (optionally sliding-window) GQA attention of each sequence's new rows."""
     metadata = (block_tables, seq_lens, query_start_loc)
     left = _native_attention.attend_decodes(query, key_cache, value_cache, *metadata, scale, sliding_window, out)
-    if left == 0:
+    if left == 0 or (
+        left is not None
+        and _native_attention.attend_prefills(query, key_cache, value_cache, *metadata, scale, sliding_window, out)
+    ):
         return
     tokens, q_heads, head_dim = query.shape
     kv_heads = key_cache.shape[2]
@@ -178,7 +181,9 @@ def mla_attention(
     latent = kv_cache.unsqueeze(2)  # one kv head: keys are all L+R channels, values the first L
     metadata = (block_tables, seq_lens, query_start_loc)
     left = _native_attention.attend_decodes(query, latent, latent, *metadata, scale, 0, out)
-    if left == 0:
+    if left == 0 or (
+        left is not None and _native_attention.attend_prefills(query, latent, latent, *metadata, scale, 0, out)
+    ):
         return
     kv = PagedKV(latent, None, q_latent.shape[2], kv_scale, kv_scale)
     plan = STEP_PLANS.plan(query_start_loc, seq_lens, block_tables, kv.block_size, 0)

@@ -69,18 +69,14 @@
 #include <immintrin.h>
 #endif
 #include "bf16.h"
+#include "lanes.h"
 
-#define LANES 16
 #define ROWS_PER_BLOCK 4
 #define TILE_M 4
 #define CHUNK_BYTES (64 * 1024)
 #define PREFETCH_BYTES 2048
 #define MAX_STREAMS 2
 #define PAIRED_TILE_M 2
-
-typedef float vfloat __attribute__((vector_size(LANES * 4)));
-typedef uint32_t vuint __attribute__((vector_size(LANES * 4)));
-typedef uint16_t vhalf __attribute__((vector_size(LANES * 2)));
 
 static inline vfloat load_floats(const float *p) {
     vfloat v;
@@ -107,25 +103,6 @@ static inline vfloat load_bf16(const uint16_t *p) {
     vfloat v;
     memcpy(&v, &wide, sizeof v);
     return v;
-}
-
-typedef float vhalf_float __attribute__((vector_size(LANES * 2)));
-typedef float vquarter_float __attribute__((vector_size(LANES)));
-
-/* The sum of v's lanes: halved twice (16 lanes to 8 to 4), the last four added pairwise.
- * A block's row sums are a few dependent vector adds instead of a chain of 16
- * scalar ones, which streamed the 152M decode weights 4-5% faster (one and two threads,
- * alternating in one process). Every output element goes through the same order. */
-static inline float lane_sum(vfloat v) {
-    vhalf_float low, high;
-    memcpy(&low, &v, sizeof low);
-    memcpy(&high, (const char *)&v + sizeof low, sizeof high);
-    vhalf_float half = low + high;
-    vquarter_float front, back;
-    memcpy(&front, &half, sizeof front);
-    memcpy(&back, (const char *)&half + sizeof front, sizeof back);
-    vquarter_float quarter = front + back;
-    return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
 }
 
 /* `streams` blocks (wb[s], rows weight rows each from row n0[s], in the blocked layout)

@@ -18,86 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "bf16.h"
-
-#define LANES 16
-
-enum dtype { FP32 = 0, BF16 = 1 };
-
-typedef float vfloat __attribute__((vector_size(LANES * 4)));
-typedef uint32_t vuint __attribute__((vector_size(LANES * 4)));
-typedef uint16_t vhalf __attribute__((vector_size(LANES * 2)));
-
-/* LANES channels starting at element i of a row of `dtype`, as fp32. */
-static inline vfloat load_lanes(const void *row, long i, const int dtype) {
-    vfloat v;
-    if (dtype == BF16) {
-        vhalf h;
-        memcpy(&h, (const uint16_t *)row + i, sizeof h);
-        vuint wide = __builtin_convertvector(h, vuint) << 16;
-        memcpy(&v, &wide, sizeof v);
-    } else {
-        memcpy(&v, (const float *)row + i, sizeof v);
-    }
-    return v;
-}
-
-static inline float load_one(const void *row, long i, const int dtype) {
-    return dtype == BF16 ? bf16_to_float(((const uint16_t *)row)[i]) : ((const float *)row)[i];
-}
-
-typedef float vfloat8 __attribute__((vector_size(32)));
-typedef float vfloat4 __attribute__((vector_size(16)));
-
-/* The lanes' sum as a halving tree (a fixed order, a few shuffles deep: a chain of
- * LANES scalar adds would cost more than the dot product itself at head size 64). */
-static inline float lane_sum(vfloat v) {
-    vfloat8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    vfloat4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-    return (q[0] + q[2]) + (q[1] + q[3]);
-}
-
-typedef int32_t vint __attribute__((vector_size(LANES * 4)));
-
-/* e^x for x <= 0 (scores minus their maximum), lane by lane: Cephes' expf (a degree-6
- * polynomial on x - n ln2, times 2^n), within 2 ulp of expf. Inputs below -87 give
- * e^-87 (~1.6e-38) instead of a subnormal or 0: nothing a softmax weight of a sum >= 1
- * can tell apart. libm's expf, one call per score, costs about a fifth of the kernel. */
-static inline vfloat exp_lanes(vfloat x) {
-    const vfloat low = (vfloat){0} - 87.0f;
-    vint below = x < low;
-    vint xi, li;
-    memcpy(&xi, &x, sizeof xi);
-    memcpy(&li, &low, sizeof li);
-    xi = (xi & ~below) | (li & below);
-    memcpy(&x, &xi, sizeof x);
-    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    vfloat n = (x * 1.44269504088896341f + shifter) - shifter;
-    vfloat r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    vfloat p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    vint bits = (__builtin_convertvector(n, vint) + 127) << 23;
-    vfloat scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
-/* Lane by lane, x where it is greater than y, else y. */
-static inline vfloat max_lanes(vfloat x, vfloat y) {
-    const vint greater = x > y;
-    vint xi, yi;
-    memcpy(&xi, &x, sizeof xi);
-    memcpy(&yi, &y, sizeof yi);
-    xi = (xi & greater) | (yi & ~greater);
-    memcpy(&x, &xi, sizeof x);
-    return x;
-}
+#include "paged_attention.h"
 
 /* w[0, n) = e^(w - top) / their sum, in place (n >= 1). */
 static void softmax(float *w, long n) {
@@ -131,31 +52,6 @@ static void softmax(float *w, long n) {
     }
     const float inv = 1.0f / lane_sum(total);
     for (long t = 0; t < n; ++t) w[t] *= inv;
-}
-
-static inline long read_index(const void *p, long i, int index_bytes) {
-    return index_bytes == 8 ? (long)((const int64_t *)p)[i] : (long)((const int32_t *)p)[i];
-}
-
-/* Where the cache holds what the kernel reads. Strides are in elements; a position's
- * channels are contiguous. */
-struct cache {
-    const void *keys, *values;
-    long block_stride, slot_stride, head_stride;
-    long block_size, key_dim, value_dim;
-};
-
-/* The element offsets in the caches of kv head `head` at the visible positions
- * [first, len) of a sequence, walking its block table block by block (a division per
- * position would cost more than the position's dot products). */
-static void position_offsets(const struct cache *c, const void *table, int index_bytes, long head, long first,
-                             long len, long *offsets) {
-    long p = first;
-    for (long k = first / c->block_size; p < len; ++k) {
-        const long base = read_index(table, k, index_bytes) * c->block_stride + head * c->head_stride;
-        const long end = (k + 1) * c->block_size < len ? (k + 1) * c->block_size : len;
-        for (long slot = p - k * c->block_size; p < end; ++p, ++slot) *offsets++ = base + slot * c->slot_stride;
-    }
 }
 
 /* The dot product of an fp32 query row with a cached key, in one fixed order whichever
@@ -447,14 +343,6 @@ static inline __attribute__((always_inline)) void attend_head_chunked(const stru
         attend_group(c, kv_dtype, c->key_dim, offsets, n, stride, q, group, scale, scores, acc);
 }
 
-/* Query rows in, output rows out, in their dtypes. */
-struct rows {
-    const void *query;
-    void *out;
-    int q_dtype, out_dtype;
-    long q_row_stride, q_head_stride, out_row_stride, out_head_stride;
-};
-
 /* Query row `row`'s attention over kv head `head`, visible positions [first, len), into
  * its output row; 0, or -1 when its scratch could not be allocated. */
 static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
@@ -519,7 +407,8 @@ struct decode_tasks {
 };
 
 /* attend_task for task number `task` (sequence task / kv_heads, kv head task % kv_heads). */
-static int run_decode_task(const struct decode_tasks *w, long task) {
+static int run_decode_task(const void *tasks, long task) {
+    const struct decode_tasks *w = tasks;
     const long *d = w->decodes + 3 * (task / w->kv_heads);
     const long len = read_index(w->seq_lens, d[0], w->index_bytes);
     const void *table = (const char *)w->block_tables + d[0] * w->table_stride * w->index_bytes;
@@ -531,9 +420,9 @@ static int run_decode_task(const struct decode_tasks *w, long task) {
  * more than it saves. */
 #define POSITIONS_PER_THREAD 4096
 
-/* struct decode_call: one call's tensors and sizes, every field an int64 (pointers as
+/* struct paged_call: one call's tensors and sizes, every field an int64 (pointers as
  * addresses), passed as one pointer. It is declared once, in _native_attention.py
- * (DECODE_CALL), and the build defines it ahead of this file. Strides are in elements;
+ * (PAGED_CALL), and the build defines it ahead of this file. Strides are in elements;
  * dtypes are FP32 or BF16; index_bytes is the metadata's width, 4 or 8. */
 
 /* The decode rows of a varlen step (see the paged_attention contract), and zeros in the
@@ -541,7 +430,7 @@ static int run_decode_task(const struct decode_tasks *w, long task) {
  * (left to the caller), or -1 when the metadata points outside the tensors (having
  * written nothing: the caller's checked path then reports it) or memory ran out (the
  * caller's path then redoes the whole call). */
-long accord_paged_decode_attention(const struct decode_call *call, float scale) {
+long accord_paged_decode_attention(const struct paged_call *call, float scale) {
     const void *query = (const void *)call->query, *key_cache = (const void *)call->key_cache,
                *value_cache = (const void *)call->value_cache, *block_tables = (const void *)call->block_tables,
                *seq_lens = (const void *)call->seq_lens, *query_start_loc = (const void *)call->query_start_loc;
@@ -586,21 +475,9 @@ long accord_paged_decode_attention(const struct decode_call *call, float scale) 
     if (wanted > threads) wanted = threads;
     if (wanted > tasks) wanted = tasks;
     if (wanted < 1) wanted = 1;
-    int failed = 0;
     const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, seq_lens, block_tables, table_stride,
                                       index_bytes, group, scale};
-    if (wanted > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(wanted)
-        for (long task = 0; task < tasks; ++task)
-            if (run_decode_task(&work, task)) {
-#pragma omp atomic write
-                failed = 1;
-            }
-    } else {
-        /* Not even a one-thread parallel region: its set-up costs about a microsecond,
-         * a tenth of a small call. */
-        for (long task = 0; task < tasks; ++task) failed |= run_decode_task(&work, task);
-    }
+    const int failed = run_tasks(run_decode_task, &work, tasks, wanted);
     free(decodes);
     return failed ? -1 : prefills;
 invalid:
