@@ -120,13 +120,15 @@ def stop(server: subprocess.Popen) -> None:
 
 
 @contextmanager
-def running(command: list[str], env: dict[str, str], log: Path, port: int, timeout: float) -> Iterator[float]:
+def running(
+    command: list[str], env: dict[str, str], log: Path, port: int, timeout: float, ready_path: str = "/v1/models"
+) -> Iterator[float]:
     """Run a server (in its own process group, output to `log`) until the block ends;
-    yields its start-up seconds."""
+    yields its start-up seconds (until GET `ready_path` answers 200)."""
     with log.open("w") as out:
         server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            yield wait_ready(port, server, timeout)
+            yield wait_ready(port, server, timeout, ready_path)
         finally:
             stop(server)
 

@@ -218,6 +218,14 @@ def create_app(
         version (`accord bench serve`, vLLM's `bench serve`) find it."""
         return JSONResponse({"version": __version__})
 
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> JSONResponse:
+        """Empty the prefix cache of every data-parallel replica (vLLM's admin endpoint,
+        as `bench serve --reset-prefix-cache` calls it): the blocks no running request
+        holds leave it; a running request's blocks stay cached until it finishes."""
+        await engine.reset_prefix_cache()
+        return JSONResponse({"success": True})
+
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
         """Prometheus metrics in the text exposition format."""

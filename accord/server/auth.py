@@ -10,9 +10,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import OpenAIError
 
-#: Routes that need the key: the API and the tokenizer endpoints. /health and
-#: /metrics stay open for probes and scrapers, as in vLLM.
-PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+#: Routes that need the key: the API, the tokenizer endpoints and the prefix-cache
+#: reset (anyone could otherwise empty the cache). /health and /metrics stay open for
+#: probes and scrapers, as in vLLM.
+PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/reset_prefix_cache")
 
 
 def is_authorized(authorization: str, api_keys: Sequence[str]) -> bool:

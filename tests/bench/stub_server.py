@@ -76,8 +76,8 @@ class ScriptedServer:
     async def get_json(self, url: str) -> dict:
         return {"error": "HTTP 404"}
 
-    async def post_status(self, url: str) -> int:
-        return 404
+    async def post_json(self, url: str) -> dict:
+        return {"error": "HTTP 404"}
 
     async def answer(self, entry: ScriptedRequest, chat: bool) -> AsyncIterator[bytes]:
         if chat:  # a chat stream opens with the role, no text: no token

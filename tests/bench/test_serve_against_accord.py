@@ -2,7 +2,8 @@
 writes vLLM's result keys for each rung (the list below is taken from vLLM's
 vllm/benchmarks/serve.py: the run's header in main_async, the result dict of
 benchmark(), and process_one_metric's mean/median/std/pXX keys), counts the tokens
-the flags ask for, records the server and the seeds, and draws the picture."""
+the flags ask for, records the server, the seeds and the prefix cache's reset, and
+draws the picture."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ def test_a_short_sweep_writes_vllms_keys_and_a_picture(accord_server, accord_cac
         "--ignore-eos", "--temperature", "0", "--request-rate", "4,inf", "--goodput", "ttft:2000", "tpot:100",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99", "--seed", "7",
         "--save-result", "--result-dir", str(tmp_path), "--label", "accord-demo", "--disable-tqdm",
+        "--reset-prefix-cache",
     ]  # fmt: skip
     assert main(argv) == 0
     table = capsys.readouterr().out
@@ -69,7 +71,7 @@ def test_a_short_sweep_writes_vllms_keys_and_a_picture(accord_server, accord_cac
         assert rung["model_id"] == "accord-demo-random" and rung["label"] == "accord-demo"
         assert rung["num_warmups"] == 1 and rung["warmups_failed"] == 0
         assert rung["server"]["models"]["data"][0]["id"] == "accord-demo-random"
-        assert rung["prefix_cache"].startswith("not reset")
+        assert rung["prefix_cache"] == "reset", "accord serve offers POST /reset_prefix_cache"
         assert 0 <= rung["good_requests"] <= 4 and rung["goodput_slos_ms"] == {"ttft": 2000.0, "tpot": 100.0}
         assert rung["median_ttft_ms"] > 0 and rung["p99_tpot_ms"] >= rung["median_tpot_ms"] > 0
     assert [rung["seed"] for rung in sweep["rungs"]] == [7, 1007]

@@ -64,7 +64,7 @@ TEMPLATES = ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 4, [1, 2, 3, 4, 9, 9, 9, 
 
 
 class BlockManagerMachine(RuleBasedStateMachine):
-    """Random add (with prefix hits) / append / free / evict sequences."""
+    """Random add (with prefix hits) / append / free / evict sequences / reset the cache."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,6 +97,14 @@ class BlockManagerMachine(RuleBasedStateMachine):
         seq_id = data.draw(st.sampled_from(sorted(self.tokens)))
         self.manager.free(seq_id)
         del self.tokens[seq_id]
+
+    @rule()
+    def reset_prefix_cache(self) -> None:
+        held = {block for seq_id in self.tokens for block in self.manager.block_table(seq_id)}
+        held_keys = {block: key for block, key in self.manager._key_of_block.items() if block in held}
+        self.manager.reset_prefix_cache()
+        assert self.manager._key_of_block == held_keys, "free blocks forgotten, held ones kept"
+        assert set(self.manager._block_of_key.values()) == set(held_keys)
 
     @invariant()
     def ref_counts_match_table_entries(self) -> None:

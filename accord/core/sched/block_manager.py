@@ -197,6 +197,13 @@ class BlockManager:
                     self._uncache(block)
         self._chain.pop(seq_id, None)
 
+    def reset_prefix_cache(self) -> int:
+        """Forget the prefix-cache key of every block no sequence holds (vLLM's
+        reset_prefix_cache, for benchmarks and after a weight update); returns how many
+        were forgotten. Blocks in use keep theirs: a running sequence's blocks stay
+        cached until it frees them, so a later request with its prefix still hits."""
+        return sum(self._uncache(block) for block in self._free)
+
     def _take_free_block(self) -> int:
         block, _ = self._free.popitem(last=False)
         if self._uncache(block):
