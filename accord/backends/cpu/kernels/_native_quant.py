@@ -24,6 +24,8 @@ LIBRARY = ("gguf_quant_gemm.c", SIGNATURES)
 FORMAT_CODES = {name: code for code, name in enumerate(GGUF_FORMATS)}
 #: The dot paths, as the C code numbers them.
 PATHS = {"plain": 0, "avx2": 1, "vnni": 2}
+#: The kernels of one call, as gguf_quant_gemm.c numbers them (its `tiled` argument).
+KERNELS = {"row dot": 0, "token tile": 1}
 #: Most tokens one row-dot call takes (gguf_quant_gemm.c's MAX_TOKENS); the token-tile
 #: GEMM takes any number.
 MAX_TOKENS = 16
@@ -47,15 +49,15 @@ def compiled_paths() -> tuple[str, ...]:
 
 def dot(
     x: torch.Tensor, qweight: torch.Tensor, bias: torch.Tensor | None, quant_type: str, path: str,
-    out: torch.Tensor, scratch: torch.Tensor, tiled: bool = False,
+    out: torch.Tensor, scratch: torch.Tensor, kernel: str = "row dot",
 ) -> None:
-    """out [T, N] fp32 = x [T, K] fp32 @ W^T (+ fp32 bias), x quantised to int8 per 32: by
-    the row dot (T <= MAX_TOKENS) or, `tiled`, the token-tile GEMM (any T); all
-    contiguous, `scratch` uint8 of `scratch_bytes(T, K)`."""
+    """out [T, N] fp32 = x [T, K] fp32 @ W^T (+ fp32 bias), x quantised to int8 per 32, by
+    `kernel` (`KERNELS`): the row dot (T <= MAX_TOKENS) or the token-tile GEMM (any T);
+    all contiguous, `scratch` uint8 of `scratch_bytes(T, K)`."""
     tokens, depth = x.shape
     status = _library().accord_gguf_linear(  # type: ignore[union-attr]
         x.data_ptr(), qweight.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(), tokens,
-        qweight.shape[0], depth, FORMAT_CODES[quant_type], PATHS[path], int(tiled), scratch.data_ptr(),
+        qweight.shape[0], depth, FORMAT_CODES[quant_type], PATHS[path], KERNELS[kernel], scratch.data_ptr(),
         torch.get_num_threads(),
     )
     if status:

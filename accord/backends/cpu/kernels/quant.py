@@ -12,6 +12,12 @@ The crossovers are the ones measured on the 152M bench Llama's projections (2-co
 Sapphire Rapids, one thread, CPU time; `benchmarks/quant_gguf_cpu.py` runs whole
 models). Without a C compiler every call takes gguf-py's dequantisation
 (numpy) and the GEMM.
+
+AMX-INT8 was tried for the token tile and left out: the panel is already an AMX B tile
+and tdpbsud ran (this KVM host grants the tiles), but one tile per 32-weight group (each
+group has its own scale) leaves 16 fp32 rescales per tile, and the AMX tile measured
+0.12 ms per token on the 152M gate_up projection against the VNNI tile's 0.076 (one
+thread, loaded host).
 """
 
 from __future__ import annotations
@@ -68,14 +74,14 @@ def quant_linear(
     path = dot_path()
     rows = x.shape[0]
     if path is not None and rows <= TILE_MAX_ROWS:
-        _packed(x, qweight, bias, quant_type, path, out, tiled=rows > row_dot_max_rows(quant_type))
+        _packed(x, qweight, bias, quant_type, path, out, "token tile" if rows > row_dot_max_rows(quant_type) else "row dot")
         return
     _tiled_gemm(x, qweight, bias, quant_type, out, path is not None)
 
 
 def _packed(
     x: torch.Tensor, qweight: torch.Tensor, bias: torch.Tensor | None, quant_type: str, path: str, out: torch.Tensor,
-    tiled: bool,
+    kernel: str,
 ) -> None:
     x32 = x.float().contiguous()
     bias32 = None if bias is None else bias.float().contiguous()
@@ -85,7 +91,7 @@ def _packed(
     scratch = torch.empty(_native_quant.scratch_bytes(tokens, depth), dtype=torch.uint8)
     direct = out.dtype == torch.float32 and out.is_contiguous()
     result = out if direct else torch.empty(out.shape, dtype=torch.float32)
-    _native_quant.dot(x32, qweight, bias32, quant_type, path, result, scratch, tiled)
+    _native_quant.dot(x32, qweight, bias32, quant_type, path, result, scratch, kernel)
     if not direct:
         out.copy_(result)
 
