@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--model", action="append", help="a GGUF file (repeatable; default: the demo's SmolLM2 Q4_1)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1, help="times to run the engines, alternating")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated, of {', '.join(WORKLOADS)} (the others print nan)")
     parser.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (skipped when absent)")
     parser.add_argument("--llama-batched-bench", help="llama.cpp's llama-batched-bench binary (skipped when absent)")
     parser.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
@@ -119,6 +121,7 @@ def main() -> None:
         from accord.demo.default_model import default_model_path
 
         args.model = [str(default_model_path())]
+    wanted = set(args.workloads.split(","))
     print(f"threads {args.threads}; batch-1: {PROMPT_TOKENS} -> {NEW_TOKENS} decode tok/s; "
           f"batched: {BATCH} x {PROMPT_TOKENS} -> {NEW_TOKENS} output tok/s; prefill: {PREFILL_TOKENS}-token prompt "
           "tok/s; RSS: batch-1 process peak; load: the 1-minute load average as the row ends")
@@ -127,14 +130,14 @@ def main() -> None:
         name = Path(model).name
         for _ in range(args.rounds):
             for mode in MODES:
-                rate1, peak = accord_run(model, mode, "batch1", args.threads)
-                rate32, _ = accord_run(model, mode, "batch32", args.threads)
-                prefill, _ = accord_run(model, mode, "prefill", args.threads)
-                _row(name, f"accord {mode}", rate1, peak, rate32, prefill)
+                rates = {workload: accord_run(model, mode, workload, args.threads) if workload in wanted
+                         else (float("nan"), float("nan")) for workload in WORKLOADS}
+                _row(name, f"accord {mode}", rates["batch1"][0], rates["batch1"][1], rates["batch32"][0],
+                     rates["prefill"][0])
             if args.llama_bench and Path(args.llama_bench).is_file():
                 rate1, prefill, peak = llama_bench(args.llama_bench, model, args.threads)
                 rate32 = float("nan")
-                if args.llama_batched_bench and Path(args.llama_batched_bench).is_file():
+                if "batch32" in wanted and args.llama_batched_bench and Path(args.llama_batched_bench).is_file():
                     rate32 = llama_batched(args.llama_batched_bench, model, args.threads)
                 _row(name, "llama.cpp", rate1, peak, rate32, prefill)
             else:
