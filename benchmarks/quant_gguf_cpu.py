@@ -1,15 +1,15 @@
 """GGUF files computed packed (quant_linear) against the same files dequantised at load,
 side by side in one run, and llama.cpp on the same files where its binaries are given:
-batch-1 decode (a 128-token prompt, 128 new tokens) and 32 x 128 -> 128, output tok/s,
-and the peak RSS of each batch-1 process.
+batch-1 decode (a 128-token prompt, 128 new tokens), 32 x 128 -> 128 (output tok/s) and
+a 512-token prefill (prompt tok/s), and the peak RSS of each batch-1 process.
 
     python benchmarks/quant_gguf_cpu.py [--model FILE ...] [--threads 2]
         [--llama-bench PATH] [--llama-batched-bench PATH]
 
 Each measurement runs in a process of its own (so its peak RSS is its own): accord's
 with `ACCORD_GGUF_PACKED` 1 (packed) or 0 (dequantised), llama.cpp's
-`llama-bench -p 0 -n 128` (batch-1 decode) and `llama-batched-bench -npp 128 -ntg 128
--npl 32`. The default model is the demo's SmolLM2-135M-Instruct Q4_1 file. On a shared
+`llama-bench -p 512 -n 128` (pp512 and batch-1 decode tg128) and `llama-batched-bench
+-npp 128 -ntg 128 -npl 32`. The default model is the demo's SmolLM2-135M-Instruct Q4_1 file. On a shared
 machine compare the ratios of one run, not absolute rates across runs.
 """
 
@@ -24,35 +24,41 @@ import tempfile
 import time
 from pathlib import Path
 
-PROMPT_TOKENS, NEW_TOKENS, BATCH = 128, 128, 32
+PROMPT_TOKENS, NEW_TOKENS, BATCH, PREFILL_TOKENS = 128, 128, 32, 512
+WORKLOADS = ("batch1", "batch32", "prefill")
 MODES = {"packed": "1", "dequantised": "0"}
 
 
-def _prompts(count: int, vocab: int) -> list[dict]:
-    return [{"prompt_token_ids": [100 + (i * 131 + j * 7) % (vocab - 200) for j in range(PROMPT_TOKENS)]}
+def _prompts(count: int, vocab: int, length: int = PROMPT_TOKENS) -> list[dict]:
+    return [{"prompt_token_ids": [100 + (i * 131 + j * 7) % (vocab - 200) for j in range(length)]}
             for i in range(count)]
 
 
 def measure(model: str, workload: str, threads: int) -> dict:
-    """Run one workload in this process: {"tok_s": output tokens per second}."""
+    """Run one workload in this process: {"tok_s": output (prefill: prompt) tokens per second}."""
     import torch
 
     from accord import LLM, SamplingParams
 
     torch.set_num_threads(threads)
-    batch = 1 if workload == "batch1" else BATCH
-    llm = LLM(model, backend="cpu", max_model_len=PROMPT_TOKENS + NEW_TOKENS, max_num_seqs=batch,
-              max_num_batched_tokens=max(512, PROMPT_TOKENS * 4),
-              num_gpu_blocks_override=batch * (PROMPT_TOKENS + NEW_TOKENS) // 16 + 8)
+    batch = BATCH if workload == "batch32" else 1
+    length = PREFILL_TOKENS if workload == "prefill" else PROMPT_TOKENS
+    llm = LLM(model, backend="cpu", max_model_len=length + NEW_TOKENS, max_num_seqs=batch,
+              max_num_batched_tokens=max(PREFILL_TOKENS, PROMPT_TOKENS * 4),
+              num_gpu_blocks_override=batch * (length + NEW_TOKENS) // 16 + 8,
+              # Every run computes its whole prompt (the runs repeat their prompts).
+              enable_prefix_caching=False)
     vocab = llm.llm_engine.model_config.vocab_size
 
-    def run(count: int, tokens: int) -> float:
+    def run(count: int, tokens: int, prompt: int = PROMPT_TOKENS) -> float:
         params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
         start = time.perf_counter()
-        llm.generate(_prompts(count, vocab), params, use_tqdm=False)
+        llm.generate(_prompts(count, vocab, prompt), params, use_tqdm=False)
         return time.perf_counter() - start
 
     run(1, 8)  # warm-up: builds, first-sight validation, graph capture
+    if workload == "prefill":
+        return {"tok_s": PREFILL_TOKENS / min(run(1, 1, PREFILL_TOKENS) for _ in range(3))}
     if workload == "batch1":
         # Decode only: the 128-token run less a prefill-and-one-token run.
         prefill = min(run(1, 1) for _ in range(2))
@@ -78,10 +84,12 @@ def accord_run(model: str, mode: str, workload: str, threads: int) -> tuple[floa
     return json.loads(stdout.strip().splitlines()[-1])["tok_s"], peak
 
 
-def llama_bench(binary: str, model: str, threads: int) -> tuple[float, float]:
-    stdout, peak = _child([binary, "-m", model, "-t", str(threads), "-p", "0", "-n", str(NEW_TOKENS), "-o", "json"],
-                          dict(os.environ))
-    return json.loads(stdout)[0]["avg_ts"], peak
+def llama_bench(binary: str, model: str, threads: int) -> tuple[float, float, float]:
+    """(tg128 tok/s, pp512 tok/s, peak RSS MB) of one llama-bench process."""
+    stdout, peak = _child([binary, "-m", model, "-t", str(threads), "-p", str(PREFILL_TOKENS), "-n", str(NEW_TOKENS),
+                           "-o", "json"], dict(os.environ))
+    rates = {(row["n_prompt"], row["n_gen"]): row["avg_ts"] for row in json.loads(stdout)}
+    return rates[(0, NEW_TOKENS)], rates[(PREFILL_TOKENS, 0)], peak
 
 
 def llama_batched(binary: str, model: str, threads: int) -> float:
@@ -94,13 +102,16 @@ def llama_batched(binary: str, model: str, threads: int) -> float:
 
 
 def main() -> None:
-    """Print one table row per file and engine."""
+    """Print one table row per file, engine and round."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", help="a GGUF file (repeatable; default: the demo's SmolLM2 Q4_1)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="times to run the engines, alternating")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated, of {', '.join(WORKLOADS)} (the others print nan)")
     parser.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (skipped when absent)")
     parser.add_argument("--llama-batched-bench", help="llama.cpp's llama-batched-bench binary (skipped when absent)")
-    parser.add_argument("--child", choices=("batch1", "batch32"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
     parser.add_argument("child_model", nargs="?", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -110,23 +121,32 @@ def main() -> None:
         from accord.demo.default_model import default_model_path
 
         args.model = [str(default_model_path())]
+    wanted = set(args.workloads.split(","))
     print(f"threads {args.threads}; batch-1: {PROMPT_TOKENS} -> {NEW_TOKENS} decode tok/s; "
-          f"batched: {BATCH} x {PROMPT_TOKENS} -> {NEW_TOKENS} output tok/s; RSS: batch-1 process peak")
-    print(f"{'file':44} {'engine':18} {'batch-1 tok/s':>13} {'batch-1 RSS MB':>15} {'32x tok/s':>10}")
+          f"batched: {BATCH} x {PROMPT_TOKENS} -> {NEW_TOKENS} output tok/s; prefill: {PREFILL_TOKENS}-token prompt "
+          "tok/s; RSS: batch-1 process peak; load: the 1-minute load average as the row ends")
+    print(f"{'file':40} {'engine':18} {'batch-1':>8} {'RSS MB':>7} {'32x':>7} {'pp512':>7} {'load':>5}")
     for model in args.model:
         name = Path(model).name
-        for mode in MODES:
-            rate1, peak = accord_run(model, mode, "batch1", args.threads)
-            rate32, _ = accord_run(model, mode, "batch32", args.threads)
-            print(f"{name:44} {'accord ' + mode:18} {rate1:13.1f} {peak:15.0f} {rate32:10.1f}", flush=True)
-        if args.llama_bench and Path(args.llama_bench).is_file():
-            rate1, peak = llama_bench(args.llama_bench, model, args.threads)
-            rate32 = float("nan")
-            if args.llama_batched_bench and Path(args.llama_batched_bench).is_file():
-                rate32 = llama_batched(args.llama_batched_bench, model, args.threads)
-            print(f"{name:44} {'llama.cpp':18} {rate1:13.1f} {peak:15.0f} {rate32:10.1f}", flush=True)
-        else:
-            print(f"{name:44} llama.cpp skipped: no --llama-bench binary given or found", flush=True)
+        for _ in range(args.rounds):
+            for mode in MODES:
+                rates = {workload: accord_run(model, mode, workload, args.threads) if workload in wanted
+                         else (float("nan"), float("nan")) for workload in WORKLOADS}
+                _row(name, f"accord {mode}", rates["batch1"][0], rates["batch1"][1], rates["batch32"][0],
+                     rates["prefill"][0])
+            if args.llama_bench and Path(args.llama_bench).is_file():
+                rate1, prefill, peak = llama_bench(args.llama_bench, model, args.threads)
+                rate32 = float("nan")
+                if "batch32" in wanted and args.llama_batched_bench and Path(args.llama_batched_bench).is_file():
+                    rate32 = llama_batched(args.llama_batched_bench, model, args.threads)
+                _row(name, "llama.cpp", rate1, peak, rate32, prefill)
+            else:
+                print(f"{name:40} llama.cpp skipped: no --llama-bench binary given or found", flush=True)
+
+
+def _row(name: str, engine: str, rate1: float, peak: float, rate32: float, prefill: float) -> None:
+    print(f"{name:40} {engine:18} {rate1:8.1f} {peak:7.0f} {rate32:7.1f} {prefill:7.1f} {os.getloadavg()[0]:5.1f}",
+          flush=True)
 
 
 if __name__ == "__main__":

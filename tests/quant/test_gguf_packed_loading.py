@@ -2,7 +2,8 @@
 (written by the test with gguf-py's writer) is a QuantLinear over the file's own blocks,
 holding exactly the file's bytes for them; a rank's shard is whole rows of blocks, or
 columns where they fall on block edges; and the packed model generates the dequantised
-path's greedy tokens, with logprobs within LOGPROB_BOUND of it."""
+path's greedy tokens, with logprobs within LOGPROB_BOUND of it, up to the first step
+where the dequantised path's choice is a near tie (its top two within TIE_MARGIN)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,15 @@ from accord.op_contracts import OpDispatcher
 
 PROMPT = [256, 257, 10, 70, 71, 72, 73, 100, 101, 3, 4, 5]
 NEW_TOKENS = 8
-#: |packed - dequantised| per sampled token's logprob: the packed dots quantise
-#: activations to int8 per 32 (ggml's Q8), which the dequantised fp32 path does not
-#: (measured up to 0.06 on Q8_0; prefill's 12 rows take the dequantised tiles and agree
-#: to 1e-4).
+#: |packed - dequantised| per sampled token's logprob: the packed kernels quantise
+#: activations to int8 per 32 (ggml's Q8), prefill's 12 rows included (the token tile),
+#: which the dequantised fp32 path does not (measured up to 0.06 on Q8_0).
 LOGPROB_BOUND = 0.1
+#: A dequantised step whose top two logprobs are this close is a tie that int8
+#: activations may break either way: the tiny random model's next-token distribution is
+#: nearly flat (top logprobs near -2.3), and on Q4_0 its second token's top two are 0.007
+#: apart. The comparison ends at the first such step.
+TIE_MARGIN = 2 * LOGPROB_BOUND
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +98,17 @@ def test_a_fused_projection_of_two_formats_keeps_each_part_packed(tiny) -> None:
     assert model.layers[0].feed_forward.down.weight.quant_type == "Q6_K"
 
 
-def greedy(path: Path) -> tuple[list[int], list[float]]:
+def greedy(path: Path) -> tuple[list[int], list[float], list[float]]:
+    """Greedy tokens, their logprobs, and per step the margin between the top two."""
     llm = LLM(str(path), dtype="float32", max_model_len=64, max_num_seqs=2, max_num_batched_tokens=64,
               kv_cache_memory=4 << 20)
-    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=0)
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=2)
     output = llm.generate({"prompt_token_ids": PROMPT}, params, use_tqdm=False)[0].outputs[0]
-    return list(output.token_ids), [step[token].logprob for token, step in zip(output.token_ids, output.logprobs)]
+    margins = []
+    for step in output.logprobs:
+        top = sorted((entry.logprob for entry in step.values()), reverse=True)
+        margins.append(top[0] - top[1])
+    return list(output.token_ids), [step[token].logprob for token, step in zip(output.token_ids, output.logprobs)], margins
 
 
 @pytest.mark.slow
@@ -106,11 +116,13 @@ def greedy(path: Path) -> tuple[list[int], list[float]]:
                          ids=["Q8_0", "Q4_0", "Q4_K+Q6_K"])
 def test_packed_greedy_tokens_equal_the_dequantised_path(tensor_type: Q, mixed: bool, tiny, monkeypatch) -> None:
     path = tiny(tensor_type, mixed)
-    tokens, logprobs = greedy(path)
+    tokens, logprobs, _ = greedy(path)
     monkeypatch.delenv(PACKED_ENV)
-    want_tokens, want_logprobs = greedy(path)
-    assert tokens == want_tokens
-    assert max(abs(a - b) for a, b in zip(logprobs, want_logprobs)) < LOGPROB_BOUND
+    want_tokens, want_logprobs, margins = greedy(path)
+    # Up to and including the first near tie: its token may differ, its logprob may not.
+    compared = next((i + 1 for i, margin in enumerate(margins) if margin < TIE_MARGIN), NEW_TOKENS)
+    assert tokens[: compared - 1] == want_tokens[: compared - 1]
+    assert max(abs(a - b) for a, b in zip(logprobs[:compared], want_logprobs[:compared])) < LOGPROB_BOUND
 
 
 @pytest.fixture(scope="module")

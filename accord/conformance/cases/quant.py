@@ -14,9 +14,9 @@ from ...op_contracts import GGUF_FORMATS, BlockFormat
 from ..case import Case, randn, seeded
 
 #: (rows T, blocks per row, output rows N): decode, a few rows, many rows (a backend's
-#: tile path), and a row of thousands of weights (4096 in the 32-wide formats, 4608 in
-#: the k-quants).
-QUANT_SHAPES = ((1, 2, 40), (3, 3, 24), (33, 1, 16), (2, 0, 32))
+#: tile paths: the cpu backend's token tile at 33, its dequantised tiles past 256), and a
+#: row of thousands of weights (4096 in the 32-wide formats, 4608 in the k-quants).
+QUANT_SHAPES = ((1, 2, 40), (3, 3, 24), (33, 1, 16), (300, 1, 8), (2, 0, 32))
 THOUSANDS = 4096
 #: The magnitude of the random fp16 scales: keeps fp16 outputs finite at K in the
 #: thousands for every format's largest codes (Q6_K's reach 127 * 32).

@@ -1,5 +1,5 @@
-"""The GGUF block kernels of gguf_quant_gemm.c (the int8 dot path over packed rows and
-the dequantisation of rows to fp32), built and loaded by `_native`."""
+"""The GGUF block kernels of gguf_quant_gemm.c (the int8 row dot and token-tile GEMM over
+packed rows, and the dequantisation of rows to fp32), built and loaded by `_native`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _P, _L, _I = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
 #: The entry points of gguf_quant_gemm.c.
 SIGNATURES = (
     ("accord_gguf_paths", _I, ()),
-    ("accord_gguf_linear", _I, (_P, _P, _P, _P, _L, _L, _L, _I, _I, _P, _I)),
+    ("accord_gguf_linear", _I, (_P, _P, _P, _P, _L, _L, _L, _I, _I, _I, _P, _I)),
     ("accord_gguf_dequantize", _I, (_P, _P, _L, _L, _L, _I, _I)),
 )
 LIBRARY = ("gguf_quant_gemm.c", SIGNATURES)
@@ -24,7 +24,10 @@ LIBRARY = ("gguf_quant_gemm.c", SIGNATURES)
 FORMAT_CODES = {name: code for code, name in enumerate(GGUF_FORMATS)}
 #: The dot paths, as the C code numbers them.
 PATHS = {"plain": 0, "avx2": 1, "vnni": 2}
-#: Most tokens one dot-path call takes (gguf_quant_gemm.c's MAX_TOKENS).
+#: The kernels of one call, as gguf_quant_gemm.c numbers them (its `tiled` argument).
+KERNELS = {"row dot": 0, "token tile": 1}
+#: Most tokens one row-dot call takes (gguf_quant_gemm.c's MAX_TOKENS); the token-tile
+#: GEMM takes any number.
 MAX_TOKENS = 16
 
 
@@ -46,17 +49,22 @@ def compiled_paths() -> tuple[str, ...]:
 
 def dot(
     x: torch.Tensor, qweight: torch.Tensor, bias: torch.Tensor | None, quant_type: str, path: str,
-    out: torch.Tensor, scratch: torch.Tensor,
+    out: torch.Tensor, scratch: torch.Tensor, kernel: str = "row dot",
 ) -> None:
-    """out [T, N] fp32 = x [T, K] fp32 @ W^T (+ fp32 bias) for T <= MAX_TOKENS, x
-    quantised to int8 per 32; all contiguous, `scratch` uint8 of `scratch_bytes(T, K)`."""
+    """out [T, N] fp32 = x [T, K] fp32 @ W^T (+ fp32 bias), x quantised to int8 per 32, by
+    `kernel` (`KERNELS`): the row dot (T <= MAX_TOKENS) or the token-tile GEMM (any T);
+    all contiguous, `scratch` uint8 of `scratch_bytes(T, K)`."""
     tokens, depth = x.shape
     status = _library().accord_gguf_linear(  # type: ignore[union-attr]
         x.data_ptr(), qweight.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(), tokens,
-        qweight.shape[0], depth, FORMAT_CODES[quant_type], PATHS[path], scratch.data_ptr(), torch.get_num_threads(),
+        qweight.shape[0], depth, FORMAT_CODES[quant_type], PATHS[path], KERNELS[kernel], scratch.data_ptr(),
+        torch.get_num_threads(),
     )
     if status:
-        raise ValueError(f"gguf_quant_gemm: path {path!r} is not built here or {tokens} tokens exceed {MAX_TOKENS}")
+        raise ValueError(
+            f"gguf_quant_gemm: path {path!r} is not built here, {tokens} tokens exceed the row dot's {MAX_TOKENS}, "
+            "or a token-tile panel could not be allocated"
+        )
 
 
 def scratch_bytes(tokens: int, depth: int) -> int:

@@ -88,8 +88,9 @@ TILINGS: dict[str, tuple[Callable[..., None], RowTiling]] = {
     "fused_moe": (moe.fused_moe, RowTiling(1, ("out",), lambda call: ("hidden", "topk_weights", "topk_ids"))),
     # One token at a time: its adapter's two GEMMs then always see one row.
     "lora_linear": (lora.lora_linear, RowTiling(1, ("out",), lambda call: ("y", "x", "slot_ids"))),
-    # Tiles the packed dot path takes whole: it computes each token on its own.
-    "quant_linear": (quant.quant_linear, RowTiling(quant.DOT_MAX_ROWS, ("out",), lambda call: ("x",))),
+    # Tiles of 8 padded rows: each takes one path (the row dot or the token tile, by
+    # format) whatever the batch, and both compute each token on its own.
+    "quant_linear": (quant.quant_linear, RowTiling(8, ("out",), lambda call: ("x",))),
 }
 
 for _op, (_kernel, _tiling) in TILINGS.items():

@@ -1,10 +1,23 @@
-"""quant_linear on the packed GGUF blocks, chosen by rows: up to `DOT_MAX_ROWS` tokens
-(decode) the weights stream packed through int8 dot products on activations quantised
-per 32 (gguf_quant_gemm.c: VNNI, AVX2 or plain C, the best this host's build has, or
-the one `ACCORD_CPU_QUANT_PATH` names); from there on each tile of `TILE_ELEMENTS`
-weights is dequantised and handed to torch's GEMM in x's dtype (oneDNN, AMX for bf16
-where present), whose compute wins once enough rows share each dequantised weight. Without a C
-compiler every call takes gguf-py's dequantisation (numpy) and the GEMM.
+"""quant_linear on the packed GGUF blocks, chosen by rows (gguf_quant_gemm.c; VNNI, AVX2
+or plain C, the best this host's build has, or the one `ACCORD_CPU_QUANT_PATH` names),
+activations quantised to int8 per 32 as ggml's dot products take them:
+- up to `row_dot_max_rows` tokens (decode) each output row's blocks stream once and are
+  dotted with every token's codes (the row dot): bound by the weight stream;
+- from there to `TILE_MAX_ROWS` the token-tile GEMM unpacks each panel of 16 weight rows
+  once per call and runs every token over it, a few tokens at a time in registers;
+- past that each tile of `TILE_ELEMENTS` weights is dequantised and handed to torch's
+  GEMM in x's dtype (oneDNN, AMX for bf16 where present), whose compute wins once
+  enough rows share each dequantised weight.
+The crossovers are the ones measured on the 152M bench Llama's projections (2-core
+Sapphire Rapids, one thread, CPU time; `benchmarks/quant_gguf_cpu.py` runs whole
+models). Without a C compiler every call takes gguf-py's dequantisation
+(numpy) and the GEMM.
+
+AMX-INT8 was tried for the token tile and left out: the panel is already an AMX B tile
+and tdpbsud ran (this KVM host grants the tiles), but one tile per 32-weight group (each
+group has its own scale) leaves 16 fp32 rescales per tile, and the AMX tile measured
+0.12 ms per token on the 152M gate_up projection against the VNNI tile's 0.076 (one
+thread, loaded host).
 """
 
 from __future__ import annotations
@@ -19,8 +32,14 @@ from . import _native_quant
 from ._registry import KERNELS
 from ._workspace import WORKSPACE
 
-#: Most tokens the packed dot path serves; more take the dequantised-tile GEMM.
-DOT_MAX_ROWS = 8
+#: Most tokens the row dot serves, by format: the 32-wide formats whose codes load
+#: straight into a vector (Q8_0, Q4_0, Q4_1) tie the token tile near 12 tokens, the
+#: formats unpacked through memory from 3-4 (one thread, the 152M projections).
+ROW_DOT_MAX_ROWS = {"Q8_0": 8, "Q4_0": 8, "Q4_1": 8}
+DEFAULT_ROW_DOT_MAX_ROWS = 3
+#: Most tokens the token-tile GEMM serves: it beat the dequantised tiles 3x at 32 rows,
+#: 1.3x at 128 and tied them at 256 (Q4_K, Q6_K).
+TILE_MAX_ROWS = 256
 #: fp32 elements dequantised per GEMM call (4 MiB tiles: 256 rows of K = 4096, 1820 of
 #: K = 576); fewer, larger tiles cost less Python per call than 256-row ones did.
 TILE_ELEMENTS = 1 << 20
@@ -40,22 +59,29 @@ def dot_path() -> str | None:
     return wanted
 
 
+def row_dot_max_rows(quant_type: str) -> int:
+    """Most tokens the row dot serves for `quant_type`; more take the token tile."""
+    return ROW_DOT_MAX_ROWS.get(quant_type, DEFAULT_ROW_DOT_MAX_ROWS)
+
+
 @KERNELS.register("quant_linear")
 def quant_linear(
     x: torch.Tensor, qweight: torch.Tensor, bias: torch.Tensor | None, quant_type: str,
     out_dtype: torch.dtype | None, out: torch.Tensor,
 ) -> None:
-    """out = x @ dequantise(qweight)^T (+ bias): packed dots for few rows, tiles to the
-    GEMM for many."""
+    """out = x @ dequantise(qweight)^T (+ bias): the row dot for few rows, the token-tile
+    GEMM for more, dequantised tiles to the GEMM for many."""
     path = dot_path()
-    if path is not None and x.shape[0] <= DOT_MAX_ROWS:
-        _packed_dot(x, qweight, bias, quant_type, path, out)
+    rows = x.shape[0]
+    if path is not None and rows <= TILE_MAX_ROWS:
+        _packed(x, qweight, bias, quant_type, path, out, "token tile" if rows > row_dot_max_rows(quant_type) else "row dot")
         return
     _tiled_gemm(x, qweight, bias, quant_type, out, path is not None)
 
 
-def _packed_dot(
+def _packed(
     x: torch.Tensor, qweight: torch.Tensor, bias: torch.Tensor | None, quant_type: str, path: str, out: torch.Tensor,
+    kernel: str,
 ) -> None:
     x32 = x.float().contiguous()
     bias32 = None if bias is None else bias.float().contiguous()
@@ -65,7 +91,7 @@ def _packed_dot(
     scratch = torch.empty(_native_quant.scratch_bytes(tokens, depth), dtype=torch.uint8)
     direct = out.dtype == torch.float32 and out.is_contiguous()
     result = out if direct else torch.empty(out.shape, dtype=torch.float32)
-    _native_quant.dot(x32, qweight, bias32, quant_type, path, result, scratch)
+    _native_quant.dot(x32, qweight, bias32, quant_type, path, result, scratch, kernel)
     if not direct:
         out.copy_(result)
 

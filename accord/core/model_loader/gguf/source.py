@@ -13,9 +13,10 @@ from .config import hf_config
 from .reader import open_gguf
 
 #: Set to 1 to keep GGUF linear weights packed and compute them with quant_linear. Off
-#: by default for now: packed decode wins at batch 1 and holds about a third less
-#: memory, but batched calls dequantise a tile per call and run about 3x slower than
-#: the dequantised weights' GEMM (benchmarks/quant_gguf_cpu.py), and batching is where
+#: by default: packed holds about a third less memory, and its token-tile GEMM is 2.6-3.6x
+#: faster on batched steps than the dequantised tiles it ran before, but the dequantised
+#: weights' bf16 GEMM (oneDNN, AMX on the host measured) is still 2.3-2.9x faster from 9
+#: rows up (docs/quantization.md, benchmarks/quant_gguf_cpu.py), and batching is where
 #: accord serves.
 PACKED_ENV = "ACCORD_GGUF_PACKED"
 
