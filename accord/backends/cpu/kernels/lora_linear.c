@@ -40,24 +40,6 @@
  * costs more than a decode row's few of them. */
 #define PARALLEL_WORK (1L << 17)
 
-/* LANES elements at index i of an fp32 (bf16 == 0) or bf16 array, as fp32. */
-static inline vfloat load_lanes(const void *p, long i, int bf16) {
-    vfloat v;
-    if (bf16) {
-        vhalf h;
-        memcpy(&h, (const uint16_t *)p + i, sizeof h);
-        vuint wide = __builtin_convertvector(h, vuint) << 16;
-        memcpy(&v, &wide, sizeof v);
-    } else {
-        memcpy(&v, (const float *)p + i, sizeof v);
-    }
-    return v;
-}
-
-static inline float load_one(const void *p, long i, int bf16) {
-    return bf16 ? bf16_to_float(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
 /* out[at] (holding y) += delta, rounded once to out's dtype. */
 static inline void add_out(void *out, long at, float delta, int bf16) {
     if (bf16) {

@@ -1,6 +1,5 @@
 /* What the paged attention kernels (paged_decode_attention.c, paged_prefill_attention.c)
- * share: GCC vector types of LANES fp32 lanes (AVX512 or AVX2 code under -march=native),
- * bf16 and fp32 rows read as fp32 lanes, a fixed-order lane sum, a vector exp, and the
+ * share beside lanes.h's vectors, row loaders and lane sum: a vector exp, and the
  * addressing of a position's row in the paged cache through a block table. */
 
 #ifndef ACCORD_PAGED_ATTENTION_H
@@ -9,44 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "bf16.h"
-
-#define LANES 16
-
-enum dtype { FP32 = 0, BF16 = 1 };
-
-typedef float vfloat __attribute__((vector_size(LANES * 4)));
-typedef uint32_t vuint __attribute__((vector_size(LANES * 4)));
-typedef uint16_t vhalf __attribute__((vector_size(LANES * 2)));
-
-/* LANES channels starting at element i of a row of `dtype`, as fp32. */
-static inline vfloat load_lanes(const void *row, long i, const int dtype) {
-    vfloat v;
-    if (dtype == BF16) {
-        vhalf h;
-        memcpy(&h, (const uint16_t *)row + i, sizeof h);
-        vuint wide = __builtin_convertvector(h, vuint) << 16;
-        memcpy(&v, &wide, sizeof v);
-    } else {
-        memcpy(&v, (const float *)row + i, sizeof v);
-    }
-    return v;
-}
-
-static inline float load_one(const void *row, long i, const int dtype) {
-    return dtype == BF16 ? bf16_to_float(((const uint16_t *)row)[i]) : ((const float *)row)[i];
-}
-
-typedef float vfloat8 __attribute__((vector_size(32)));
-typedef float vfloat4 __attribute__((vector_size(16)));
-
-/* The lanes' sum as a halving tree (a fixed order, a few shuffles deep: a chain of
- * LANES scalar adds would cost more than the dot product itself at head size 64). */
-static inline float lane_sum(vfloat v) {
-    vfloat8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    vfloat4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-    return (q[0] + q[2]) + (q[1] + q[3]);
-}
+#include "lanes.h"
 
 typedef int32_t vint __attribute__((vector_size(LANES * 4)));
 
