@@ -29,7 +29,9 @@ DEFAULT_CPU_KV_CACHE_BYTES = 4 << 30
 DEFAULT_MAX_CAPTURE_SIZE = 512
 
 #: The allowed values of the engine's string choices (vLLM's names).
-Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+Dtype = Literal["auto", "float32", "bfloat16", "float16", "half", "float"]
+#: vLLM's other names for a dtype (its --dtype takes them), read as the canonical one.
+DTYPE_ALIASES = {"half": "float16", "float": "float32"}
 Quantization = Literal["fp8"]
 KVCacheDtype = Literal["auto", "fp8"]
 SchedulingPolicy = Literal["fcfs", "priority", "effort"]
@@ -229,6 +231,7 @@ class EngineConfig:
             expected = spec.refusal(value)
             if expected is not None:
                 raise ValueError(f"{spec.name} must be {expected}, got {value!r}")
+        self.dtype = DTYPE_ALIASES.get(self.dtype, self.dtype)
         #: The checked speculative decoding setup (None: off).
         self.speculative: SpeculativeConfig | None = (
             None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)

@@ -124,3 +124,13 @@ def test_the_api_flags_reach_the_server_options(tmp_path) -> None:
     assert (options.max_logprobs, options.enable_auto_tool_choice, options.api_keys) == (-1, False, ("a", "b"))
     assert (options.root_path, options.enable_force_include_usage, options.enable_prompt_tokens_details) == (
         "/p", True, False)
+
+
+@pytest.mark.parametrize(("given", "dtype"), [
+    ("auto", "auto"), ("half", "float16"), ("float16", "float16"), ("bfloat16", "bfloat16"), ("float", "float32"),
+    ("float32", "float32"),
+])
+def test_every_dtype_vllm_takes_parses_into_accords_name(given, dtype) -> None:
+    # vLLM's --dtype choices (its ModelDType): half and float are its aliases of float16 and float32.
+    config = engine_config(build_parser().parse_args(["serve", "--dtype", given]), "/m")
+    assert config.dtype == dtype
