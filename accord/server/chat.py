@@ -51,9 +51,8 @@ class ChatService:
     ) -> None:
         self.serving = serving
         self.tool_parser = tool_parser
-        added = serving.engine.tokenizer.tokenizer.get_added_tokens_decoder()
         #: The tokenizer's added tokens (text to id), which some formats are told apart by.
-        self.added_tokens = {token.content: token_id for token_id, token in added.items()}
+        self.added_tokens = serving.engine.tokenizer.added_tokens()
         tool_parser.check_tokenizer(self.added_tokens)
         #: The reasoning model's parser and budgets (--reasoning-parser), if any.
         self.reasoning = reasoning

@@ -42,6 +42,9 @@ class StubTokenizer:
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
 
+    def added_tokens(self) -> dict[str, int]:
+        return {}
+
     def tokenize(self, text: str, add_special_tokens: bool = True) -> StubTokens:
         self.threads.append(threading.current_thread())
         return StubTokens([ord(char) % 100 for char in text])

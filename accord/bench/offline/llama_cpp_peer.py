@@ -23,10 +23,13 @@ import argparse
 import json
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..gguf_export import GGUFTensorType, export_gguf
 from .results import EngineRun, Result, Runs
 from .workload import TraceRequest
+
+if TYPE_CHECKING:
+    from ..gguf_export import GGUFTensorType
 
 #: The tools run, by the workload shape they measure.
 BATCH1_TOOL, BATCHED_TOOL = "llama-bench", "llama-batched-bench"
@@ -43,6 +46,9 @@ def run_llama_cpp(
     missing = [tool for tool in (BATCH1_TOOL, BATCHED_TOOL) if not (bin_dir / tool).exists()]
     if missing:
         return f"skipped: {bin_dir} has no {' or '.join(missing)}"
+    # gguf-py loads only here: `accord serve`'s start-up builds this command's parser too.
+    from ..gguf_export import export_gguf
+
     gguf = model if model.suffix == ".gguf" else export_gguf(model, model.with_name(f"{model.name}.{_dtype(model)}.gguf"))
     try:
         return EngineRun(None, _measure(bin_dir, gguf, loads, args.threads))
