@@ -136,9 +136,11 @@ def test_the_command_line_offers_no_engine_flag_that_is_not_a_field() -> None:
 def test_command_line_and_deploy_yaml_take_the_same_choices(name: str) -> None:
     setting = SETTINGS[name]
     assert tuple(engine_actions()[name].choices) == setting.choices
+    # A choice that is another name for one (vLLM's --dtype half) is read as that one.
+    aliases = engine_args.DTYPE_ALIASES if name == "dtype" else {}
     for choice in setting.choices:
-        assert getattr(from_cli(setting.flag, str(choice)), name) == choice
-        assert getattr(from_yaml(**{name: choice}), name) == choice
+        assert getattr(from_cli(setting.flag, str(choice)), name) == aliases.get(choice, choice)
+        assert getattr(from_yaml(**{name: choice}), name) == aliases.get(choice, choice)
     assert "invalid choice: 'not-a-choice'" in cli_refuses(setting.flag, "not-a-choice")
     with pytest.raises(DeployConfigError, match=f"{name} must be one of"):
         from_yaml(**{name: "not-a-choice"})
@@ -187,5 +189,6 @@ def test_a_command_line_value_of_the_wrong_type_is_refused() -> None:
 def test_the_modules_that_implement_a_choice_agree_with_it() -> None:
     assert set(PREFIX_HASH_ALGOS) == set(typing.get_args(engine_args.PrefixCachingHashAlgo))
     assert {*EXECUTORS, "ray"} == set(typing.get_args(engine_args.ExecutorBackend))
-    assert {*DTYPES_BY_NAME, "auto"} == set(typing.get_args(engine_args.Dtype))
+    assert {*DTYPES_BY_NAME, "auto", *engine_args.DTYPE_ALIASES} == set(typing.get_args(engine_args.Dtype))
+    assert set(engine_args.DTYPE_ALIASES.values()) <= set(DTYPES_BY_NAME)
     assert set(QUANTIZATIONS) == {None, *typing.get_args(engine_args.Quantization)}
