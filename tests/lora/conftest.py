@@ -14,13 +14,9 @@ _ENGINE_HELPERS = str(Path(__file__).resolve().parent.parent / "engine")
 if _ENGINE_HELPERS not in sys.path:
     sys.path.insert(0, _ENGINE_HELPERS)
 
-from engine_models import build_model_dir, write_tokenizer  # noqa: E402
+from engine_fixtures import llama_dir, one_torch_thread  # noqa: E402, F401 (fixtures)
+from engine_models import write_tokenizer  # noqa: E402
 from lora_helpers import ADAPTER_A, ADAPTER_B, make_adapter  # noqa: E402
-
-@pytest.fixture(scope="session")
-def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_model_dir(tmp_path_factory.mktemp("models") / "llama", "llama")
-
 
 @pytest.fixture(scope="session")
 def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -41,7 +37,7 @@ def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama_adapters(llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def llama_adapters(llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:  # noqa: F811 (the imported fixture, as a parameter)
     root = tmp_path_factory.mktemp("llama-adapters")
     return {"a": make_adapter(llama_dir, root / "a", seed=1, **ADAPTER_A),
             "b": make_adapter(llama_dir, root / "b", seed=2, **ADAPTER_B)}
@@ -53,11 +49,3 @@ def qwen3_adapters(qwen3_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return {"a": make_adapter(qwen3_dir, root / "a", seed=3, **ADAPTER_A),
             "b": make_adapter(qwen3_dir, root / "b", seed=4, **ADAPTER_B)}
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models run fastest single-threaded on a shared machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)

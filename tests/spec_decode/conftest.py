@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 _ENGINE_HELPERS = str(Path(__file__).resolve().parent.parent / "engine")
 if _ENGINE_HELPERS not in sys.path:
     sys.path.insert(0, _ENGINE_HELPERS)
 
+from engine_fixtures import one_torch_thread  # noqa: E402, F401 (fixture)
 from spec_decode_models import write_counting_llama  # noqa: E402
 
 
@@ -48,15 +48,6 @@ def make_llm():
         return _ENGINES[key]
 
     return make
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models run fastest single-threaded on a shared machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(autouse=True)
