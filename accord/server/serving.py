@@ -233,8 +233,7 @@ class OpenAIServing:
 
     def _is_special(self, token_id: int) -> bool:
         if self._special_ids is None:
-            added = self.engine.tokenizer.tokenizer.get_added_tokens_decoder()
-            self._special_ids = frozenset(t for t, token in added.items() if token.special)
+            self._special_ids = frozenset(self.engine.tokenizer.added_tokens(special_only=True).values())
         return token_id in self._special_ids
 
     def stream_usage(

@@ -42,7 +42,7 @@ class StubTokenizer:
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
 
-    def added_tokens(self) -> dict[str, int]:
+    def added_tokens(self, special_only: bool = False) -> dict[str, int]:
         return {}
 
     def tokenize(self, text: str, add_special_tokens: bool = True) -> StubTokens:

@@ -49,9 +49,11 @@ class Tokenizer:
         """Vocabulary size, added tokens included."""
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def added_tokens(self) -> dict[str, int]:
-        """The tokenizer's added tokens (special markers such as `[TOOL_CALLS]`), text to id."""
-        return {token.content: token_id for token_id, token in self.tokenizer.get_added_tokens_decoder().items()}
+    def added_tokens(self, special_only: bool = False) -> dict[str, int]:
+        """The tokenizer's added tokens (markers such as `[TOOL_CALLS]`), text to id;
+        `special_only`: those marked special (the ones decoding may skip)."""
+        added = self.tokenizer.get_added_tokens_decoder().items()
+        return {token.content: token_id for token_id, token in added if token.special or not special_only}
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; `add_special_tokens` applies the tokenizer's post-processor
