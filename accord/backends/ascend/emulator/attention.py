@@ -96,12 +96,15 @@ def npu_fused_infer_attention_score(
     require(bool(((blocks >= 0) & (blocks < key.shape[0])).all()), op, "block_table", f"block ids in [0, {key.shape[0]})", "out of range")
     # The operator reads only the first actual_seq_lengths_kv positions: whatever the
     # cache holds past them (stale or poisoned memory) must not reach the output.
-    keys = key.view(key.shape[0], key.shape[1], kv_heads, head_dim)[blocks].flatten(1, 2).float()
-    values = value.view(key.shape[0], key.shape[1], kv_heads, head_dim)[blocks].flatten(1, 2).float()
+    # Computed in fp64: the padded KV span changes with the batch, and so does a GEMM's
+    # summation order; fp64 keeps that below the output's rounding, so a sequence's result
+    # does not depend on its batch (as the operator's is).
+    keys = key.view(key.shape[0], key.shape[1], kv_heads, head_dim)[blocks].flatten(1, 2).double()
+    values = value.view(key.shape[0], key.shape[1], kv_heads, head_dim)[blocks].flatten(1, 2).double()
     keys = torch.where(visible[..., None, None], keys, 0.0)
     values = torch.where(visible[..., None, None], values, 0.0)
     group = heads // kv_heads
-    q = query[:, 0].float().view(batch, kv_heads, group, head_dim)
+    q = query[:, 0].double().view(batch, kv_heads, group, head_dim)
     scores = torch.einsum("bhgd,bshd->bhgs", q, keys) * scale
     scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row with nothing visible yields zeros

@@ -80,8 +80,11 @@ def indexer_topk(
         if total == 0:
             continue
         keys = _entries(key_cache, block_tables[b], total, compress_rate)
-        per_head = torch.relu(torch.einsum("nhd,ed->nhe", q[first : first + count].float(), keys))
-        scores = scale * (weights[first : first + count, :, None] * per_head).sum(dim=1)
+        # Scored in fp64 and rounded to fp32: a GEMM may sum the columns of equal keys in
+        # different orders (tail tiles), and fp64 makes those sums agree to well below an
+        # fp32 ulp, so equal keys tie exactly and the contract's tie rule decides.
+        per_head = torch.relu(torch.einsum("nhd,ed->nhe", q[first : first + count].double(), keys.double()))
+        scores = (scale * (weights[first : first + count, :, None].double() * per_head).sum(dim=1)).float()
         scores = scores.masked_fill(torch.arange(total, device=q.device)[None, :] >= visible[:, None], float("-inf"))
         # A stable descending sort puts equal scores in entry order (the contract's tie rule).
         order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :top_k]
