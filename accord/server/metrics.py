@@ -56,6 +56,30 @@ def token_count_buckets(max_model_len: int) -> tuple[int, ...]:
         scale *= 10
 
 
+#: Distinct tenant labels kept; every later tenant is OTHER_TENANT. A tenant is the
+#: client's word (a header), so its labels are bounded: no client grows /metrics at will.
+MAX_TENANT_LABELS = 64
+OTHER_TENANT = "other"
+
+
+class TenantLabels:
+    """The /metrics label of each tenant: its own for the first MAX_TENANT_LABELS
+    seen, OTHER_TENANT after."""
+
+    def __init__(self, limit: int = MAX_TENANT_LABELS) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def label(self, tenant: str) -> str:
+        """The label `tenant`'s series carries."""
+        if tenant in self._seen:
+            return tenant
+        if len(self._seen) < self._limit:
+            self._seen.add(tenant)
+            return tenant
+        return OTHER_TENANT
+
+
 class ServerMetrics:
     """The metrics of one server, in their own registry (so several apps can live in
     one process, as in tests)."""
@@ -108,6 +132,12 @@ class ServerMetrics:
             "vllm:reasoning_tokens", "Generated tokens that were a reasoning model's thinking (--reasoning-parser).",
             labels, registry=self.registry,
         )
+        self._tenant_reasoning_tokens = Counter(
+            "accord:tenant_reasoning_tokens", "Thinking tokens per tenant (X-Tenant-Id or API key; the first "
+            f"{MAX_TENANT_LABELS} tenants seen are labelled, later ones are \"{OTHER_TENANT}\").",
+            ["model_name", "tenant"], registry=self.registry,
+        )
+        self._tenant_labels = TenantLabels()
         self._model_name = model_name
         self._tokenizing = Gauge(
             "accord:num_prompts_tokenizing", "Prompts (texts or rendered conversations) being tokenised now.", labels,
@@ -115,9 +145,11 @@ class ServerMetrics:
         )
         self.registry.register(_EngineStatsCollector(model_name, replica_stats))
 
-    def reasoning_tokens(self, count: int) -> None:
-        """Count a response's thinking tokens."""
+    def reasoning_tokens(self, count: int, tenant: str | None = None) -> None:
+        """Count a response's thinking tokens, and under `tenant` when one is known."""
         self._reasoning_tokens.labels(*self._labels).inc(count)
+        if tenant is not None:
+            self._tenant_reasoning_tokens.labels(self._model_name, self._tenant_labels.label(tenant)).inc(count)
 
     def request_finished(self, output: RequestOutput, finish_reason: str) -> None:
         """Record one finished engine request from its timings and token counts."""

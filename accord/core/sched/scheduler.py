@@ -33,7 +33,7 @@ from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import EngineStats
 from ..structured_output import GrammarBitmask, StructuredOutputManager
-from .block_manager import BlockKey, BlockManager, chain_root
+from .block_manager import BlockKey, BlockManager
 from .check_stop import check_stop
 from .policy import QueuePolicy, make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
@@ -159,7 +159,7 @@ class Scheduler:
         if self.kv_connector is not None:
             kv_transfer_params = self.kv_connector.request_finished(self._transfer_request(request, ()))
         # A failed step may have left this request's blocks unwritten: never reuse them.
-        self.block_manager.free(request.req_id, forget_cached=reason == "error")
+        self.block_manager.free(request.req_id, forget_cached=reason == "error", session_id=request.session_id)
         self.requests.pop(request.req_id, None)
         if self._structured_output is not None:
             self._structured_output.remove(request.req_id)
@@ -226,7 +226,7 @@ class Scheduler:
                     request.req_id,
                     request.token_ids,
                     min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
-                    chain_root(request.lora_int_id),
+                    request.chain_root,
                 )
         preempted += made_room
         self.stats.num_preemptions += len(preempted)
@@ -369,7 +369,7 @@ class Scheduler:
                 []
                 if request.needs_prompt_logprobs
                 else self.block_manager.find_cached_prefix(
-                    request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id)
+                    request.token_ids, request.num_tokens - 1, request.chain_root
                 )
             )
             computed = len(cached) * self.block_manager.block_size
@@ -426,7 +426,7 @@ class Scheduler:
         if not self.kv_connector.uses_block_keys:
             keys = ()
         elif keys is None:
-            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id))
+            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, request.chain_root)
         return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
                                request.num_tokens, tuple(keys))
 
@@ -457,7 +457,7 @@ class Scheduler:
 
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)
-        self.block_manager.free(request.req_id)
+        self.block_manager.free(request.req_id, session_id=request.session_id)
         # The runner drops a preempted request; it comes back as a new one.
         self._blocks_sent.pop(request.req_id, None)
         request.num_computed_tokens = 0
