@@ -279,3 +279,11 @@ def test_cache_salt_reaches_the_prefix_cache(r1: Served) -> None:
     assert ask("salt-one") == 0
     assert ask("salt-two") == 0
     assert ask("salt-one") > 0
+
+
+def test_each_request_s_queue_time_is_observed_once_under_its_lane(r1: Served) -> None:
+    """This server schedules fcfs: one lane, 0."""
+    name = "accord:request_queue_time_by_lane_seconds_count"
+    before = r1.metric(name, lane="0")
+    r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET})
+    assert r1.metric(name, lane="0") - before == 1

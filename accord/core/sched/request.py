@@ -64,6 +64,8 @@ class Request:
     spec_token_ids: list[int] = field(default_factory=list, init=False)
     #: Prompt tokens found in the prefix cache when first scheduled.
     num_cached_tokens: int = field(default=0, init=False)
+    #: Whether it was ever scheduled (its queue time is observed the first time).
+    was_scheduled: bool = field(default=False, init=False)
     #: Prompt positions whose logprobs have come back (position 0 has none to compute).
     num_prompt_logprobs_done: int = field(default=0, init=False)
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
