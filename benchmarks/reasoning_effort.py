@@ -10,8 +10,10 @@ decode length is known, which is what the effort policy schedules by.
         [--budgets low=16,medium=96,high=400] [--mix 0.8,0.15,0.05] [--max-num-seqs 8] [--lane-bounds 64,256]
 
 Prints, per policy and lane, the mean and p99 seconds from arrival to the last answer
-token, and the whole run's output tokens per second (the two policies must do the same
-work at about the same throughput for the latency comparison to mean anything).
+token, the whole run's output tokens per second (the two policies must do the same
+work at about the same throughput for the latency comparison to mean anything), and
+goodput: requests per second that met their effort's SLO on time to the final answer
+(`--slo-ms low=1000,...`; vLLM's goodput with an e2el SLO, per effort).
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ def trace(count: int, rate: float, mix: list[float], seed: int) -> list[TracedRe
 
 
 async def replay(model_dir: Path, policy: str, requests: list[TracedRequest], budgets: dict[str, int],
-                 answer_tokens: int, max_num_seqs: int, lane_bounds: str) -> tuple[dict[str, list[float]], float]:
-    """Run the trace; returns seconds to the final answer per effort, and output tokens/s."""
+                 answer_tokens: int, max_num_seqs: int, lane_bounds: str) -> tuple[dict[str, list[float]], float, float]:
+    """Run the trace; returns seconds to the final answer per effort, output tokens/s,
+    and the run's seconds."""
     from accord import AsyncLLM, SamplingParams
     from accord.core.thinking import ThinkingMarkers
 
@@ -83,7 +86,7 @@ async def replay(model_dir: Path, policy: str, requests: list[TracedRequest], bu
     await asyncio.gather(*(one(i, r, start) for i, r in enumerate(requests)))
     elapsed = time.perf_counter() - start
     await engine.shutdown()
-    return latencies, tokens[0] / elapsed
+    return latencies, tokens[0] / elapsed, elapsed
 
 
 def p99(values: list[float]) -> float:
@@ -101,6 +104,8 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=8)
     parser.add_argument("--lane-bounds", default="64,256",
                         help="--effort-lane-bounds: with the default budgets, one lane per effort (default: %(default)s)")
+    parser.add_argument("--slo-ms", default="low=1000,medium=3000,high=10000",
+                        help="goodput's SLO on time to the final answer, per effort (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--model", type=Path, default=None, help="a model directory (default: a tiny random Llama)")
@@ -113,16 +118,19 @@ def main() -> None:
     print(f"{args.requests} requests at {args.rate}/s (seed {args.seed}): {counts}; budgets {budgets}, "
           f"{args.answer_tokens} answer tokens, max_num_seqs {args.max_num_seqs}, effort lanes {args.lane_bounds}, "
           f"{args.threads} torch thread(s)")
-    print(f"{'policy':>7} {'lane':>6} {'mean s':>8} {'p99 s':>8} {'tokens/s':>9}")
+    slos = {effort: float(value) / 1000 for effort, value in (item.split("=") for item in args.slo_ms.split(","))}
+    print(f"{'policy':>7} {'lane':>6} {'mean s':>8} {'p99 s':>8} {'tokens/s':>9} {'goodput req/s':>14}")
     results = {}
     for policy in ("fcfs", "effort"):
-        latencies, throughput = asyncio.run(replay(model_dir, policy, requests, budgets, args.answer_tokens,
-                                                   args.max_num_seqs, args.lane_bounds))
+        latencies, throughput, elapsed = asyncio.run(replay(model_dir, policy, requests, budgets, args.answer_tokens,
+                                                            args.max_num_seqs, args.lane_bounds))
         results[policy] = latencies
+        good = sum(value <= slos[effort] for effort in EFFORTS for value in latencies[effort])
         for effort in EFFORTS:
             values = latencies[effort]
             if values:
-                print(f"{policy:>7} {effort:>6} {statistics.mean(values):8.3f} {p99(values):8.3f} {throughput:9.0f}")
+                print(f"{policy:>7} {effort:>6} {statistics.mean(values):8.3f} {p99(values):8.3f} {throughput:9.0f} "
+                      f"{good / elapsed:14.2f}")
     if results["fcfs"]["low"] and results["effort"]["low"]:
         print(f"low-effort p99 time to answer, fcfs / effort: {p99(results['fcfs']['low']) / p99(results['effort']['low']):.1f}x")
 

@@ -168,7 +168,8 @@ CORE_ROLES_FORBIDDEN: dict[str, set[str]] = {
 }
 #: What core keeps outside the role folders: data and settings every role shares.
 CORE_SHARED_MODULES = {
-    "__init__", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats", "thinking",
+    "__init__", "cache_affinity", "config", "device", "errors", "outputs", "quantization", "sampling_params", "stats",
+    "thinking",
 }
 STEP_CONTRACT = "accord.core.sched.output"
 

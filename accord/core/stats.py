@@ -10,6 +10,33 @@ from dataclasses import dataclass, field, fields
 
 #: Upper bounds of the tokens-per-step histogram (vLLM's `iteration_tokens_total`).
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+#: vLLM's buckets for request phases in seconds (vllm/v1/metrics/buckets.py).
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+    1920.0, 7680.0,
+)
+#: Why the scheduler preempted a request: its blocks were needed (the KV cache is full),
+#: or the effort policy made room for a shorter lane's waiting requests.
+PREEMPTED_FOR_KV_CACHE = "kv_cache_full"
+PREEMPTED_FOR_LANE_SHARE = "effort_lane_share"
+
+
+@dataclass
+class LatencyHistogram:
+    """Observations per REQUEST_LATENCY_BUCKETS bucket (and one past the last), and their sum."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(REQUEST_LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one observation."""
+        self.counts[bisect.bisect_left(REQUEST_LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def add(self, other: LatencyHistogram) -> None:
+        """Count `other`'s observations too."""
+        self.counts = [mine + theirs for mine, theirs in zip(self.counts, other.counts)]
+        self.total += other.total
 
 
 @dataclass
@@ -80,6 +107,11 @@ class EngineStats:
     spec_decode_num_draft_tokens: int = 0
     spec_decode_num_accepted_tokens: int = 0
     spec_decode_num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    #: Preemptions by why they happened (PREEMPTED_FOR_*).
+    preemptions_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Seconds from arrival to first being scheduled, per scheduling lane (the effort
+    #: policy's lanes; other policies have one, lane 0).
+    lane_queue_time: dict[int, LatencyHistogram] = field(default_factory=dict)
 
     def observe_drafts(self, num_drafts: int, num_accepted: int) -> None:
         """Count one request's check of `num_drafts` drafts, `num_accepted` of them kept
@@ -109,7 +141,15 @@ class EngineStats:
         and histogram bucket summed (so kv_cache_usage is over all their blocks)."""
         total = cls()
         for item in fields(cls):
-            if item.name in ("iteration_tokens_counts", "spec_decode_num_accepted_tokens_per_pos"):
+            if item.name == "preemptions_by_reason":
+                for part in parts:
+                    for reason, count in part.preemptions_by_reason.items():
+                        total.preemptions_by_reason[reason] = total.preemptions_by_reason.get(reason, 0) + count
+            elif item.name == "lane_queue_time":
+                for part in parts:
+                    for lane, histogram in part.lane_queue_time.items():
+                        total.lane_queue_time.setdefault(lane, LatencyHistogram()).add(histogram)
+            elif item.name in ("iteration_tokens_counts", "spec_decode_num_accepted_tokens_per_pos"):
                 columns = itertools.zip_longest(*(getattr(part, item.name) for part in parts), fillvalue=0)
                 setattr(total, item.name, [sum(column) for column in columns])
             else:

@@ -23,7 +23,7 @@ from .policies import POLICIES, RoutedRequest
 logger = logging.getLogger("accord.router")
 
 #: Request headers handed on to an instance (its API key among them).
-FORWARDED_HEADERS = ("authorization", "x-request-id", "content-type", "accept")
+FORWARDED_HEADERS = ("authorization", "x-request-id", "content-type", "accept", "x-session-id", "x-tenant-id")
 #: The endpoints PD mode splits into a prefill and a decode.
 GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
 #: Characters per token, for estimating a request's tokens without a tokenizer.
@@ -96,7 +96,7 @@ class Router:
         forwarded = {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
         if body is None:
             return await self._forward(self.serving_pool, method, path, None, forwarded, RoutedRequest(path, 0))
-        body = {key: value for key, value in body.items() if key != "session_id"}
+        # session_id travels on: the instance keeps the session's cached KV over one-off requests'.
         routed = routed_request(body, headers, self.config.prefix_chars)
         if self.config.pd_mode and path in GENERATION_PATHS:
             params = await self._prefill(path, body, forwarded, routed)

@@ -24,6 +24,7 @@ from .errors import OpenAIError, install_error_handlers
 from .metrics import ServerMetrics
 from .options import ServerOptions
 from .reasoning import served_reasoning
+from .request_hints import apply_header_hints
 from .responses import ResponsesService, ResponseStore
 from .responses.protocol import DeletedResponse, ResponseObject, ResponsesRequest
 from .protocol import (
@@ -150,6 +151,7 @@ def create_app(
     @api.post("/completions", response_model=CompletionResponse, responses=_STREAM_RESPONSE)
     async def create_completion(request: CompletionRequest, raw: Request) -> CompletionResponse | StreamingResponse:
         """Complete prompts; `stream=true` answers with server-sent events."""
+        apply_header_hints(request, raw.headers, options.api_keys)
         return await cancel_on_disconnect(completions.create(request), raw)
 
     @api.post("/chat/completions", response_model=ChatCompletionResponse, responses=_STREAM_RESPONSE)
@@ -157,12 +159,14 @@ def create_app(
         request: ChatCompletionRequest, raw: Request
     ) -> ChatCompletionResponse | StreamingResponse:
         """Answer a conversation; `stream=true` answers with server-sent events."""
+        apply_header_hints(request, raw.headers, options.api_keys)
         return await cancel_on_disconnect(chat.create(request), raw)
 
     @api.post("/responses", response_model=ResponseObject, responses=_RESPONSES_STREAM)
     async def create_response(request: ResponsesRequest, raw: Request) -> ResponseObject | StreamingResponse:
         """Answer input items (the Responses API); `stream=true` answers with its events,
         `background=true` at once with the response in progress."""
+        apply_header_hints(request, raw.headers, options.api_keys)
         return await cancel_on_disconnect(responses.create(request), raw)
 
     @api.get("/responses/{response_id}")

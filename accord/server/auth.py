@@ -16,12 +16,18 @@ from .errors import OpenAIError
 PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/reset_prefix_cache")
 
 
+def key_index(authorization: str, api_keys: Sequence[str]) -> int | None:
+    """The place in `api_keys` of the key an `Authorization` header value carries as
+    `Bearer <key>` (None: no such key)."""
+    scheme, _, token = authorization.partition(" ")
+    # compare_digest, against every key: a plain == would leak the key's prefix through timing.
+    matches = [secrets.compare_digest(token.strip().encode(), key.encode()) for key in api_keys]
+    return matches.index(True) if scheme.lower() == "bearer" and any(matches) else None
+
+
 def is_authorized(authorization: str, api_keys: Sequence[str]) -> bool:
     """Whether an `Authorization` header value carries `Bearer <key>` for one of `api_keys`."""
-    scheme, _, token = authorization.partition(" ")
-    # compare_digest: a plain == would leak the key's prefix through timing.
-    matches = [secrets.compare_digest(token.strip().encode(), key.encode()) for key in api_keys]
-    return scheme.lower() == "bearer" and any(matches)
+    return key_index(authorization, api_keys) is not None
 
 
 class ApiKeyMiddleware:

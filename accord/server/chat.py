@@ -121,7 +121,8 @@ class ChatService:
         if tools and self.tool_parser.KEEPS_SPECIAL_TOKENS:
             params.skip_special_tokens = False  # the calls' markers are special tokens (as vLLM does)
         request_id = random_id("chatcmpl")
-        streams = await serving.start([prompt], params, request_id, request.priority, lora_request)
+        streams = await serving.start([prompt], params, request_id, request.priority, lora_request,
+                                      serving.affinity(request))
         fmt = serving.logprob_format(request.return_tokens_as_token_ids)
         tool_functions = [t.function for t in tools or ()]
         named = tool_choice not in ("none", "auto", "required")
@@ -157,7 +158,7 @@ class ChatService:
             ))
         markers = reasoning.markers if reasoning else None
         usage = usage_of([final], details=self.prompt_tokens_details, thinking_markers=markers)
-        self._count_reasoning_tokens(usage)
+        self._count_reasoning_tokens(usage, request)
         return ChatCompletionResponse(
             id=request_id, model=serving.model.name, choices=choices, usage=usage,
             prompt_logprobs=prompt_logprobs_of(final, fmt) if request.prompt_logprobs is not None else None,
@@ -174,10 +175,10 @@ class ChatService:
         assert self.reasoning is not None, "only with --reasoning-parser"
         return self.reasoning.parser_for(prompt_token_ids)
 
-    def _count_reasoning_tokens(self, usage: Usage | None) -> None:
-        """Count a finished response's thinking tokens in /metrics."""
+    def _count_reasoning_tokens(self, usage: Usage | None, request: ChatCompletionRequest) -> None:
+        """Count a finished response's thinking tokens in /metrics (and under its tenant)."""
         if usage is not None and usage.completion_tokens_details is not None:
-            self.serving.metrics.reasoning_tokens(usage.completion_tokens_details.reasoning_tokens)
+            self.serving.metrics.reasoning_tokens(usage.completion_tokens_details.reasoning_tokens, request._tenant)
 
     @staticmethod
     def _echo(request: ChatCompletionRequest) -> str:
@@ -290,7 +291,7 @@ class ChatService:
         finally:
             await stream.abort()
             if self.reasoning is not None:
-                self._count_reasoning_tokens(usage.final())
+                self._count_reasoning_tokens(usage.final(), request)
 
 
 def _merge(first: ReasoningSplit, then: ReasoningSplit | None) -> ReasoningSplit:

@@ -60,7 +60,7 @@ class CompletionService:
         )
         request_id = random_id("cmpl")
         streams = await serving.start([p.token_ids for p in prompts], params, request_id, request.priority,
-                                      lora_request)
+                                      lora_request, serving.affinity(request))
         formatter = serving.logprob_format(request.return_tokens_as_token_ids)
         if request.stream:
             events = self._stream(request, request_id, streams, prompts, formatter, echo_only)

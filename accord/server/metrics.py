@@ -10,9 +10,11 @@ once per replica (`engine="<replica>"`, as vLLM labels its engine cores), while 
 request histograms, which the one API server observes for all replicas, carry
 `model_name` alone.
 
-Two series have no vLLM counterpart and keep accord's prefix, so no dashboard mistakes
-them for vLLM's: `accord:request_failure` (requests an engine failure or a shutdown
-ended) and `accord:num_prompts_tokenizing`. The vLLM-named series are not duplicated
+Series with no vLLM counterpart keep accord's prefix, so no dashboard mistakes them for
+vLLM's: `accord:request_failure` (requests an engine failure or a shutdown ended),
+`accord:num_prompts_tokenizing`, `accord:tenant_reasoning_tokens` (thinking tokens per
+tenant, the labels bounded), and the scheduler's decisions: `accord:preemptions` by
+reason and `accord:request_queue_time_by_lane_seconds`. The vLLM-named series are not duplicated
 under `accord:` as well: that would double every scrape's cardinality for no reader.
 """
 
@@ -27,14 +29,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from ..core.outputs import RequestOutput
-from ..core.stats import ITERATION_TOKEN_BUCKETS, EngineStats
+from ..core.stats import ITERATION_TOKEN_BUCKETS, REQUEST_LATENCY_BUCKETS, EngineStats
 
-#: vLLM's bucket families (vllm/v1/metrics/buckets.py): request phases, time to first
-#: token, and the gaps between tokens.
-REQUEST_LATENCY_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
-    1920.0, 7680.0,
-)
+#: vLLM's bucket families (vllm/v1/metrics/buckets.py) beside the request phases'
+#: (core/stats.py): time to first token, and the gaps between tokens.
 TIME_TO_FIRST_TOKEN_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
     160.0, 640.0, 2560.0,
@@ -54,6 +52,30 @@ def token_count_buckets(max_model_len: int) -> tuple[int, ...]:
                 return tuple(buckets)
             buckets.append(mantissa * scale)
         scale *= 10
+
+
+#: Distinct tenant labels kept; every later tenant is OTHER_TENANT. A tenant is the
+#: client's word (a header), so its labels are bounded: no client grows /metrics at will.
+MAX_TENANT_LABELS = 64
+OTHER_TENANT = "other"
+
+
+class TenantLabels:
+    """The /metrics label of each tenant: its own for the first MAX_TENANT_LABELS
+    seen, OTHER_TENANT after."""
+
+    def __init__(self, limit: int = MAX_TENANT_LABELS) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def label(self, tenant: str) -> str:
+        """The label `tenant`'s series carries."""
+        if tenant in self._seen:
+            return tenant
+        if len(self._seen) < self._limit:
+            self._seen.add(tenant)
+            return tenant
+        return OTHER_TENANT
 
 
 class ServerMetrics:
@@ -108,6 +130,12 @@ class ServerMetrics:
             "vllm:reasoning_tokens", "Generated tokens that were a reasoning model's thinking (--reasoning-parser).",
             labels, registry=self.registry,
         )
+        self._tenant_reasoning_tokens = Counter(
+            "accord:tenant_reasoning_tokens", "Thinking tokens per tenant (X-Tenant-Id or API key; the first "
+            f"{MAX_TENANT_LABELS} tenants seen are labelled, later ones are \"{OTHER_TENANT}\").",
+            ["model_name", "tenant"], registry=self.registry,
+        )
+        self._tenant_labels = TenantLabels()
         self._model_name = model_name
         self._tokenizing = Gauge(
             "accord:num_prompts_tokenizing", "Prompts (texts or rendered conversations) being tokenised now.", labels,
@@ -115,9 +143,11 @@ class ServerMetrics:
         )
         self.registry.register(_EngineStatsCollector(model_name, replica_stats))
 
-    def reasoning_tokens(self, count: int) -> None:
-        """Count a response's thinking tokens."""
+    def reasoning_tokens(self, count: int, tenant: str | None = None) -> None:
+        """Count a response's thinking tokens, and under `tenant` when one is known."""
         self._reasoning_tokens.labels(*self._labels).inc(count)
+        if tenant is not None:
+            self._tenant_reasoning_tokens.labels(self._model_name, self._tenant_labels.label(tenant)).inc(count)
 
     def request_finished(self, output: RequestOutput, finish_reason: str) -> None:
         """Record one finished engine request from its timings and token counts."""
@@ -202,13 +232,45 @@ class _EngineStatsCollector(Collector):
             "vllm:iteration_tokens_total", "Tokens computed per engine step.", labels=label_names
         )
         for labels, stats in zip(label_values, replicas):
-            cumulative, buckets = 0, []
-            for bound, count in zip([*ITERATION_TOKEN_BUCKETS, float("inf")], stats.iteration_tokens_counts):
-                cumulative += count
-                buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
-            iteration.add_metric(labels, buckets, stats.iteration_tokens_sum)
+            iteration.add_metric(labels, _cumulative(ITERATION_TOKEN_BUCKETS, stats.iteration_tokens_counts),
+                                 stats.iteration_tokens_sum)
         yield iteration
         yield from _spec_decode_families(label_names, label_values, replicas)
+        yield from _scheduling_families(label_names, label_values, replicas)
+
+
+def _cumulative(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    """A histogram's buckets in Prometheus' form: (upper bound, observations up to it),
+    from per-bucket counts with one past the last bound."""
+    cumulative, buckets = 0, []
+    for bound, count in zip([*bounds, float("inf")], counts):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+    return buckets
+
+
+def _scheduling_families(
+    label_names: list[str], label_values: list[list[str]], replicas: Sequence[EngineStats]
+) -> Iterator[Metric]:
+    """The scheduler's decisions, which vLLM does not export (so under accord's prefix):
+    preemptions by reason, and queue time per scheduling lane (the effort policy's)."""
+    preemptions = CounterMetricFamily(
+        "accord:preemptions", "Requests preempted, by reason (kv_cache_full: blocks were needed; effort_lane_share: "
+        "the effort policy made room for a shorter lane).", labels=[*label_names, "reason"],
+    )
+    queue_time = HistogramMetricFamily(
+        "accord:request_queue_time_by_lane_seconds", "Seconds from arrival to first being scheduled, per scheduling "
+        "lane (--scheduling-policy effort's lanes by expected decode length; one lane, 0, otherwise).",
+        labels=[*label_names, "lane"],
+    )
+    for labels, stats in zip(label_values, replicas):
+        for reason, count in sorted(stats.preemptions_by_reason.items()):
+            preemptions.add_metric([*labels, reason], count)
+        for lane, histogram in sorted(stats.lane_queue_time.items()):
+            queue_time.add_metric([*labels, str(lane)], _cumulative(REQUEST_LATENCY_BUCKETS, histogram.counts),
+                                  histogram.total)
+    yield preemptions
+    yield queue_time
 
 
 #: Speculative decoding's counters, under vLLM's names: (name, help, value of a snapshot).

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict
 
 #: OpenAI allows 4 stop sequences; accord takes more (harnesses send long lists), but
 #: a bound keeps the per-token stop scan cheap.
@@ -144,11 +144,22 @@ class SamplingFields(BaseModel):
     logprob_token_ids: Any = None
     allowed_token_ids: Any = None
     bad_words: Any = None
-    cache_salt: Any = None
     kv_transfer_params: dict[str, Any] | None = Field(
         default=None, description="vLLM: the KV connector's parameters (disaggregated prefill: do_remote_decode on "
         "the prefill instance, the prefill response's kv_transfer_params on the decode instance)"
     )
+    cache_salt: str | None = Field(
+        default=None, min_length=1,
+        description="vLLM: salts the prefix cache's block hashes: only requests with the same salt share cached KV",
+    )
+    session_id: str | None = Field(
+        default=None, min_length=1,
+        description="the agent session this request is a turn of (or the X-Session-Id header): the session's cached "
+        "KV outlives one-off requests' when the cache is tight, and the router sends its turns to one instance",
+    )
+    #: The tenant its usage counts under in /metrics (request_hints.tenant_from), set by
+    #: the app from the headers, never from the body.
+    _tenant: str | None = PrivateAttr(default=None)
     logit_bias: dict[str, float] | None = Field(
         default=None, description="token id (as a string) -> bias in [-100, 100] added to its logit"
     )

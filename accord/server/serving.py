@@ -25,6 +25,7 @@ from ..core.config import SchedulingPolicy
 from ..core.outputs import RequestOutput
 from ..core.sampling_params import SamplingParams
 from ..core.structured_output import StructuredOutputsParams, token_bytes_function
+from ..core.cache_affinity import CacheAffinity
 from ..core.thinking import ThinkingMarkers, count_reasoning_tokens
 from .drain import DrainDeadline
 from .errors import OpenAIError
@@ -345,6 +346,11 @@ class OpenAIServing:
         source = template if template is not None else self.engine.tokenizer.chat_template
         return bool(source and _LOOPS_OVER_CONTENT.search(source))
 
+    @staticmethod
+    def affinity(request: SamplingFields) -> CacheAffinity:
+        """The request's prefix-cache hints for the engine: its cache_salt and agent session."""
+        return CacheAffinity(request.cache_salt, request.session_id)
+
     def sampling_params(
         self, request: SamplingFields, max_tokens: int, logprobs: int | None, **extra: Any
     ) -> SamplingParams:
@@ -384,10 +390,11 @@ class OpenAIServing:
 
     async def start(
         self, prompts: Sequence[list[int]], params: SamplingParams, request_id: str, priority: int = 0,
-        lora_request: LoRARequest | None = None,
+        lora_request: LoRARequest | None = None, affinity: CacheAffinity = CacheAffinity(),
     ) -> list[RequestStream]:
         """Submit one engine request per prompt (under `lora_request`'s adapter, if
-        given) and wait for each one's first output. Refuses with 429 while too many
+        given; with `affinity`'s cache salt and agent session) and wait for each one's
+        first output. Refuses with 429 while too many
         requests wait for their first token."""
         limit = self.max_waiting_requests
         if limit is not None and len(prompts) > limit:
@@ -406,7 +413,8 @@ class OpenAIServing:
         # The adapter is passed only when there is one: an engine without LoRA need not take it.
         lora = {"lora_request": lora_request} if lora_request is not None else {}
         generators = [
-            self.engine.generate({"prompt_token_ids": prompt}, params, rid, priority=priority, **lora)
+            self.engine.generate({"prompt_token_ids": prompt, **affinity.prompt_fields()}, params, rid,
+                                 priority=priority, **lora)
             for prompt, rid in zip(prompts, ids)
         ]
         self.num_waiting += len(prompts)
@@ -489,7 +497,7 @@ def _param_named_in(message: str) -> str | None:
 
 
 #: vLLM's request fields accord does not implement (both endpoints).
-UNSUPPORTED_VLLM_FIELDS = ("logprob_token_ids", "allowed_token_ids", "bad_words", "cache_salt")
+UNSUPPORTED_VLLM_FIELDS = ("logprob_token_ids", "allowed_token_ids", "bad_words")
 
 
 def refuse_unsupported(request: BaseModel, names: Sequence[str]) -> None:

@@ -86,7 +86,7 @@ def test_max_num_seqs_caps_the_running_set() -> None:
     assert len(scheduler.waiting) == 1
 
 
-def test_running_out_of_blocks_preempts_the_youngest() -> None:
+def test_running_out_of_blocks_preempts_the_youngest_of_equal_rebuild_cost() -> None:
     scheduler = make_scheduler(num_blocks=2, budget=16)
     old, young = make_seq(4), make_seq(4, first_token=50)
     scheduler.add_request(old)

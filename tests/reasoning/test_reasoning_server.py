@@ -76,9 +76,10 @@ class Served:
 
         return self.runner.run(collect())
 
-    def metric(self, name: str) -> float:
+    def metric(self, name: str, **labels: str) -> float:
         response = self.runner.run(self.http.get("/metrics"))
-        samples = [s for f in text_string_to_metric_families(response.text) for s in f.samples if s.name == name]
+        samples = [s for f in text_string_to_metric_families(response.text) for s in f.samples
+                   if s.name == name and labels.items() <= s.labels.items()]
         return sum(sample.value for sample in samples)
 
     def text(self, token_ids: list[int]) -> str:
@@ -239,3 +240,50 @@ def test_responses_streamed_thinking_comes_as_reasoning_text_events_first(r1: Se
     assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == expected.reasoning_content
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == expected.content
     assert [e.output_index for e in events if e.type == "response.output_item.done"] == [0, 1]
+
+
+# Thinking tokens per tenant (the X-Tenant-Id header), beside the per-model count.
+TENANT_SERIES = "accord:tenant_reasoning_tokens_total"
+
+
+def test_reasoning_tokens_are_counted_per_tenant_named_by_the_x_tenant_id_header(r1: Served) -> None:
+    before = r1.metric("vllm:reasoning_tokens_total")
+    headers = {"x-tenant-id": "acme"}
+    r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET}, extra_headers=headers)
+    r1.stream(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET}, extra_headers=headers)
+    r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET},
+            extra_headers={"x-tenant-id": "globex"})
+    r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET})  # no tenant
+    assert r1.metric(TENANT_SERIES, tenant="acme", model_name="tiny") == 2 * BUDGET
+    assert r1.metric(TENANT_SERIES, tenant="globex") == BUDGET
+    assert r1.metric("vllm:reasoning_tokens_total") - before == 4 * BUDGET
+
+
+def test_a_responses_request_counts_its_thinking_under_its_tenant(r1: Served) -> None:
+    r1.runner.run(r1.client.responses.create(
+        model="tiny", input=ASK, temperature=0.0, reasoning={"effort": EFFORT}, max_output_tokens=ANSWER_TOKENS,
+        extra_headers={"x-tenant-id": "initech"}))
+    assert r1.metric(TENANT_SERIES, tenant="initech") == EFFORT_BUDGET
+
+
+def test_cache_salt_reaches_the_prefix_cache(r1: Served) -> None:
+    """Equal prompts share cached blocks only under equal salts (the prefix cache's hits)."""
+    long_ask = [{"role": "user", "content": " ".join(["Is seven a prime number, and why?"] * 8)}]
+
+    def ask(salt: str) -> float:
+        before = r1.metric("vllm:prefix_cache_hits_total")
+        r1.runner.run(r1.client.chat.completions.create(
+            model="tiny", messages=long_ask, max_completion_tokens=1, extra_body={"cache_salt": salt}))
+        return r1.metric("vllm:prefix_cache_hits_total") - before
+
+    assert ask("salt-one") == 0
+    assert ask("salt-two") == 0
+    assert ask("salt-one") > 0
+
+
+def test_each_request_s_queue_time_is_observed_once_under_its_lane(r1: Served) -> None:
+    """This server schedules fcfs: one lane, 0."""
+    name = "accord:request_queue_time_by_lane_seconds_count"
+    before = r1.metric(name, lane="0")
+    r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET})
+    assert r1.metric(name, lane="0") - before == 1

@@ -48,8 +48,9 @@ def test_families_carry_vllms_labels_and_buckets(http: httpx.Client, client: ope
     assert bounds("vllm:request_prompt_tokens") == [1, 2, 5, 10, 20, 50, 100, 200, float("inf")]
     assert bounds("vllm:iteration_tokens_total") == [
         1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, float("inf")]
-    assert not [name for name in families if name.startswith("accord:")
-                and name not in ("accord:request_failure", "accord:num_prompts_tokenizing")]
+    assert not [name for name in families if name.startswith("accord:") and name not in (
+        "accord:request_failure", "accord:num_prompts_tokenizing", "accord:tenant_reasoning_tokens",
+        "accord:preemptions", "accord:request_queue_time_by_lane_seconds")]
 
 
 def test_counters_match_the_requests_made(http: httpx.Client, client: openai.OpenAI) -> None:

@@ -190,7 +190,7 @@ def test_usage_has_no_prompt_details_unless_the_server_enables_them(http: httpx.
 
 # -- refused fields and /tokenize ---------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [
-    ("logprob_token_ids", [1, 2]), ("allowed_token_ids", [1, 2]), ("bad_words", ["x"]), ("cache_salt", "s"),
+    ("logprob_token_ids", [1, 2]), ("allowed_token_ids", [1, 2]), ("bad_words", ["x"]),
     ("spaces_between_special_tokens", False),
 ])
 @pytest.mark.parametrize("route", [COMPLETIONS, CHAT])

@@ -127,7 +127,7 @@ def test_accepted_drafts_enter_the_prefix_cache() -> None:
 def test_a_preempted_request_drops_its_drafts() -> None:
     scheduler = make_scheduler()
     request = decoding(scheduler, [1, 2, 3], [6, 7, 8])
-    scheduler._preempt(request)
+    scheduler._preempt(request, "kv_cache_full")
     assert request.spec_token_ids == [] and scheduler.schedule().scheduled_spec_decode_tokens == {}
 
 

@@ -49,6 +49,7 @@ from ..executor import Executor, executor_class
 from ..executor.base import StepSkipped
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.load import read_model_config
+from ..cache_affinity import CacheAffinity
 from .failure_isolation import isolate_failure
 from ..kv_transfer.factory import make_scheduler_connector
 from .output_processor import OutputProcessor
@@ -68,7 +69,8 @@ from ..worker.worker import WorkerInfo
 
 logger = logging.getLogger("accord.engine")
 
-#: What a prompt may be: text, or a dict with `prompt_token_ids` (or `prompt`).
+#: What a prompt may be: text, or a dict with `prompt_token_ids` (or `prompt`), and
+#: optionally `cache_salt` and `session_id` (cache_affinity.py).
 PromptType = str | Mapping[str, Any]
 
 
@@ -228,6 +230,7 @@ class LLMEngine:
             self.add_lora(lora_request)
         params = params or SamplingParams()
         text, token_ids = self._tokenize(prompt)
+        affinity = CacheAffinity.of(prompt)
         self._check_request(token_ids, params)
         scheduler = self.schedulers[
             self.balancer.choose(token_ids, [s.outstanding_tokens for s in self.schedulers])
@@ -246,6 +249,7 @@ class LLMEngine:
             request = Request(
                 req_id, token_ids, sample_params, index=index, priority=priority, arrival_time=arrival,
                 arrival_order=order, prompt_source=first, lora_request=lora_request,
+                cache_salt=affinity.cache_salt, session_id=affinity.session_id,
             )
             first = first or request
             scheduler.add_request(request, grammar)

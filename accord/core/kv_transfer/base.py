@@ -129,6 +129,12 @@ class KVConnectorScheduler(ABC):
         """The step that carried `metadata` raised: its saves did not happen (the
         engine re-runs its requests without them), so nothing may count on them."""
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether the store holds the block of prefix-cache key `key`, so a request
+        preempted with it loads it back instead of recomputing it (False unless a
+        block-keyed store says otherwise)."""
+        return False
+
 
 class KVConnectorWorker(ABC):
     """The worker's half of a connector: moves KV between this rank's cache and the

@@ -55,6 +55,9 @@ class OffloadingScheduler(KVConnectorScheduler):
     def __contains__(self, key: Hashable) -> bool:
         return key in self._slots
 
+    def holds(self, key: Hashable) -> bool:
+        return key in self._slots
+
     def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
         # The keys are of full blocks of all tokens but the last.
         hits = 0

@@ -8,9 +8,15 @@ under two adapters (or an adapter and the base) never share a block: their KV di
 and sharing it would serve one tenant's adapter's KV to another's request.
 The default hash is SHA-256, as vLLM's since CVE-2025-25183: with Python's `hash()` a
 client can craft a prompt whose chain collides with another's and be served that
-prompt's cached KV. A block whose last reference goes away keeps its key and joins the
-free queue; it is reused in LRU order, and its key is forgotten only when it is taken
-for new tokens.
+prompt's cached KV. A request's `cache_salt` (vLLM's field) salts its chain's root, so
+only requests with the same salt share its blocks.
+
+A block whose last reference goes away keeps its key and joins a free pool; its key is
+forgotten only when it is taken for new tokens. Blocks of requests outside any agent
+session join the shared pool, reused in LRU order; an agent session's blocks (its
+history, which its next turn extends) join that session's pool, and are taken only
+once the shared pool is empty, the least recently used session's first: LRU per
+session, so one-off traffic churns through its own blocks, not a live session's prefix.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ BlockKey = Hashable
 ROOT_KEY = b""
 
 
-def chain_root(lora_int_id: int) -> BlockKey:
+def chain_root(lora_int_id: int, cache_salt: str | None = None) -> BlockKey:
     """The parent of the first block of a sequence under LoRA adapter `lora_int_id`
-    (0: the base model, ROOT_KEY). An adapter's root is 12 bytes, never the length of
-    ROOT_KEY or of a SHA-256 parent, so no adapter's first block key can equal the
-    base's or another block's."""
-    return ROOT_KEY if lora_int_id == 0 else b"lora" + lora_int_id.to_bytes(8, "little")
+    (0: the base model, ROOT_KEY), salted by `cache_salt` when given. An adapter's root
+    is 12 bytes and a salted one 36, never the length of ROOT_KEY, of each other or of
+    a SHA-256 parent (and token ids add 8 bytes each), so no such first block key can
+    equal another root's or another block's."""
+    root = ROOT_KEY if lora_int_id == 0 else b"lora" + lora_int_id.to_bytes(8, "little")
+    if cache_salt is None:
+        return root
+    return b"salt" + hashlib.sha256(root + cache_salt.encode()).digest()
 
 
 def _sha256_key(parent: BlockKey, token_ids: Sequence[int]) -> BlockKey:
@@ -81,8 +91,13 @@ class BlockManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_counts = [0] * num_blocks
-        # Unreferenced blocks, least recently freed first: new tokens take from the front.
+        # Unreferenced blocks outside any session, least recently freed first: new
+        # tokens take from the front.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # Unreferenced cached blocks of each agent session, sessions least recently
+        # used first (each pool tail blocks first); taken once `_free` is empty.
+        self._session_free: OrderedDict[str, OrderedDict[int, None]] = OrderedDict()
+        self._session_of_block: dict[int, str] = {}
         self._key_of_block: dict[int, BlockKey] = {}
         self._block_of_key: dict[BlockKey, int] = {}
         self._tables: dict[str, list[int]] = {}
@@ -94,12 +109,16 @@ class BlockManager:
     @property
     def num_free_blocks(self) -> int:
         """Blocks no sequence references (cached ones included: they are evictable)."""
-        return len(self._free)
+        return len(self._free) + len(self._session_of_block)
 
     @property
     def num_used_blocks(self) -> int:
         """Blocks referenced by at least one sequence."""
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self.num_free_blocks
+
+    def session_blocks(self, session_id: str) -> int:
+        """Unreferenced cached blocks held for agent session `session_id`."""
+        return len(self._session_free.get(session_id, ()))
 
     def block_table(self, seq_id: str) -> list[int]:
         """The physical blocks of `seq_id`'s logical blocks, in order (empty if none)."""
@@ -149,14 +168,14 @@ class BlockManager:
         have = len(table) if table else len(cached_blocks)
         needed = max(0, -(-num_tokens // self.block_size) - have)
         revived = sum(1 for block in cached_blocks if self.ref_counts[block] == 0)
-        if needed + revived > len(self._free):
+        if needed + revived > self.num_free_blocks:
             return False
         if table is None:
             table = self._tables[seq_id] = []
             self._chain[seq_id] = []
         for block in cached_blocks:
             if self.ref_counts[block] == 0:
-                del self._free[block]
+                self._unfree(block)
             self.ref_counts[block] += 1
             table.append(block)
             self._chain[seq_id].append(self._key_of_block[block])
@@ -184,17 +203,28 @@ class BlockManager:
                 self._key_of_block[block] = key
             chain.append(key)
 
-    def free(self, seq_id: str, forget_cached: bool = False) -> None:
+    def free(self, seq_id: str, forget_cached: bool = False, session_id: str | None = None) -> None:
         """Drop `seq_id`'s references; blocks nobody else holds become free, tail
         blocks first so a shared prefix outlives the suffixes after it. With
         `forget_cached` (a failed step may not have written them) those blocks also
-        leave the prefix cache."""
+        leave the prefix cache. The cached ones of agent session `session_id` join its
+        pool, which becomes the most recently used session."""
+        pool = None
+        if session_id is not None and self.enable_prefix_caching:
+            pool = self._session_free.setdefault(session_id, OrderedDict())
+            self._session_free.move_to_end(session_id)
         for block in reversed(self._tables.pop(seq_id, [])):
             self.ref_counts[block] -= 1
             if self.ref_counts[block] == 0:
-                self._free[block] = None
                 if forget_cached:
                     self._uncache(block)
+                if pool is not None and block in self._key_of_block:
+                    pool[block] = None
+                    self._session_of_block[block] = session_id  # type: ignore[assignment]
+                else:
+                    self._free[block] = None
+        if pool is not None and not pool:
+            del self._session_free[session_id]
         self._chain.pop(seq_id, None)
 
     def reset_prefix_cache(self) -> int:
@@ -202,10 +232,31 @@ class BlockManager:
         reset_prefix_cache, for benchmarks and after a weight update); returns how many
         were forgotten. Blocks in use keep theirs: a running sequence's blocks stay
         cached until it frees them, so a later request with its prefix still hits."""
-        return sum(self._uncache(block) for block in self._free)
+        forgotten = sum(self._uncache(block) for block in self._free)
+        for pool in self._session_free.values():
+            forgotten += sum(self._uncache(block) for block in pool)
+            self._free.update(pool)
+        self._session_free.clear()
+        self._session_of_block.clear()
+        return forgotten
+
+    def _unfree(self, block: int) -> None:
+        """Take free `block` out of its pool (a cached block revived)."""
+        session_id = self._session_of_block.pop(block, None)
+        if session_id is None:
+            del self._free[block]
+            return
+        pool = self._session_free[session_id]
+        del pool[block]
+        if not pool:
+            del self._session_free[session_id]
 
     def _take_free_block(self) -> int:
-        block, _ = self._free.popitem(last=False)
+        if self._free:
+            block, _ = self._free.popitem(last=False)
+        else:  # only sessions' blocks are left: the least recently used session's
+            block = next(iter(next(iter(self._session_free.values()))))
+            self._unfree(block)
         if self._uncache(block):
             self.counters.evictions += 1
         self.ref_counts[block] = 1

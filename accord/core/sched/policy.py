@@ -33,6 +33,17 @@ class QueuePolicy(ABC):
     def order_key(self, request: Request) -> tuple[float, ...]:
         """The request's place in the queues: smaller is served first and preempted last."""
 
+    def lane(self, request: Request) -> int:
+        """The request's scheduling lane, for its queue-time metric (one lane, 0, unless
+        a policy keeps several)."""
+        return 0
+
+    def preemption_class(self, request: Request) -> tuple[float, ...]:
+        """What ranks above a request's rebuild cost when blocks run out: a request of a
+        higher class is preempted before any of a lower one, whatever it costs (none,
+        unless a policy says otherwise)."""
+        return ()
+
     def admission(self, running: Sequence[Request], waiting: Sequence[Request]) -> Admission:
         """This step's admission check (every request, unless a policy says otherwise)."""
         return lambda request: True
@@ -55,6 +66,9 @@ class PriorityPolicy(QueuePolicy):
 
     def order_key(self, request: Request) -> tuple[float, ...]:
         return request.priority, request.arrival_time, request.arrival_order, request.index
+
+    def preemption_class(self, request: Request) -> tuple[float, ...]:
+        return (request.priority,)
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,9 @@ class EffortPolicy(QueuePolicy):
     def order_key(self, request: Request) -> tuple[float, ...]:
         remaining = self.expected_decode_length(request) - request.num_output_tokens
         return remaining, request.arrival_time, request.arrival_order, request.index
+
+    def preemption_class(self, request: Request) -> tuple[float, ...]:
+        return (self.lane(request),)  # the longest lane gives way first
 
     def _lane_counts(self, running: Sequence[Request]) -> list[int]:
         counts = [0] * (len(self.lane_bounds) + 1)

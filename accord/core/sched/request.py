@@ -15,6 +15,7 @@ from typing import Any
 from ..lora.request import LoRARequest
 from ..sampling_params import SamplingParams
 from ..thinking import ThinkingProgress
+from .block_manager import BlockKey, chain_root
 
 
 class RequestStatus(enum.Enum):
@@ -48,6 +49,10 @@ class Request:
     prompt_source: Request | None = None
     #: The LoRA adapter it runs under (None: the base model).
     lora_request: LoRARequest | None = None
+    #: vLLM's cache_salt: only requests with the same salt share its prefix-cache blocks.
+    cache_salt: str | None = None
+    #: The agent session it is a turn of (its blocks outlive one-off requests' in the cache).
+    session_id: str | None = None
     token_ids: list[int] = field(init=False)
     output_token_ids: list[int] = field(default_factory=list, init=False)
     num_computed_tokens: int = field(default=0, init=False)
@@ -59,6 +64,8 @@ class Request:
     spec_token_ids: list[int] = field(default_factory=list, init=False)
     #: Prompt tokens found in the prefix cache when first scheduled.
     num_cached_tokens: int = field(default=0, init=False)
+    #: Whether it was ever scheduled (its queue time is observed the first time).
+    was_scheduled: bool = field(default=False, init=False)
     #: Prompt positions whose logprobs have come back (position 0 has none to compute).
     num_prompt_logprobs_done: int = field(default=0, init=False)
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
@@ -80,6 +87,11 @@ class Request:
     def lora_int_id(self) -> int:
         """Its adapter's id, 0 for the base model."""
         return self.lora_request.lora_int_id if self.lora_request else 0
+
+    @property
+    def chain_root(self) -> BlockKey:
+        """The root of its blocks' hash chain: its adapter's, salted by its cache_salt."""
+        return chain_root(self.lora_int_id, self.cache_salt)
 
     @property
     def kv_transfer_params(self) -> dict[str, Any] | None:

@@ -4,9 +4,11 @@ modes, just token counts), and what a step's results do to the requests.
 
 Order within a step: running requests that decode, then running requests part-way
 through their prompt, then waiting ones, so a long prompt is chunked and never stalls
-the decodes. When blocks run out, the lowest-priority (then youngest) running request
-is preempted: its blocks are freed and it is recomputed later, reusing whatever of
-its prefix the cache still holds.
+the decodes. When blocks run out, a running request is preempted: of the policy's
+highest preemption class (priority's lowest priority, effort's longest lane), the one
+cheapest to rebuild (`rebuild_cost`: a short context recomputes cheaply, a long one
+the CPU tier holds is swapped back in), then the youngest. Its blocks are freed and
+it is rebuilt later, from whatever of its prefix the cache or the tier still holds.
 
 The step goes to the workers as a plain `SchedulerOutput` (new requests in full,
 running ones as diffs). As in vLLM v1, `num_computed_tokens` advances when a step is
@@ -23,6 +25,7 @@ step after it computed for it.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import get_args
@@ -31,9 +34,9 @@ from ..config import SchedulingPolicy
 from ..kv_transfer.base import KVConnectorMetadata, KVConnectorScheduler, ScheduledChunk, TransferRequest
 from ..outputs import Logprob
 from ..spec_decode.config import SpeculativeConfig
-from ..stats import EngineStats
+from ..stats import PREEMPTED_FOR_KV_CACHE, PREEMPTED_FOR_LANE_SHARE, EngineStats, LatencyHistogram
 from ..structured_output import GrammarBitmask, StructuredOutputManager
-from .block_manager import BlockKey, BlockManager, chain_root
+from .block_manager import BlockKey, BlockManager
 from .check_stop import check_stop
 from .policy import QueuePolicy, make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
@@ -57,6 +60,7 @@ class Scheduler:
         speculative: SpeculativeConfig | None = None,
         max_loras: int = 0,
         kv_connector: KVConnectorScheduler | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(policy, QueuePolicy) and policy not in get_args(SchedulingPolicy):
             raise ValueError(f"unknown scheduling policy {policy!r}; use one of {', '.join(get_args(SchedulingPolicy))}")
@@ -73,6 +77,8 @@ class Scheduler:
         self.max_loras = max_loras
         #: The scheduler half of a KV connector (None: no KV comes from or goes outside).
         self.kv_connector = kv_connector
+        #: Seconds on the clock requests' arrival times are read on (their queue time).
+        self._clock = clock
         #: The order of the queues and who may be admitted (sched/policy.py).
         self.policy = make_policy(policy, max_num_seqs, max_model_len)
         # Smaller key = served first and preempted last.
@@ -159,7 +165,7 @@ class Scheduler:
         if self.kv_connector is not None:
             kv_transfer_params = self.kv_connector.request_finished(self._transfer_request(request, ()))
         # A failed step may have left this request's blocks unwritten: never reuse them.
-        self.block_manager.free(request.req_id, forget_cached=reason == "error")
+        self.block_manager.free(request.req_id, forget_cached=reason == "error", session_id=request.session_id)
         self.requests.pop(request.req_id, None)
         if self._structured_output is not None:
             self._structured_output.remove(request.req_id)
@@ -179,7 +185,7 @@ class Scheduler:
         # Room the policy makes for waiting requests it puts first (effort lanes).
         made_room = self.policy.preemptions(self.running, self.waiting)
         for victim in made_room:
-            self._preempt(victim)
+            self._preempt(victim, PREEMPTED_FOR_LANE_SHARE)
         speculating = self._speculation_on()
         # Decodes first (one token left to compute), then partly computed prompts. A
         # request's count is fixed here: preempting another one leaves it unchanged.
@@ -201,8 +207,8 @@ class Scheduler:
                 proposal = []
             count = min(to_compute + len(proposal), budget)
             while not self.block_manager.allocate(request.req_id, self._slots(request.num_computed_tokens + count)):
-                victim = max(self.running, key=self.order_key)
-                self._preempt(victim)
+                victim = self._preemption_victim()
+                self._preempt(victim, PREEMPTED_FOR_KV_CACHE)
                 preempted.append(victim)
                 if victim.req_id in scheduled:
                     budget += scheduled.pop(victim.req_id)
@@ -226,10 +232,9 @@ class Scheduler:
                     request.req_id,
                     request.token_ids,
                     min(request.num_computed_tokens + scheduled[request.req_id], request.num_tokens),
-                    chain_root(request.lora_int_id),
+                    request.chain_root,
                 )
         preempted += made_room
-        self.stats.num_preemptions += len(preempted)
         output = SchedulerOutput(
             scheduled_new_reqs=[self._new_request_data(request) for request in admitted],
             # The admitted requests are the batch's tail (admission appends them last).
@@ -369,7 +374,7 @@ class Scheduler:
                 []
                 if request.needs_prompt_logprobs
                 else self.block_manager.find_cached_prefix(
-                    request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id)
+                    request.token_ids, request.num_tokens - 1, request.chain_root
                 )
             )
             computed = len(cached) * self.block_manager.block_size
@@ -386,6 +391,10 @@ class Scheduler:
             del self.waiting[index]
             if request.num_output_tokens == 0:
                 request.num_cached_tokens = computed
+            if not request.was_scheduled:
+                request.was_scheduled = True
+                queue_time = self._clock() - request.arrival_time
+                self.stats.lane_queue_time.setdefault(self.policy.lane(request), LatencyHistogram()).observe(queue_time)
             # Admission starts from the cached prefix (a preemption reset it to 0).
             request.num_computed_tokens = computed
             request.status = RequestStatus.RUNNING
@@ -426,7 +435,7 @@ class Scheduler:
         if not self.kv_connector.uses_block_keys:
             keys = ()
         elif keys is None:
-            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, chain_root(request.lora_int_id))
+            keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, request.chain_root)
         return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
                                request.num_tokens, tuple(keys))
 
@@ -455,9 +464,33 @@ class Scheduler:
             and source.num_computed_tokens < source.num_prompt_tokens
         )
 
-    def _preempt(self, request: Request) -> None:
+    def _preemption_victim(self) -> Request:
+        """The running request to preempt when blocks run out: of the policy's highest
+        preemption class, the one cheapest to rebuild, then the last in policy order."""
+        policy = self.policy
+        return max(self.running, key=lambda r: (policy.preemption_class(r), -self.rebuild_cost(r), self.order_key(r)))
+
+    def rebuild_cost(self, request: Request) -> int:
+        """Tokens a preemption of running `request` would have to recompute: its
+        computed ones but the leading full blocks that survive it, those another
+        request also holds (they stay in the prefix cache) and those the KV
+        connector's store holds (the CPU tier: loaded back, a swap-in, instead of
+        recomputed). So a short context is cheap to recompute, and a long one whose
+        blocks the tier holds is cheap to swap back."""
+        manager, connector = self.block_manager, self.kv_connector
+        table, keys = manager.block_table(request.req_id), manager.registered_keys(request.req_id)
+        kept = 0
+        for block, key in zip(table, keys):
+            if manager.ref_counts[block] < 2 and (connector is None or not connector.holds(key)):
+                break
+            kept += 1
+        return max(0, request.num_computed_tokens - kept * manager.block_size)
+
+    def _preempt(self, request: Request, reason: str) -> None:
+        self.stats.num_preemptions += 1
+        self.stats.preemptions_by_reason[reason] = self.stats.preemptions_by_reason.get(reason, 0) + 1
         self.running.remove(request)
-        self.block_manager.free(request.req_id)
+        self.block_manager.free(request.req_id, session_id=request.session_id)
         # The runner drops a preempted request; it comes back as a new one.
         self._blocks_sent.pop(request.req_id, None)
         request.num_computed_tokens = 0

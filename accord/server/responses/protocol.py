@@ -9,7 +9,8 @@ import uuid
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    BaseModel, ConfigDict, Discriminator, Field, SerializerFunctionWrapHandler, Strict, Tag, model_serializer,
+    BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, SerializerFunctionWrapHandler, Strict, Tag,
+    model_serializer,
 )
 
 from ..protocol import Int64, Text, TextObject, TokenId, now
@@ -232,7 +233,10 @@ class ResponsesRequest(BaseModel):
     top_logprobs: Any = None
     stream_options: Any = None
     service_tier: Any = None
-    prompt_cache_key: Any = None
+    #: OpenAI's cache-affinity hint: accord's agent session (the chat request's session_id).
+    prompt_cache_key: str | None = Field(default=None, min_length=1)
+    #: The tenant its usage counts under (request_hints.apply_header_hints), never from the body.
+    _tenant: str | None = PrivateAttr(default=None)
 
 
 class InputTokensDetails(BaseModel):

@@ -37,7 +37,6 @@ from .protocol import (
 #: Fields OpenAI's Responses API defines that accord does not implement (refused, never ignored).
 UNSUPPORTED_FIELDS = (
     "include", "conversation", "prompt", "max_tool_calls", "top_logprobs", "stream_options", "service_tier",
-    "prompt_cache_key",
 )
 
 #: The chat field behind each Responses field, so an error the chat machinery raises
@@ -107,7 +106,7 @@ def chat_request(request: ResponsesRequest, messages: list[ChatMessage]) -> Chat
     choice = request.tool_choice
     tool_choice = choice if isinstance(choice, str) else NamedToolChoice(function=NamedFunction(name=choice.name))
     try:
-        return ChatCompletionRequest(
+        chat = ChatCompletionRequest(
             model=request.model, messages=[*system, *messages], stream=True,
             stream_options=StreamOptions(include_usage=True), max_completion_tokens=request.max_output_tokens,
             temperature=request.temperature, top_p=request.top_p, top_k=request.top_k, min_p=request.min_p,
@@ -116,10 +115,13 @@ def chat_request(request: ResponsesRequest, messages: list[ChatMessage]) -> Chat
             tools=tools or None, tool_choice=tool_choice if tools or choice != "auto" else None,
             parallel_tool_calls=request.parallel_tool_calls, response_format=_response_format(request.text.format),
             reasoning_effort=request.reasoning.effort if request.reasoning else None,
+            session_id=request.prompt_cache_key,
         )
     except ValidationError as error:  # what the Responses model let through but chat's refuses
         message, param = describe_validation_errors(error.errors())
         raise OpenAIError(message, param=param) from None
+    chat._tenant = request._tenant
+    return chat
 
 
 def _response_format(text_format: TextFormat) -> ResponseFormat | None:
