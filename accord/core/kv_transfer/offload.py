@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...op_contracts import OpDispatcher
 from .base import KVConnectorMetadata, KVConnectorScheduler, KVConnectorWorker, ScheduledChunk, TransferRequest
 from .config import KVTransferConfig, num_cpu_blocks
 
@@ -123,8 +124,8 @@ class OffloadingWorker(KVConnectorWorker):
     """The CPU tier's tensors (one per cache tensor, [slots, block_size, ...]) and the
     block copies between them and the device cache."""
 
-    def __init__(self, config: KVTransferConfig, block_size: int, rank: int) -> None:
-        super().__init__(config, block_size, rank)
+    def __init__(self, config: KVTransferConfig, block_size: int, rank: int, ops: OpDispatcher) -> None:
+        super().__init__(config, block_size, rank, ops)
         self.host: list[tuple[torch.Tensor, ...]] = []
 
     def register_kv_caches(self, kv_caches: list[tuple[torch.Tensor, ...]]) -> None:
