@@ -96,8 +96,9 @@ class Router:
         forwarded = {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
         if body is None:
             return await self._forward(self.serving_pool, method, path, None, forwarded, RoutedRequest(path, 0))
-        body = {key: value for key, value in body.items() if key != "session_id"}
+        # The session id routes the request, then is stripped: no instance knows the field.
         routed = routed_request(body, headers, self.config.prefix_chars)
+        body = {key: value for key, value in body.items() if key != "session_id"}
         if self.config.pd_mode and path in GENERATION_PATHS:
             params = await self._prefill(path, body, forwarded, routed)
             if params is not None:
