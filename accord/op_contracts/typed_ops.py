@@ -548,3 +548,29 @@ class Ops:
         returns num_accepted: int32 [B]
         """
         raise NotImplementedError  # served by OpDispatcher.__getattr__
+
+    def kv_convert(
+        self,
+        src_cache: torch.Tensor,
+        dst_cache: torch.Tensor,
+        src_slots: torch.Tensor,
+        dst_slots: torch.Tensor,
+        src_scale: float = 1.0,
+        dst_scale: float = 1.0,
+    ) -> None:
+        """For each token t with d = dst_slots[t] >= 0 and s = src_slots[t]: v = src_cache[s // BSs, s
+        % BSs] in fp32, times src_scale (fp32) when src_cache is fp8; dst_cache[d // BSd, d % BSd] =
+        v / dst_scale (fp32 IEEE division) saturated to the fp8 range when dst_cache is fp8, else v;
+        rounded to nearest even in dst_cache's dtype. A negative destination slot is skipped.
+
+        src_cache: fp32/fp16/bf16/fp8e4m3fn/fp8e4m3fnuz [NBs, BSs, W]: the KV as the producer's spec
+        holds it
+        dst_cache: fp32/fp16/bf16/fp8e4m3fn/fp8e4m3fnuz [NBd, BSd, W] (written in place): the
+        consumer's cache
+        src_slots: int32/int64 [T]: flat source slot per token
+        dst_slots: int32/int64 [T]: flat destination slot per token, -1 skips
+        src_scale: the source's fp8 scale (ignored for a float source)
+        dst_scale: the destination's fp8 scale (ignored for a float destination)
+        returns None: writes its in-place arguments
+        """
+        raise NotImplementedError  # served by OpDispatcher.__getattr__

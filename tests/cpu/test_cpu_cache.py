@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from accord.backends import get_backend
+from accord.conformance import ConformanceRunner, Status, cases_for
 from accord.op_contracts import OpDispatcher
 
 NUM_BLOCKS, BLOCK_SIZE = 6, 4
@@ -80,3 +81,12 @@ def test_reshape_and_cache_sizes_that_disagree_raise_on_a_fast_path_too() -> Non
         ops.reshape_and_cache(torch.randn(3, 2, 8), torch.randn(1, 2, 8), key_cache, value_cache, torch.tensor([2, 3, 4]))
     with pytest.raises((RuntimeError, IndexError)):  # rows wider than the cache's
         ops.reshape_and_cache(torch.randn(1, 2, 16), torch.randn(1, 2, 16), key_cache, value_cache, torch.tensor([5]))
+
+
+def test_kv_convert_meets_its_contract_on_every_conformance_case() -> None:
+    """Every pair of cache dtypes and block sizes, fp8 scales and saturation: the
+    converted cache is the reference's, bit for bit; illegal calls are refused."""
+    runner = ConformanceRunner(get_backend("cpu"), get_backend("reference"))
+    cases = cases_for("kv_convert")
+    statuses = [runner.run_case(case).status for case in cases]
+    assert statuses == [Status.REFUSED if case.expect_refusal else Status.PASS for case in cases]

@@ -64,6 +64,15 @@ def decode_server(cache_dir: Path, kv_store: Path, prefill_server: ServerProcess
     process.stop()
 
 
+@pytest.fixture
+def doomed_decode_server(cache_dir: Path, kv_store: Path, prefill_server: ServerProcess) -> Iterator[ServerProcess]:
+    """A kv_consumer instance of the test's own, for a test that kills it."""
+    process = ServerProcess(*ENGINE_FLAGS, "--kv-transfer-config", shared_storage("kv_consumer", kv_store),
+                            cache_dir=cache_dir)
+    yield process
+    process.stop()
+
+
 class RunningRouter:
     """`accord router FLAGS` (the command's own parser and app) served by uvicorn on a
     thread of the test process: no interpreter start per router."""

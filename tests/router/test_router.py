@@ -1,11 +1,14 @@
 """`accord router` in front of real `accord serve` processes: PD mode (prefill on one
 instance, decode on the other with the returned kv_transfer_params) gives the text one
 instance gives and the decode instance loads the prompt; round-robin spreads requests;
-a dead instance is retried before anything was streamed and ends a stream cleanly after."""
+a dead instance is retried before anything was streamed and ends a stream cleanly after;
+affinity keeps a session on one instance; a client that leaves mid-stream and a decode
+instance killed mid-stream leave no KV block held (the instances' kv_cache_usage_perc)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -15,6 +18,10 @@ pytestmark = pytest.mark.slow
 
 PROMPT = "Once upon a time in a quiet harbour town, the fishing boats came home at dusk and"
 GREEDY = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "ignore_eos": True}
+#: A stream far longer than the moment a test acts at (its first token): the demo
+#: model's context (256) less the prompts'.
+LONG_MAX_TOKENS = 200
+IDLE_TIMEOUT_S = 60.0
 
 
 def _complete(url: str, **body) -> dict:
@@ -108,3 +115,71 @@ def test_no_instance_left_is_a_503_with_an_openai_body(dying_upstream, start_rou
     assert response.status_code == 503
     assert response.json()["error"]["type"] == "service_unavailable_error"
     assert httpx.get(f"{router.url}/health").status_code == 503
+
+
+def _metric(url: str, name: str) -> float:
+    with httpx.Client(base_url=url) as client:
+        return scrape_metrics(client).get(name, 0.0)
+
+
+def _wait_until_idle(url: str) -> None:
+    """Return once the instance holds no running or waiting request (an abort is
+    handled by its engine loop, after the connection closed)."""
+    deadline = time.monotonic() + IDLE_TIMEOUT_S
+    while _metric(url, "vllm:num_requests_running") or _metric(url, "vllm:num_requests_waiting"):
+        assert time.monotonic() < deadline, f"{url} still runs a request after {IDLE_TIMEOUT_S} s"
+        time.sleep(0.05)
+
+
+def _stream_until_first_token(url: str, on_first_token, **body) -> list[dict]:
+    """Stream a long completion, call `on_first_token()` once its first event arrived,
+    then read on to the end: every event."""
+    events: list[dict] = []
+    long = {**GREEDY, "max_tokens": LONG_MAX_TOKENS, "stream": True, **body}
+    with httpx.stream("POST", f"{url}/v1/completions", json=long, timeout=60) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1 and on_first_token() is False:
+                    break
+    return events
+
+
+def test_affinity_keeps_a_session_on_one_real_instance(prefill_server, decode_server, start_router) -> None:
+    router = start_router("--backend", prefill_server.url, "--backend", decode_server.url, "--policy", "affinity")
+    urls = (prefill_server.url, decode_server.url)
+    before = [_generated(url) for url in urls]
+    for turn in range(4):  # a different prompt each turn: the session id alone decides
+        _complete(router.url, prompt=f"turn {turn}: tell me more", max_tokens=1, session_id="session-7")
+    assert sorted(_generated(url) - start for url, start in zip(urls, before)) == [0, 4]
+
+
+def test_a_client_leaving_mid_stream_frees_the_decode_instances_blocks(
+    prefill_server, decode_server, start_router
+) -> None:
+    router = start_router("--prefill", prefill_server.url, "--decode", decode_server.url)
+    before = _generated(decode_server.url)
+    _stream_until_first_token(router.url, lambda: False, prompt="leave after one token: " + PROMPT)
+    _wait_until_idle(decode_server.url)
+    # The request was cut short (not run to its end), and every block it held is free.
+    assert _generated(decode_server.url) - before < LONG_MAX_TOKENS
+    assert _metric(decode_server.url, "vllm:kv_cache_usage_perc") == 0.0
+    assert _metric(prefill_server.url, "vllm:kv_cache_usage_perc") == 0.0
+
+
+def test_a_decode_instance_killed_mid_stream_fails_its_request_cleanly_through_the_router(
+    prefill_server, doomed_decode_server, start_router
+) -> None:
+    doomed = doomed_decode_server
+    router = start_router("--prefill", prefill_server.url, "--decode", doomed.url, "--health-interval", "3600")
+    events = _stream_until_first_token(router.url, doomed.process.kill, prompt="killed mid-stream: " + PROMPT)
+    tokens, error = events[:-1], events[-1]
+    assert tokens and all(choice["finish_reason"] is None for event in tokens for choice in event["choices"])
+    assert error["error"]["code"] == 502 and doomed.url in error["error"]["message"]
+    # The prefill instance finished its part and holds no block for the lost request.
+    _wait_until_idle(prefill_server.url)
+    assert _metric(prefill_server.url, "vllm:kv_cache_usage_perc") == 0.0
+    with httpx.Client(base_url=router.url) as client:
+        metrics = scrape_metrics(client)
+    assert metrics[f"accord_router_instance_healthy[instance={doomed.url}][role=decode]"] == 0

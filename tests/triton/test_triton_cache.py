@@ -61,3 +61,28 @@ def test_concat_and_cache_mla_writes_what_the_reference_writes(triton_ops, refer
         ops.concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=0.25)
         caches[name] = kv_cache
     assert _same_bits(caches["triton"], caches["reference"])
+
+
+#: kv_convert's (source, destination) cache dtypes: up, down and across fp8 flavours.
+CONVERSIONS = (
+    (torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float8_e4m3fn),
+    (torch.float8_e4m3fn, torch.float8_e4m3fnuz),
+    (torch.float8_e4m3fnuz, torch.float16),
+)
+
+
+@pytest.mark.parametrize(("src_dtype", "dst_dtype"), CONVERSIONS)
+def test_kv_convert_writes_what_the_reference_writes_across_block_sizes(triton_ops, reference_ops, src_dtype, dst_dtype):
+    # Values past the fp8 range after the scales (the conversion must saturate them);
+    # within every source dtype's range (a cache writer saturates into fp8 too).
+    source = (_randn(4, 8, 16, seed=3) * 100).clamp(-200, 200).to(src_dtype)  # blocks of 8
+    src_slots, dst_slots = torch.tensor((30, 2, 17, 9)), torch.tensor(SLOTS)
+    caches = {}
+    for name, ops in (("triton", triton_ops), ("reference", reference_ops)):
+        destination = _poisoned((3, 4, 16), dst_dtype)  # blocks of 4
+        ops.kv_convert(source, destination, src_slots, dst_slots, src_scale=0.5, dst_scale=0.125)
+        caches[name] = destination
+    assert _same_bits(caches["triton"], caches["reference"])
+    assert (caches["triton"].view(12, -1)[1].float() == 3.0).all()  # slot 1 has no token

@@ -24,6 +24,7 @@ from typing import Any, Hashable
 
 import torch
 
+from ...op_contracts import OpDispatcher
 from .config import KVTransferConfig
 
 #: One layer's cache as the runner holds it: (key, value) for GQA, (latent,) for MLA,
@@ -138,12 +139,14 @@ class KVConnectorScheduler(ABC):
 
 class KVConnectorWorker(ABC):
     """The worker's half of a connector: moves KV between this rank's cache and the
-    connector's store."""
+    connector's store, through the backend's ops (`kv_convert` where the store holds
+    KV of another spec than this cache's)."""
 
-    def __init__(self, config: KVTransferConfig, block_size: int, rank: int) -> None:
+    def __init__(self, config: KVTransferConfig, block_size: int, rank: int, ops: OpDispatcher) -> None:
         self.config = config
         self.block_size = block_size
         self.rank = rank
+        self.ops = ops
         self.kv_caches: list[LayerCache] = []
         #: Requests whose load failed in the last step (their blocks hold no valid KV),
         #: with the error's text.

@@ -70,6 +70,24 @@ def offloading_config(size_gib: float) -> KVTransferConfig:
     )
 
 
+#: kv_connector_extra_config keys of the optional local-disk tier under the CPU tier:
+#: its directory, and its size in bytes (named like the CPU tier's).
+DISK_PATH_KEY = "disk_path"
+DISK_BYTES_KEY = "disk_bytes_to_use"
+
+
+def num_disk_blocks(config: KVTransferConfig, bytes_per_block: int) -> int:
+    """Blocks the disk tier holds (0: no disk tier configured)."""
+    extra = config.kv_connector_extra_config
+    if not extra.get(DISK_PATH_KEY):
+        return 0
+    size = int(extra.get(DISK_BYTES_KEY, 0))
+    blocks = size // bytes_per_block
+    if blocks < 1:
+        raise ValueError(f"the disk KV tier of {size} bytes ({DISK_BYTES_KEY}) holds no block of {bytes_per_block} bytes")
+    return blocks
+
+
 def num_cpu_blocks(config: KVTransferConfig, bytes_per_block: int) -> int:
     """Blocks the tier holds: its bytes over one block's bytes (at least one)."""
     size = int(config.kv_connector_extra_config.get(CPU_BYTES_KEY, 0))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .config import KVTransferConfig
 
 if TYPE_CHECKING:
+    from ...op_contracts import OpDispatcher
     from .base import KVConnectorScheduler, KVConnectorWorker
 
 #: Connector name -> (module, scheduler half, worker half).
@@ -40,6 +41,8 @@ def make_scheduler_connector(config: KVTransferConfig, block_size: int, bytes_pe
     return _halves(config)[0](config, block_size, bytes_per_block)
 
 
-def make_worker_connector(config: KVTransferConfig, block_size: int, rank: int) -> KVConnectorWorker:
-    """Rank `rank`'s worker half of the connector `config` names."""
-    return _halves(config)[1](config, block_size, rank)
+def make_worker_connector(
+    config: KVTransferConfig, block_size: int, rank: int, ops: OpDispatcher
+) -> KVConnectorWorker:
+    """Rank `rank`'s worker half of the connector `config` names, moving KV with `ops`."""
+    return _halves(config)[1](config, block_size, rank, ops)

@@ -10,6 +10,13 @@ a client cannot name another prompt's KV (the key a client sends back in
 kv_transfer_params is checked against the one computed here). A file is written under
 a temporary name and renamed, so a reader never sees half of one. Loads and saves run
 synchronously inside the step, on the step's own blocks.
+
+A file holds the KV in the producer's spec (its cache dtype, one token per row). A
+load goes through the backend's `kv_convert` op into this instance's cache, so a
+producer and a consumer whose cache dtypes or block sizes differ (a bf16 cache on one
+side, fp32 or fp8 on the other) still hand a prompt over; the per-token shape (heads
+and head size, or MLA's latent width) must agree, since that is the model's, not the
+cache's. accord's fp8 caches are written with scale 1.0, so both scales are 1.0.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from .base import (
     ScheduledChunk,
     TransferRequest,
 )
+from ...op_contracts import OpDispatcher
 from .config import KVTransferConfig
 
 logger = logging.getLogger("accord.kv_transfer")
@@ -137,8 +145,8 @@ class SharedStorageScheduler(KVConnectorScheduler):
 class SharedStorageWorker(KVConnectorWorker):
     """Copies tokens' KV between this rank's cache and the files, by slot."""
 
-    def __init__(self, config: KVTransferConfig, block_size: int, rank: int) -> None:
-        super().__init__(config, block_size, rank)
+    def __init__(self, config: KVTransferConfig, block_size: int, rank: int, ops: OpDispatcher) -> None:
+        super().__init__(config, block_size, rank, ops)
         self.root = storage_path(config)
         self._pending: dict[str, dict[str, torch.Tensor]] = {}
 
@@ -149,7 +157,9 @@ class SharedStorageWorker(KVConnectorWorker):
     def start_load_kv(self, metadata: KVConnectorMetadata) -> None:
         for load in metadata.loads:
             path = _file(self.root, load.key, self.rank)
-            slots = load.slots(self.block_size).to(self.kv_caches[0][0].device)
+            device = self.kv_caches[0][0].device
+            slots = load.slots(self.block_size).to(device)
+            rows = torch.arange(load.end - load.start, device=device)
             with safe_open(str(path), framework="pt") as stored:
                 for layer, cache in enumerate(self.kv_caches):
                     for index, tensor in enumerate(cache):
@@ -157,13 +167,22 @@ class SharedStorageWorker(KVConnectorWorker):
                         if name not in stored.keys():
                             raise ValueError(f"{path} holds no {name}: it was saved by a model with another KV layout")
                         part = stored.get_slice(name)[load.start : load.end]
-                        if part.dtype != tensor.dtype or tuple(part.shape[1:]) != tuple(tensor.shape[2:]):
+                        if tuple(part.shape[1:]) != tuple(tensor.shape[2:]):
                             raise ValueError(
-                                f"{path}: {name} is {part.dtype} {tuple(part.shape[1:])} per token, this cache "
-                                f"{tensor.dtype} {tuple(tensor.shape[2:])}; a cross-spec transfer needs kv_convert, "
-                                "which accord does not have yet"
+                                f"{path}: {name} is {tuple(part.shape[1:])} per token, this cache "
+                                f"{tuple(tensor.shape[2:])}: it was saved by a model with another KV layout"
                             )
-                        self._flat(tensor)[slots] = part.to(tensor.device)
+                        self._convert_into(part.to(device), tensor, rows, slots)
+
+    def _convert_into(
+        self, part: torch.Tensor, cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor
+    ) -> None:
+        """Write the file's `rows` of `part` [tokens, ...] into `cache`'s `slots`, in the
+        cache's spec: kv_convert over both seen as [blocks, block_size, width] (the file
+        as blocks of one token)."""
+        width = cache[0, 0].numel()
+        source = part.reshape(part.shape[0], 1, width)
+        self.ops.kv_convert(source, cache.view(cache.shape[0], cache.shape[1], width), rows, slots)
 
     def wait_for_layer_load(self, layer: int) -> None:
         """Loads are synchronous: done when start_load_kv returns."""

@@ -113,7 +113,7 @@ class ModelRunner:
         #: The worker half of a KV connector (None: no KV comes from or goes outside).
         self.kv_connector: KVConnectorWorker | None = (
             None if config.kv_transfer is None
-            else make_worker_connector(config.kv_transfer, self.block_size, rank)
+            else make_worker_connector(config.kv_transfer, self.block_size, rank, ops)
         )
 
     # -- KV cache ------------------------------------------------------------------

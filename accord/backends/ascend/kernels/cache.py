@@ -1,5 +1,5 @@
-"""reshape_and_cache on npu_scatter_pa_kv_cache (ND mode) and concat_and_cache_mla on
-npu_scatter_nd_update_. Neither operator takes a -1 padding slot (slots must lie in
+"""reshape_and_cache on npu_scatter_pa_kv_cache (ND mode), and concat_and_cache_mla and
+kv_convert on npu_scatter_nd_update_. Neither operator takes a -1 padding slot (slots must lie in
 [0, NB*BS)), so padding rows are dropped at the boundary before the call. An fp8 cache
 is written as the contract says (value / scale, saturated) in the cache's format:
 e4m3fn only, as Ascend has no e4m3fnuz."""
@@ -68,8 +68,41 @@ def concat_and_cache_mla(
     npu.npu_scatter_nd_update_(flat, slot_mapping.index_select(0, kept)[:, None], rows.contiguous())
 
 
+def kv_convert(
+    npu: Any,
+    src_cache: torch.Tensor,
+    dst_cache: torch.Tensor,
+    src_slots: torch.Tensor,
+    dst_slots: torch.Tensor,
+    src_scale: float,
+    dst_scale: float,
+) -> None:
+    """The rows gathered from their source slots and converted on the device (fp32,
+    the source's scale, then the contract's fp8 rule), then npu_scatter_nd_update_ into
+    the destination seen as [NB*BS, W] rows; fp8 rows travel as their int8 bytes."""
+    kept = _kept(dst_slots)
+    if kept.numel() == 0:
+        return
+    width = src_cache.shape[-1]
+    flat_src = src_cache.view(-1, width)
+    sources = src_slots.index_select(0, kept).long()
+    if src_cache.dtype == torch.float8_e4m3fn:
+        rows = flat_src.view(torch.int8).index_select(0, sources).view(src_cache.dtype).float() * src_scale
+    else:
+        rows = flat_src.index_select(0, sources).float()
+    rows = _stored(rows, dst_scale, dst_cache.dtype)
+    flat = dst_cache.view(-1, width)
+    if dst_cache.dtype == torch.float8_e4m3fn:
+        flat, rows = flat.view(torch.int8), rows.view(torch.int8)
+    else:
+        rows = rows.to(dst_cache.dtype)
+    npu.npu_scatter_nd_update_(flat, dst_slots.index_select(0, kept)[:, None], rows.contiguous())
+
+
 def register(kernels: KernelSet, npu: Any) -> None:
-    """Add the cache writers; fp8 caches are e4m3fn only."""
+    """Add the cache writers and kv_convert; fp8 caches are e4m3fn only."""
     claims = {"key_cache": CACHE_DTYPES, "value_cache": CACHE_DTYPES}
     kernels.register("reshape_and_cache", claims=claims)(partial(reshape_and_cache, npu))
     kernels.register("concat_and_cache_mla", claims={"kv_cache": CACHE_DTYPES})(partial(concat_and_cache_mla, npu))
+    convert_claims = {"src_cache": CACHE_DTYPES, "dst_cache": CACHE_DTYPES}
+    kernels.register("kv_convert", claims=convert_claims)(partial(kv_convert, npu))

@@ -1,6 +1,7 @@
 """KV cache writers: reshape_and_cache (GQA key and value caches) and
 concat_and_cache_mla (MLA's latent cache): a row copy per token in C where built, else
-one index_copy_ per cache."""
+one index_copy_ per cache; and kv_convert, one gather, conversion and index_copy_ per
+cache between two KV specs."""
 
 from __future__ import annotations
 
@@ -66,3 +67,34 @@ def concat_and_cache_mla(
 ) -> None:
     """Write concat(kv_c, k_pe) of each token into its latent cache slot."""
     _write_slots(kv_cache, *_kept_slots(slot_mapping), torch.cat([kv_c, k_pe], dim=-1), scale)
+
+
+def _source_rows(src_cache: torch.Tensor, sources: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """The rows of `src_cache` at flat slots `sources`, ready for a cache of `dtype`:
+    as they are for the same float dtype, else in fp32 (times `scale` from fp8)."""
+    flat = src_cache.view(-1, src_cache.shape[-1])
+    if src_cache.dtype not in FP8_DTYPES:
+        rows = flat.index_select(0, sources)
+        return rows if rows.dtype == dtype else rows.float()
+    # index_select has no fp8 kernel on CPU; the bytes are the same as uint8.
+    rows = flat.view(torch.uint8).index_select(0, sources).view(src_cache.dtype).float()
+    return rows.mul_(torch.tensor(scale, dtype=torch.float32))
+
+
+@KERNELS.register("kv_convert")
+def kv_convert(
+    src_cache: torch.Tensor,
+    dst_cache: torch.Tensor,
+    src_slots: torch.Tensor,
+    dst_slots: torch.Tensor,
+    src_scale: float,
+    dst_scale: float,
+) -> None:
+    """Copy each token's row from its source slot to its destination slot, converted
+    to the destination's dtype (and fp8 scale) in fp32 and rounded once."""
+    slots, keep = _kept_slots(dst_slots)
+    sources = src_slots.long() if keep is None else src_slots.long()[keep]
+    rows = _source_rows(src_cache, sources, src_scale, dst_cache.dtype)
+    if dst_cache.dtype not in FP8_DTYPES:
+        rows = rows.to(dst_cache.dtype)
+    _write_slots(dst_cache, slots, None, rows, dst_scale)

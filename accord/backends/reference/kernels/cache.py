@@ -1,10 +1,11 @@
 """Reference KV cache writers: reshape_and_cache (GQA key and value caches) and
-concat_and_cache_mla (MLA's latent cache)."""
+concat_and_cache_mla (MLA's latent cache), and kv_convert between two caches' specs."""
 
 from __future__ import annotations
 
 import torch
 
+from ....op_contracts import FP8_DTYPES
 from . import _fp8
 from ._registry import KERNELS
 
@@ -40,3 +41,19 @@ def concat_and_cache_mla(
     scale: float,
 ) -> None:
     _write_slots(kv_cache, slot_mapping, torch.cat([kv_c, k_pe], dim=-1), scale)
+
+
+@KERNELS.register("kv_convert")
+def kv_convert(
+    src_cache: torch.Tensor,
+    dst_cache: torch.Tensor,
+    src_slots: torch.Tensor,
+    dst_slots: torch.Tensor,
+    src_scale: float,
+    dst_scale: float,
+) -> None:
+    valid = dst_slots.long() >= 0
+    rows = src_cache.view(-1, src_cache.shape[-1])[src_slots.long()[valid]].float()
+    if src_cache.dtype in FP8_DTYPES:
+        rows = rows * torch.tensor(src_scale, dtype=torch.float32)
+    _write_slots(dst_cache, dst_slots[valid], rows, dst_scale)

@@ -1,6 +1,7 @@
 """KV cache writers: reshape_and_cache (GQA key and value caches) and
 concat_and_cache_mla (MLA's latent cache). One kernel copies a token's row into its
-slot; the MLA writer launches it twice, for the latent and the rope columns."""
+slot; the MLA writer launches it twice, for the latent and the rope columns. kv_convert
+copies a token's row between two caches of different specs, converting in fp32."""
 
 from __future__ import annotations
 
@@ -71,3 +72,43 @@ def concat_and_cache_mla(
     """Store concat(kv_c, k_pe) of each token at its slot of the latent cache."""
     _write_slots(kv_c, kv_cache, slot_mapping, scale)
     _write_slots(k_pe, kv_cache, slot_mapping, scale, column=kv_c.shape[1])
+
+
+@triton.jit
+def _convert_slot_kernel(
+    src_ptr, dst_ptr, src_slots_ptr, dst_slots_ptr, width, src_scale, dst_scale,
+    SRC_FP8: tl.constexpr, DST_FP8: tl.constexpr, BLOCK: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    destination = tl.load(dst_slots_ptr + token).to(tl.int64)
+    if destination >= 0:  # a negative slot is padding
+        source = tl.load(src_slots_ptr + token).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < width
+        row = tl.load(src_ptr + source * width + cols, mask=mask).to(tl.float32)
+        if SRC_FP8:
+            row = row * src_scale
+        if DST_FP8:
+            row = tl.div_rn(row, dst_scale)  # IEEE division, as the contract says
+        store_rounded(dst_ptr + destination * width + cols, row, mask)
+
+
+@KERNELS.register("kv_convert")
+def kv_convert(
+    src_cache: torch.Tensor,
+    dst_cache: torch.Tensor,
+    src_slots: torch.Tensor,
+    dst_slots: torch.Tensor,
+    src_scale: float,
+    dst_scale: float,
+) -> None:
+    """Copy each token's row from its source slot to its destination slot, converted
+    in fp32 and rounded once to the destination's dtype (saturated into fp8)."""
+    tokens, width = dst_slots.shape[0], src_cache.shape[-1]
+    if not tokens or not width:
+        return
+    block = min(1024, triton.next_power_of_2(width))
+    _convert_slot_kernel[(tokens, triton.cdiv(width, block))](
+        src_cache, dst_cache, src_slots, dst_slots, width, src_scale, dst_scale,
+        SRC_FP8=src_cache.dtype in FP8_DTYPES, DST_FP8=dst_cache.dtype in FP8_DTYPES, BLOCK=block,
+    )
