@@ -36,10 +36,12 @@ DRAFT_STREAM = 0x9E3779B97F4A7C15
 @dataclass(frozen=True)
 class TargetStep:
     """The target's step, as a drafter reads it once its tokens have landed: the
-    flattened batch, the target's final hidden states of its rows, and where each
-    request's rows start (requests in batch order, their tokens appended)."""
+    flattened batch, the target's hidden states of its rows, and where each request's
+    rows start (requests in batch order, their tokens appended)."""
 
     flat: FlatBatch
+    #: The final hidden states [T, H]; for a drafter with `feature_layers` (EAGLE-3),
+    #: the residual stream entering those layers instead, concatenated [T, n * H].
     hidden: torch.Tensor
     requests: Sequence[CachedRequestState]
     #: Each request's first position this step (its computed tokens before it).
@@ -76,8 +78,11 @@ class ModelDrafter:
     says how it reads the target's step and runs one drafting forward."""
 
     #: How far the KV position of a drafting forward lags its input token's position: 0
-    #: for a draft model (token t_i at position i), 1 for MTP (t_{i+1} at position i).
+    #: for a draft model (token t_i at position i), 1 for a head (t_{i+1} at position i).
     lag = 0
+    #: The target's layers whose input residual stream the drafter reads (EAGLE-3's
+    #: features; none: the final hidden states, if anything).
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, num_speculative_tokens: int, step_inputs: StepInputs, rng: random.Random) -> None:
         self.k = num_speculative_tokens
