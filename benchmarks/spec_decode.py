@@ -10,6 +10,10 @@ over drafted tokens) and the mean tokens each request gets per step.
 
 `--draft-model` adds a draft_model mode (a smaller model with the target's vocabulary),
 `--mtp` an mtp mode (a DeepSeek-V3 target whose checkpoint carries MTP layers).
+`--llama-server BIN` adds llama.cpp's llama-server on the same GGUF and prompts at batch
+1, once per `--llama-mode NAME=FLAGS` (its speculation flags; default: none, and n-gram
+lookup), as benchmarks/spec_decode_llama_server.py measures it. Each row carries the
+host's 1-minute load average when the mode ended.
 
 The greedy outputs of every mode are compared with those without speculation, and a
 difference is printed (it would be a bug: greedy speculation is lossless).
@@ -18,7 +22,9 @@ difference is printed (it would be a bug: greedy speculation is lossless).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import shlex
 import time
 
 from spec_decode_prompts import prompt_set
@@ -28,6 +34,9 @@ MODES = {
     "ngram k=4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
     "suffix k=8": {"method": "suffix", "num_speculative_tokens": 8},
 }
+#: llama-server's modes by default: no speculation, and its n-gram speculation over
+#: the context (`--spec-type ngram-simple`: a draft from the latest earlier copy of the tail).
+LLAMA_MODES = ["off=", "ngram=--spec-type ngram-simple --draft-max 8"]
 
 
 def cpu_name() -> str:
@@ -64,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--draft-model", default=None, help="also measure draft_model k=4 with this draft")
     parser.add_argument("--mtp", action="store_true", help="also measure mtp k=1 (the target has MTP layers)")
+    parser.add_argument("--llama-server", default=None, help="also measure llama.cpp's llama-server binary (batch 1)")
+    parser.add_argument("--llama-mode", action="append", default=None,
+                        help="NAME=FLAGS: a llama-server mode, its speculation flags (repeatable)")
     args = parser.parse_args(argv)
     modes = dict(MODES)
     if args.draft_model:
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [conversation for _, conversation in prompt_set(args.seed)]
     print(f"{model}; {cpu_name()}, {torch.get_num_threads()} torch thread(s); {len(prompts)} prompts, "
           f"{args.tokens} greedy tokens each")
-    print(f"{'batch':>5} {'mode':>12} {'tok/s':>8} {'speed-up':>8} {'accepted/drafted':>17} {'tokens/step':>11}")
+    print(f"{'batch':>5} {'mode':>18} {'tok/s':>8} {'speed-up':>8} {'accepted/drafted':>17} {'tokens/step':>11} {'load':>5}")
     for batch in args.batch:
         conversations = (prompts * -(-batch // len(prompts)))[: max(batch, len(prompts))] if batch > 1 else prompts
         baseline_speed, baseline_outputs = None, None
@@ -102,9 +114,30 @@ def main(argv: list[str] | None = None) -> int:
             elif outputs != baseline_outputs:
                 print(f"  ! {mode}: greedy outputs differ from those without speculation")
             rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
-            print(f"{batch:>5} {mode:>12} {speed:>8.1f} {speed / baseline_speed:>7.2f}x {rate:>17} {per_step:>11.2f}")
+            print(f"{batch:>5} {mode:>18} {speed:>8.1f} {speed / baseline_speed:>7.2f}x {rate:>17} {per_step:>11.2f} "
+                  f"{os.getloadavg()[0]:>5.1f}", flush=True)
             llm.llm_engine.shutdown()
+        if args.llama_server and batch == 1:
+            llama_rows(args, model, prompts, baseline_speed)
     return 0
+
+
+def llama_rows(args: argparse.Namespace, model: str, prompts: list, accord_speed: float) -> None:
+    """llama-server's rows at batch 1: each mode's tok/s, its speed-up over its own mode
+    without speculation (the first), and (in brackets) its tok/s over accord's without."""
+    from spec_decode_llama_server import measure
+
+    threads = args.threads or 1
+    baseline = None
+    for entry in args.llama_mode or LLAMA_MODES:
+        name, _, flags = entry.partition("=")
+        speed, _, drafted, accepted = measure(args.llama_server, model, prompts, args.tokens, threads,
+                                              shlex.split(flags))
+        baseline = baseline or speed
+        rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
+        label = f"llama-server {name}"
+        print(f"{1:>5} {label:>18} {speed:>8.1f} {speed / baseline:>7.2f}x {rate:>17} {'':>11} "
+              f"{os.getloadavg()[0]:>5.1f}  ({speed / accord_speed:.2f}x accord off)", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .kv_transfer.config import KVTransferConfig, offloading_config
 from .kv_transfer.factory import check_connector
-from .spec_decode.config import SpeculativeConfig
+from .spec_decode.config import HEAD_METHODS, SpeculativeConfig
 
 #: KV cache bytes on a CPU when `kv_cache_memory` is not given (vLLM-CPU's default
 #: VLLM_CPU_KVCACHE_SPACE is 4 GiB too).
@@ -193,7 +193,7 @@ class EngineConfig:
     speculative_config: dict | None = setting(
         None, help="speculative decoding as JSON, vLLM's keys: {\"method\": \"ngram\" or \"suffix\", "
         "\"num_speculative_tokens\": k, \"prompt_lookup_min\": .., \"prompt_lookup_max\": .., "
-        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; also \"draft_model\" with \"model\": DIR, and \"mtp\"; eagle is refused)",
+        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; also \"draft_model\", \"eagle\" and \"eagle3\" with \"model\": DIR, and \"mtp\")",
         default_help="off", aliases=("-sc",),
     )
     enable_lora: bool = setting(
@@ -236,10 +236,10 @@ class EngineConfig:
         self.speculative: SpeculativeConfig | None = (
             None if self.speculative_config is None else SpeculativeConfig.parse(self.speculative_config)
         )
-        if self.speculative is not None and self.speculative.method == "mtp" and self.world_size > 1:
+        if self.speculative is not None and self.speculative.method in HEAD_METHODS and self.world_size > 1:
             raise ValueError(
-                "speculative_config.method 'mtp' with tensor_parallel_size or data_parallel_size > 1 is not "
-                "supported yet (the MTP layer runs on the driver rank only)"
+                f"speculative_config.method {self.speculative.method!r} with tensor_parallel_size or "
+                "data_parallel_size > 1 is not supported yet (the head runs on the driver rank only)"
             )
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")

@@ -61,10 +61,17 @@ def test_a_draft_model_config_takes_vllms_keys() -> None:
         "draft_model", "/draft", 3, 3)
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle3", "medusa"])
-def test_a_method_accord_does_not_run_is_refused_by_name(method: str) -> None:
-    with pytest.raises(ValueError, match=f"method '{method}' is not supported"):
-        EngineConfig(model="m", speculative_config={"method": method, "num_speculative_tokens": 2})
+def test_a_method_accord_does_not_run_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="method 'medusa' is not supported"):
+        EngineConfig(model="m", speculative_config={"method": "medusa", "num_speculative_tokens": 2})
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_an_eagle_config_takes_the_heads_directory_in_model(method: str) -> None:
+    spec = config(method=method, num_speculative_tokens=3, model="/head")
+    assert (spec.method, spec.model, spec.num_lookahead_tokens) == (method, "/head", 3)
+    with pytest.raises(ValueError, match=f"speculative_config.model is required with method '{method}'"):
+        config(method=method, num_speculative_tokens=3)
 
 
 def test_the_flag_takes_json() -> None:
@@ -81,6 +88,7 @@ def test_the_flag_refuses_what_is_not_a_json_object(text: str) -> None:
     assert "--speculative-config" in errors.getvalue()
 
 
-def test_mtp_on_several_ranks_is_refused() -> None:
-    with pytest.raises(ValueError, match="'mtp' with tensor_parallel_size"):
-        EngineConfig(model="m", tensor_parallel_size=2, speculative_config={"method": "mtp", "num_speculative_tokens": 1})
+@pytest.mark.parametrize("extra", [{"method": "mtp"}, {"method": "eagle3", "model": "/head"}])
+def test_a_head_on_several_ranks_is_refused(extra: dict) -> None:
+    with pytest.raises(ValueError, match=f"'{extra['method']}' with tensor_parallel_size"):
+        EngineConfig(model="m", tensor_parallel_size=2, speculative_config={**extra, "num_speculative_tokens": 1})

@@ -1,5 +1,6 @@
 """Sampling with speculation draws from the distribution sampling without it draws from:
-at temperature 0.8 with top-p 0.9, over many seeds, the tokens at the positions drafts
+at temperature 0.8 with top-k 8 and top-p 0.9 (which the draft model's drafts follow
+too), over many seeds, the tokens at the positions drafts
 were checked for are indistinguishable (a two-sample chi-square test) from those of the
 engine without speculation."""
 
@@ -50,7 +51,7 @@ def homogeneity_p_value(first: list[int], second: list[int]) -> float:
 
 def draws(llm) -> list[list[int]]:
     prompts = [{"prompt_token_ids": PROMPT}] * DRAWS
-    params = [SamplingParams(max_tokens=3, temperature=0.8, top_p=0.9, seed=seed) for seed in range(DRAWS)]
+    params = [SamplingParams(max_tokens=3, temperature=0.8, top_k=8, top_p=0.9, seed=seed) for seed in range(DRAWS)]
     return [output.outputs[0].token_ids for output in llm.generate(prompts, params, use_tqdm=False)]
 
 
@@ -64,7 +65,8 @@ def test_sampled_tokens_are_distributed_as_without_speculation(counting_llama_di
                                                                draws_without_speculation, method, request) -> None:
     config = {"method": method, "num_speculative_tokens": 2}
     if method == "draft_model":
-        # The draft draws its drafts from its own distribution, handed to the check with them.
+        # The draft draws its drafts from its own distribution under the request's
+        # filters, handed to the check with them.
         config["model"] = str(request.getfixturevalue("counting_draft_dir"))
     spec = make_llm(counting_llama_dir, speculative_config=config, **ENGINE)
     with_spec = draws(spec)

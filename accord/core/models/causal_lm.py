@@ -111,11 +111,22 @@ class CausalLM:
         kv_caches: Sequence[LayerKVCache],
     ) -> torch.Tensor:
         """Final hidden states [T, H] of one flattened step (writes its K/V to the caches)."""
+        return self.forward_features(input_ids, positions, attn, kv_caches, ())[0]
+
+    def forward_features(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+        kv_caches: Sequence[LayerKVCache], feature_layers: Sequence[int],
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The final hidden states [T, H] and the residual stream [T, H] entering each of
+        `feature_layers` (in that order; the features an EAGLE-3 head reads)."""
         hidden, residual = self.embedding(input_ids), None
-        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+        entering: dict[int, torch.Tensor] = {}
+        for index, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches, strict=True)):
+            if index in feature_layers:
+                entering[index] = hidden if residual is None else hidden + residual
             hidden, residual = layer(positions, hidden, residual, attn, kv_cache)
         hidden, _ = self.norm(hidden, residual)
-        return hidden
+        return hidden, [entering[index] for index in feature_layers]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [N, V] in fp32 for the rows of `hidden` [N, H] that need sampling; under

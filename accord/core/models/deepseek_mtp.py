@@ -15,6 +15,7 @@ The checkpoint's copies of the embedding and the head (`embed_tokens`,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -28,6 +29,9 @@ from .weights import WeightLoader
 
 class MtpLayer:
     """One MTP layer over its own latent KV cache, on the target's embedding and head."""
+
+    #: It reads the target's final hidden states (no other layer's features).
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, target: CausalLM, enorm: RMSNorm, hnorm: RMSNorm, eh_proj: Linear, layer: DecoderLayer,
                  head_norm: RMSNorm) -> None:
@@ -56,19 +60,23 @@ class MtpLayer:
         eh_proj = weights.linear([f"{prefix}.eh_proj"], 2 * hidden, [hidden])
         return cls(target, norm("enorm"), norm("hnorm"), eh_proj, layer, norm("shared_head.norm"))
 
-    def kv_cache_spec(self) -> KVCacheSpec:
-        """Its attention's latent cache entry per token."""
-        return self.layer.attention.kv_cache_spec()
+    def kv_cache_specs(self) -> list[KVCacheSpec]:
+        """Its attention's latent cache (one layer)."""
+        return [self.layer.attention.kv_cache_spec()]
+
+    def target_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The h_i it reads: the target's final hidden states, as they are."""
+        return hidden
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, previous_hidden: torch.Tensor,
-                attn: AttentionMetadata, kv_cache: LayerKVCache) -> torch.Tensor:
+                attn: AttentionMetadata, kv_caches: Sequence[LayerKVCache]) -> torch.Tensor:
         """h' [T, H] of the tokens `input_ids` (t_{i+1}) after the hidden states
         `previous_hidden` (h_i) at `positions` (i); writes this layer's latents."""
         embeds = self.target.embedding(input_ids)
         # Position 0 has no token before it that the layer was trained to see (vLLM's masking).
         embeds = torch.where((positions == 0)[:, None], torch.zeros_like(embeds), embeds)
         x = self.eh_proj(torch.cat([self.enorm(embeds), self.hnorm(previous_hidden)], dim=-1))
-        out, residual = self.layer(positions, x, None, attn, kv_cache)
+        out, residual = self.layer(positions, x, None, attn, kv_caches[0])
         return out + residual
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

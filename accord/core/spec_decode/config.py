@@ -9,13 +9,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 #: The proposers accord runs.
-BUILT_METHODS = ("ngram", "suffix", "draft_model", "mtp")
+BUILT_METHODS = ("ngram", "suffix", "draft_model", "mtp", "eagle", "eagle3")
 #: The methods that draft with a model of their own (its KV cache in the target's blocks).
-MODEL_METHODS = ("draft_model", "mtp")
+MODEL_METHODS = ("draft_model", "mtp", "eagle", "eagle3")
+#: The methods whose model is a head over the target's hidden states, run on the
+#: driver rank over the target's embedding or head (so one rank only, for now).
+HEAD_METHODS = ("mtp", "eagle", "eagle3")
+#: The methods whose model is a directory of its own, named by `model`.
+DIRECTORY_METHODS = ("draft_model", "eagle", "eagle3")
 #: vLLM's other methods: refused by name at start (never silently ignored), with why.
 NOT_BUILT_METHODS = {
-    "eagle": "EAGLE heads are not built yet",
-    "eagle3": "EAGLE-3 heads are not built yet",
     "medusa": "Medusa heads are not built",
 }
 
@@ -33,7 +36,8 @@ class SpeculativeConfig:
     of them agree; draft_model runs the smaller model in `model` (same vocabulary)
     `num_speculative_tokens` times after each step, unsharded
     (`draft_tensor_parallel_size` 1); mtp runs the checkpoint's multi-token-prediction
-    layer (DeepSeek-V3) over the target's hidden states. Requests stop getting proposals while at least
+    layer (DeepSeek-V3) over the target's hidden states, eagle and eagle3 the EAGLE head
+    in `model` over them (EAGLE-3: over three of its layers' features). Requests stop getting proposals while at least
     `disable_by_batch_size` requests run.
     """
 
@@ -107,12 +111,17 @@ class SpeculativeConfig:
             )
         if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
             raise ValueError(f"speculative_config.disable_by_batch_size must be at least 1, got {self.disable_by_batch_size}")
-        if self.method == "draft_model" and self.model is None:
-            raise ValueError("speculative_config.model is required with method 'draft_model' (the draft's directory)")
-        if self.method != "draft_model":
+        if self.method in DIRECTORY_METHODS and self.model is None:
+            raise ValueError(
+                f"speculative_config.model is required with method {self.method!r} (the draft's or head's directory)"
+            )
+        if self.method not in DIRECTORY_METHODS:
             for name in ("model", "draft_tensor_parallel_size"):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"speculative_config.{name} is only taken with method 'draft_model', not {self.method!r}")
+                    raise ValueError(
+                        f"speculative_config.{name} is only taken with methods {', '.join(DIRECTORY_METHODS)}, "
+                        f"not {self.method!r}"
+                    )
         if self.draft_tensor_parallel_size not in (None, 1):
             raise ValueError(
                 f"speculative_config.draft_tensor_parallel_size must be 1 (the draft runs unsharded on the "

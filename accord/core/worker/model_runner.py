@@ -34,14 +34,13 @@ from .input_batch import CachedRequestState, InputBatch
 from ..kv_transfer.base import KVConnectorWorker
 from ..kv_transfer.factory import make_worker_connector
 from ..models import CausalLM
-from ..models.deepseek_mtp import MtpLayer
 from ..lora.slots import LoRASlots
 from ..models.layers.mlp import worst_case_expert_load
 from .rejection_sampler import RejectionSampler
 from .sampler import SampledTokens, Sampler, prompt_logprobs
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
 from ..spec_decode.proposers import Proposer, make_proposer, speculates
-from .drafting import ModelDrafter, make_drafter
+from .drafting import DraftHead, ModelDrafter, make_drafter
 from .drafting.base import TargetStep
 from .step_inputs import INDEX_DTYPE, FlatBatch, StepInputs
 from ..structured_output import GrammarBitmask
@@ -63,7 +62,7 @@ class ModelRunner:
         is_driver: bool = True,
         rank: int = 0,
         parallel: ParallelContext | None = None,
-        drafting_model: CausalLM | MtpLayer | None = None,
+        drafting_model: CausalLM | DraftHead | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -104,6 +103,8 @@ class ModelRunner:
             self.drafter = make_drafter(speculative, drafting_model, drafter_inputs, self.sampler.rng)
         #: The distributions the draft model drew the last proposals from, by request.
         self._draft_probs: dict[str, torch.Tensor | None] = {}
+        #: The last step's target features the drafter reads (EAGLE-3; None: its hidden states).
+        self._features: torch.Tensor | None = None
         #: The captured decode steps (None: every step runs eagerly).
         self.decode_graphs: DecodeGraphs | None = None
         # The last step's token counts, kept so a failed step can be re-run in parts.
@@ -293,11 +294,26 @@ class ModelRunner:
     ) -> tuple[torch.Tensor, FlatBatch]:
         """Hidden states of the step's new tokens: a captured graph's replay for a
         pure-decode step whose bucket was captured, else an eager forward (with each
-        request's LoRA slot in `lora_slots` when LoRA is on)."""
+        request's LoRA slot in `lora_slots` when LoRA is on). When the drafter reads the
+        target's features (EAGLE-3), they are kept in `self._features`."""
         batch, graphs = self.input_batch, self.decode_graphs
-        decode = graphs is not None and int(num_new.max()) == 1 and graphs.replays_batch(len(num_new))
+        feature_layers = self.drafter.feature_layers if self.drafter is not None else ()
+        decode = (graphs is not None and not feature_layers and int(num_new.max()) == 1
+                  and graphs.replays_batch(len(num_new)))
         flat = self.step_inputs.flatten(batch.token_ids_np, batch.block_table_np, rows, num_computed, num_new,
                                         full_width=decode, lora_slots=lora_slots)
+        if feature_layers:
+            # An eager forward that also returns the residual stream at those layers.
+            if self.lora is not None:
+                self.lora.batch.slot_ids = flat.lora_slot_ids
+            try:
+                hidden, features = self.model.forward_features(flat.input_ids, flat.positions, flat.attn,
+                                                               self.kv_caches, feature_layers)
+            finally:
+                if self.lora is not None:
+                    self.lora.batch.slot_ids = None
+            self._features = torch.cat(features, dim=-1)
+            return hidden, flat
         if decode:
             inputs = {"input_ids": flat.input_ids, "positions": flat.positions, "slot_mapping": flat.attn.slot_mapping,
                       "block_tables": flat.attn.block_tables, "seq_lens": flat.attn.seq_lens}
@@ -404,7 +420,8 @@ class ModelRunner:
             batch.append_tokens(sampling, rows, num_tokens, output.sampled_token_ids)
         if self.drafter is not None:
             # Every step: the drafter's KV follows the target's, prompt chunks included.
-            step = TargetStep(flat, hidden, states, num_computed, num_new)
+            features = hidden if self._features is None else self._features
+            step = TargetStep(flat, features, states, num_computed, num_new)
             output.draft_token_ids = self._propose_with_model(step, [states[b] for b in samplers])
         elif self.proposer is not None and len(samplers):
             output.draft_token_ids = self._propose([states[b] for b in samplers])

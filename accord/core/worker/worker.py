@@ -18,6 +18,8 @@ from .contract_ops import refuse_batch_variant_ops, worker_contract_ops
 from .model_runner import ModelRunner
 from ..model_loader.load import load_model
 from ..models import CausalLM
+from ..models.eagle import load_eagle_head
+from .drafting import DraftHead
 from ..sched.output import ModelRunnerOutput, SchedulerOutput
 
 logger = logging.getLogger("accord.worker")
@@ -84,13 +86,17 @@ class Worker:
         self.runner = ModelRunner(
             config, backend, self.ops, loaded.model, loaded.config.dtype, self.max_model_len, self.parallel.is_driver,
             rank=rank, parallel=self.parallel,
-            drafting_model=(loaded.mtp or self._load_draft(loaded.config)) if self.parallel.is_driver else None,
+            drafting_model=(loaded.mtp or self._load_draft(loaded.config, loaded.model)) if self.parallel.is_driver else None,
         )
 
-    def _load_draft(self, target: ModelConfig) -> CausalLM | None:
-        """speculative_config's draft model (None: no draft_model method), unsharded, on
-        this rank's backend in the target's dtype; a different vocabulary is refused."""
+    def _load_draft(self, target: ModelConfig, target_model: CausalLM) -> CausalLM | DraftHead | None:
+        """speculative_config's draft model or EAGLE head (None: neither method),
+        unsharded, on this rank's backend in the target's dtype; a draft model of another
+        vocabulary, or a head of other sizes than the target's, is refused."""
         speculative = self.config.speculative
+        if speculative is not None and speculative.method in ("eagle", "eagle3"):
+            return load_eagle_head(speculative.method, speculative.model, self.ops, target.dtype,  # type: ignore[arg-type]
+                                   target_model, target)
         if speculative is None or speculative.method != "draft_model":
             return None
         draft = load_model(speculative.model, self.ops, dtype=target.dtype, compute_dtype=self.backend.compute_dtype)  # type: ignore[arg-type]

@@ -47,9 +47,11 @@ class GQAAttention:
 
     @classmethod
     def load(
-        cls, weights: WeightLoader, prefix: str, config: ModelConfig, layer: int, rotary: RotaryEmbedding
+        cls, weights: WeightLoader, prefix: str, config: ModelConfig, layer: int, rotary: RotaryEmbedding,
+        input_size: int | None = None,
     ) -> GQAAttention:
-        """The attention of decoder layer `layer` from `prefix.{q,k,v,o}_proj` (+ q/k norms).
+        """The attention of decoder layer `layer` from `prefix.{q,k,v,o}_proj` (+ q/k norms),
+        q/k/v over `input_size` features (default the hidden size; EAGLE-3's layer reads 2H).
         Under tensor parallelism this rank holds its query heads and their key/value heads
         (replicated when there are fewer than ranks; see head_shards); o_proj sums over
         the ranks."""
@@ -57,7 +59,7 @@ class GQAAttention:
         q_shard, kv_shard = head_shards(weights.parallel, heads, kv_heads)
         qkv = weights.linear(
             [f"{prefix}.q_proj", f"{prefix}.k_proj", f"{prefix}.v_proj"],
-            config.hidden_size,
+            input_size or config.hidden_size,
             [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim],
             bias=config.attention_bias,
             shards=[q_shard, kv_shard, kv_shard],

@@ -9,9 +9,11 @@ writes its drafts' KV into the request's lookahead slots (the scheduler allocate
 `num_lookahead_tokens` past each step), which the next step's forward writes over.
 
 Greedy requests draft the drafter's argmax. Sampled ones draw each draft from the
-drafter's tempered distribution q (no top-k/top-p: the check is lossless for any q the
-draft is drawn from, and q goes to rejection_sample with the draft), from a generator of
-their own, so the draws are independent of the check's uniforms.
+drafter's distribution q under the request's own temperature, top-k, top-p and min-p
+(the check is lossless for any q the draft is drawn from, and q goes to
+rejection_sample with the draft; filtered as the target's p is, q proposes no token the
+check would always reject), from a generator of their own, so the draws are independent
+of the check's uniforms.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from ..attention import KVCacheSpec, LayerKVCache
 from ..input_batch import CachedRequestState, InputBatch
+from ...sampling_params import SamplingParams
 from ..sampler import draw_seed, step_seed
 from ..step_inputs import FlatBatch, StepInputs
 
@@ -36,10 +39,12 @@ DRAFT_STREAM = 0x9E3779B97F4A7C15
 @dataclass(frozen=True)
 class TargetStep:
     """The target's step, as a drafter reads it once its tokens have landed: the
-    flattened batch, the target's final hidden states of its rows, and where each
-    request's rows start (requests in batch order, their tokens appended)."""
+    flattened batch, the target's hidden states of its rows, and where each request's
+    rows start (requests in batch order, their tokens appended)."""
 
     flat: FlatBatch
+    #: The final hidden states [T, H]; for a drafter with `feature_layers` (EAGLE-3),
+    #: the residual stream entering those layers instead, concatenated [T, n * H].
     hidden: torch.Tensor
     requests: Sequence[CachedRequestState]
     #: Each request's first position this step (its computed tokens before it).
@@ -76,8 +81,11 @@ class ModelDrafter:
     says how it reads the target's step and runs one drafting forward."""
 
     #: How far the KV position of a drafting forward lags its input token's position: 0
-    #: for a draft model (token t_i at position i), 1 for MTP (t_{i+1} at position i).
+    #: for a draft model (token t_i at position i), 1 for a head (t_{i+1} at position i).
     lag = 0
+    #: The target's layers whose input residual stream the drafter reads (EAGLE-3's
+    #: features; none: the final hidden states, if anything).
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, num_speculative_tokens: int, step_inputs: StepInputs, rng: random.Random) -> None:
         self.k = num_speculative_tokens
@@ -149,11 +157,11 @@ class ModelDrafter:
     def _draw(self, logits: torch.Tensor, requests: list[CachedRequestState], generators: dict[int, torch.Generator],
               active: np.ndarray, probs: list[list[torch.Tensor]]) -> list[int]:
         """Each request's draft from its logits row: the argmax, or (sampled requests) a
-        draw from the tempered distribution, which is kept in `probs`."""
+        draw from the request's sampling distribution of the row, which is kept in `probs`."""
         tokens = logits.argmax(dim=-1).tolist()
         for i, (b, state) in enumerate(zip(active, requests)):
             if not state.params.greedy:
-                q = torch.softmax(logits[i].float() / state.params.temperature, dim=-1).cpu()
+                q = draft_distribution(logits[i], state.params).cpu()
                 tokens[i] = int(torch.multinomial(q, 1, generator=generators[b]))
                 probs[b].append(q)
         return tokens
@@ -167,3 +175,27 @@ class ModelDrafter:
         if state.params.max_tokens is not None:
             room = min(room, state.params.max_tokens - state.num_output_tokens - 1)
         return max(0, room)
+
+
+def draft_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """[V] fp32: softmax(logits / temperature) under `params`' top-k, top-p and min-p, in
+    that order, each renormalised (the sample contract's filters: top-k keeps what ties
+    the k-th largest, top-p each token whose more likely predecessors hold less than
+    top_p, in a stable order, min-p what reaches min_p times the largest)."""
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if params.top_k > 0:
+        kth = probs.topk(min(params.top_k, probs.numel())).values[-1]
+        probs = _kept(probs, probs >= kth)
+    if params.top_p < 1.0:
+        ordered, order = probs.sort(descending=True, stable=True)
+        keep = torch.empty_like(probs, dtype=torch.bool)
+        keep[order] = (ordered.cumsum(0) - ordered) < params.top_p
+        probs = _kept(probs, keep)
+    if params.min_p > 0.0:
+        probs = _kept(probs, probs >= params.min_p * probs.max())
+    return probs
+
+
+def _kept(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    kept = probs * keep
+    return kept / kept.sum()
