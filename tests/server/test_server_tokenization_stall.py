@@ -190,6 +190,7 @@ def test_a_10mb_prompt_being_tokenised_stalls_neither_health_nor_running_streams
     assert len(gaps) >= 5, "the streams delivered (almost) nothing while the prompt was tokenised"
     assert max(gaps) < STREAM_GAP_BOUND_S, sorted(gaps)[-5:]
     # The big request itself was answered: too long for the context, or tokenised whole.
+    assert big_response, f"the big request got no response {DEADLINE_S} s after its tokenising ended"
     response = big_response[0]
     if route == "/tokenize":
         assert response.status_code == 200 and response.json()["count"] > 1_000_000

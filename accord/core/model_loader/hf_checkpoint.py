@@ -7,6 +7,7 @@ without being opened, because unpickling runs arbitrary code.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,43 @@ def read_json(model_dir: Path, name: str, required: bool = True) -> dict[str, An
         return json.load(handle)
 
 
-class SafetensorsCheckpoint:
+class TrackedTensorNames:
+    """The tensor names of one checkpoint and which of them were read: the bookkeeping
+    every checkpoint reader shares, so the loader can report tensors the graph never
+    asked for."""
+
+    def __init__(self, model_dir: str | Path, names: Collection[str]) -> None:
+        self.model_dir = Path(model_dir)
+        self._names = names
+        self._read: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._names
+
+    def names(self) -> list[str]:
+        """Every tensor name in the checkpoint, sorted."""
+        return sorted(self._names)
+
+    def unread(self) -> list[str]:
+        """Names nobody has read yet, sorted."""
+        return sorted(set(self._names) - self._read)
+
+    def _mark_read(self, name: str) -> None:
+        """Record that `name` was read; a name the checkpoint lacks is a CheckpointError."""
+        if name not in self._names:
+            raise CheckpointError(f"{self.model_dir}: tensor {name!r} is missing from the checkpoint")
+        self._read.add(name)
+
+
+class SafetensorsCheckpoint(TrackedTensorNames):
     """The tensors of a model directory, from model.safetensors or the shards its
-    index lists, read one at a time. It remembers which names were read, so the loader
-    can report tensors the graph never asked for."""
+    index lists, read one at a time, used names tracked."""
 
     def __init__(self, model_dir: str | Path) -> None:
         self.model_dir = Path(model_dir)
         self._file_of = self._locate_tensors()
+        super().__init__(model_dir, self._file_of.keys())
         self._handles: dict[str, Any] = {}
-        self._read: set[str] = set()
 
     def _locate_tensors(self) -> dict[str, Path]:
         index, single = self.model_dir / SHARD_INDEX, self.model_dir / SINGLE_FILE
@@ -64,36 +92,21 @@ class SafetensorsCheckpoint:
             )
         raise CheckpointError(f"{self.model_dir}: no {SINGLE_FILE} or {SHARD_INDEX} found")
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._file_of
-
-    def names(self) -> list[str]:
-        """Every tensor name in the checkpoint, sorted."""
-        return sorted(self._file_of)
-
     def shape(self, name: str) -> tuple[int, ...]:
         """A tensor's stored shape, without reading its data."""
         return tuple(self._handle(name).get_slice(name).get_shape())
 
     def read(self, name: str) -> torch.Tensor:
         """A tensor as stored (dtype unchanged), marked as used."""
-        if name not in self._file_of:
-            raise CheckpointError(f"{self.model_dir}: tensor {name!r} is missing from the checkpoint")
-        self._read.add(name)
+        self._mark_read(name)
         return self._handle(name).get_tensor(name)
 
     def read_slice(self, name: str, dim: int, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of a tensor along `dim`, read from disk without the rest
         (a tensor-parallel rank's shard), marked as used."""
-        if name not in self._file_of:
-            raise CheckpointError(f"{self.model_dir}: tensor {name!r} is missing from the checkpoint")
-        self._read.add(name)
+        self._mark_read(name)
         index = (slice(None),) * dim + (slice(start, stop),)
         return self._handle(name).get_slice(name)[index]
-
-    def unread(self) -> list[str]:
-        """Names nobody has read yet, sorted."""
-        return sorted(set(self._file_of) - self._read)
 
     def _handle(self, name: str) -> Any:
         path = self._file_of[name]

@@ -10,18 +10,17 @@ from pathlib import Path
 
 import torch
 
-from .hf_checkpoint import CheckpointError
+from .hf_checkpoint import CheckpointError, TrackedTensorNames
 
 PICKLED_STATE_DICT = "pytorch_model.bin"
 
 
-class TorchBinCheckpoint:
+class TorchBinCheckpoint(TrackedTensorNames):
     """The tensors of one `pytorch_model.bin`, read into memory at once (a head is one
     layer), with the same reading interface as SafetensorsCheckpoint, used names tracked."""
 
     def __init__(self, model_dir: str | Path) -> None:
-        self.model_dir = Path(model_dir)
-        path = self.model_dir / PICKLED_STATE_DICT
+        path = Path(model_dir) / PICKLED_STATE_DICT
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # the restricted unpickler's refusals have no one type
@@ -29,14 +28,7 @@ class TorchBinCheckpoint:
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise CheckpointError(f"{path}: holds no plain state dict (name -> tensor)")
         self._tensors: dict[str, torch.Tensor] = state
-        self._read: set[str] = set()
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._tensors
-
-    def names(self) -> list[str]:
-        """Every tensor name in the checkpoint, sorted."""
-        return sorted(self._tensors)
+        super().__init__(model_dir, self._tensors.keys())
 
     def shape(self, name: str) -> tuple[int, ...]:
         """A tensor's stored shape."""
@@ -44,18 +36,12 @@ class TorchBinCheckpoint:
 
     def read(self, name: str) -> torch.Tensor:
         """A tensor as stored (dtype unchanged), marked as used."""
-        if name not in self._tensors:
-            raise CheckpointError(f"{self.model_dir}: tensor {name!r} is missing from the checkpoint")
-        self._read.add(name)
+        self._mark_read(name)
         return self._tensors[name]
 
     def read_slice(self, name: str, dim: int, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of a tensor along `dim`, marked as used."""
         return self.read(name).narrow(dim, start, stop - start)
-
-    def unread(self) -> list[str]:
-        """Names nobody has read yet, sorted."""
-        return sorted(set(self._tensors) - self._read)
 
 
 def head_checkpoint(model_dir: Path):

@@ -6,7 +6,6 @@ which WeightLoader keeps for the linear layers."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import gguf
 import numpy as np
@@ -14,6 +13,7 @@ import torch
 
 from ....op_contracts import GGUF_FORMATS
 from ...quantization import GgufWeight
+from ..hf_checkpoint import TrackedTensorNames
 from .reader import GgufError, GgufFile
 
 #: llama.cpp's tensor names -> Hugging Face's, for the tensors outside the layers.
@@ -45,7 +45,7 @@ def hf_name(gguf_name: str) -> str | None:
     return None if hf is None else f"{hf}.{kind}"
 
 
-class GgufCheckpoint:
+class GgufCheckpoint(TrackedTensorNames):
     """The tensors of one GGUF file, read one at a time by Hugging Face name.
 
     llama.cpp's converter permutes the q/k projections of `llama` models for its
@@ -55,21 +55,13 @@ class GgufCheckpoint:
     """
 
     def __init__(self, file: GgufFile, num_heads: int, num_kv_heads: int, keep_packed: bool = True) -> None:
-        self.model_dir: Path = file.path
         #: Whether `read_packed` hands out blocks (False: every tensor is dequantised).
         self.keep_packed = keep_packed
         self._tensors = {hf_name(t.name) or t.name: t for t in file.tensors()}
+        super().__init__(file.path, self._tensors.keys())
         self._heads = {}
         if file.architecture == "llama":
             self._heads = {"q_proj": num_heads, "k_proj": num_kv_heads}
-        self._read: set[str] = set()
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._tensors
-
-    def names(self) -> list[str]:
-        """Every tensor name, sorted."""
-        return sorted(self._tensors)
 
     def shape(self, name: str) -> tuple[int, ...]:
         """A tensor's shape in PyTorch's order (GGUF lists dims fastest-first)."""
@@ -88,7 +80,7 @@ class GgufCheckpoint:
             raise GgufError(
                 f"{self.model_dir}: slice [{start}:{stop}] of dim {dim} is empty or outside tensor {name!r} {shape}"
             )
-        self._read.add(name)
+        self._mark_read(name)
         stored, offset = _covering_blocks(tensor, dim, start, stop)
         values = torch.from_numpy(np.array(gguf.quants.dequantize(stored, tensor.tensor_type), dtype=np.float32))
         index = (slice(None),) * dim + (slice(offset, offset + stop - start),)
@@ -107,7 +99,7 @@ class GgufCheckpoint:
             return None
         if dim == 1 and (start % fmt.block_size or stop % fmt.block_size):
             return None
-        self._read.add(name)
+        self._mark_read(name)
         data = tensor.data
         if dim == 0:
             data = data[start:stop]
@@ -130,10 +122,6 @@ class GgufCheckpoint:
                 f"{self.model_dir}: rows [{start}:{stop}] of {name!r} do not hold whole heads of {head_rows} rows"
             )
         return _unpermute_rotary(rows, rows.shape[0] // head_rows)
-
-    def unread(self) -> list[str]:
-        """Names nobody has read yet, sorted."""
-        return sorted(set(self._tensors) - self._read)
 
     def _tensor(self, name: str) -> gguf.ReaderTensor:
         if name not in self._tensors:
