@@ -112,6 +112,14 @@ class EngineStats:
     #: Seconds from arrival to first being scheduled, per scheduling lane (the effort
     #: policy's lanes; other policies have one, lane 0).
     lane_queue_time: dict[int, LatencyHistogram] = field(default_factory=dict)
+    #: LoRA (vLLM's lora_requests_info): the adapters of the running and the waiting
+    #: requests as of the last step (names, sorted), and the device slots (--max-loras;
+    #: 0 without LoRA).
+    running_lora_adapters: tuple[str, ...] = ()
+    waiting_lora_adapters: tuple[str, ...] = ()
+    max_lora: int = 0
+    #: Tokens generated per LoRA adapter (by name) since start.
+    lora_generation_tokens: dict[str, int] = field(default_factory=dict)
 
     def observe_drafts(self, num_drafts: int, num_accepted: int) -> None:
         """Count one request's check of `num_drafts` drafts, `num_accepted` of them kept
@@ -141,10 +149,15 @@ class EngineStats:
         and histogram bucket summed (so kv_cache_usage is over all their blocks)."""
         total = cls()
         for item in fields(cls):
-            if item.name == "preemptions_by_reason":
+            if item.name in ("preemptions_by_reason", "lora_generation_tokens"):
+                counts = getattr(total, item.name)
                 for part in parts:
-                    for reason, count in part.preemptions_by_reason.items():
-                        total.preemptions_by_reason[reason] = total.preemptions_by_reason.get(reason, 0) + count
+                    for key, count in getattr(part, item.name).items():
+                        counts[key] = counts.get(key, 0) + count
+            elif item.name in ("running_lora_adapters", "waiting_lora_adapters"):
+                setattr(total, item.name, tuple(sorted({name for part in parts for name in getattr(part, item.name)})))
+            elif item.name == "max_lora":  # each replica has its own slots: as many adapters, not more
+                total.max_lora = max((part.max_lora for part in parts), default=0)
             elif item.name == "lane_queue_time":
                 for part in parts:
                     for lane, histogram in part.lane_queue_time.items():

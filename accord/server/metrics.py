@@ -12,14 +12,15 @@ request histograms, which the one API server observes for all replicas, carry
 
 Series with no vLLM counterpart keep accord's prefix, so no dashboard mistakes them for
 vLLM's: `accord:request_failure` (requests an engine failure or a shutdown ended),
-`accord:num_prompts_tokenizing`, `accord:tenant_reasoning_tokens` (thinking tokens per
-tenant, the labels bounded), and the scheduler's decisions: `accord:preemptions` by
+`accord:num_prompts_tokenizing`, `accord:lora_generation_tokens` (per adapter),
+`accord:tenant_reasoning_tokens` (thinking tokens per tenant, the labels bounded), and the scheduler's decisions: `accord:preemptions` by
 reason and `accord:request_queue_time_by_lane_seconds`. The vLLM-named series are not duplicated
 under `accord:` as well: that would double every scrape's cardinality for no reader.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
@@ -237,6 +238,9 @@ class _EngineStatsCollector(Collector):
         yield iteration
         yield from _spec_decode_families(label_names, label_values, replicas)
         yield from _scheduling_families(label_names, label_values, replicas)
+        if any(stats.max_lora for stats in replicas):
+            # vLLM's info gauge holds the wall-clock time of its update: here, the scrape.
+            yield from _lora_families(label_names, label_values, replicas, time.time())
 
 
 def _cumulative(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
@@ -271,6 +275,28 @@ def _scheduling_families(
                                   histogram.total)
     yield preemptions
     yield queue_time
+
+
+def _lora_families(
+    label_names: list[str], label_values: list[list[str]], replicas: Sequence[EngineStats], now: float
+) -> Iterator[Metric]:
+    """vLLM's `lora_requests_info` (the adapters running and waiting, comma-separated, and
+    the device slots, as labels of a gauge holding the time), and the tokens generated
+    per adapter (accord's: vLLM counts none per adapter)."""
+    info = GaugeMetricFamily(
+        "vllm:lora_requests_info", "Running stats on LoRA requests: the adapters of the running and the waiting "
+        "requests, and --max-loras.", labels=[*label_names, "max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+    )
+    tokens = CounterMetricFamily(
+        "accord:lora_generation_tokens", "Tokens generated under each LoRA adapter.", labels=[*label_names, "lora_name"]
+    )
+    for labels, stats in zip(label_values, replicas):
+        adapters = [str(stats.max_lora), ",".join(stats.waiting_lora_adapters), ",".join(stats.running_lora_adapters)]
+        info.add_metric([*labels, *adapters], now)
+        for name, count in sorted(stats.lora_generation_tokens.items()):
+            tokens.add_metric([*labels, name], count)
+    yield info
+    yield tokens
 
 
 #: Speculative decoding's counters, under vLLM's names: (name, help, value of a snapshot).

@@ -1,8 +1,9 @@
 """Serving adapters over the OpenAI API (in process): `--lora-modules` adapters are
 named in `model` and listed in /v1/models with the base as parent, each request gets
-the greedy tokens of transformers with its adapter merged by PEFT, an unknown model is
-vLLM's 404, and the load/unload endpoints (only when allowed) add and drop adapters at
-run time, refusing a bad adapter with a 400 naming the problem."""
+the greedy tokens of transformers with its adapter merged by PEFT, /metrics counts each
+adapter's tokens, an unknown model is vLLM's 404, and the load/unload endpoints (only
+when allowed) add and drop adapters at run time, refusing a bad adapter with a 400
+naming the problem."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from lora_helpers import merged_greedy
+from prometheus_client.parser import text_string_to_metric_families
 
 from accord import AsyncLLM
 from accord.server.app import create_app
@@ -58,6 +60,11 @@ def test_adapters_served_by_name_loaded_and_unloaded_at_run_time(
                 client.post("/v1/completions", json=completion_body("a")),
             )
             assert token_ids(base) == want["tiny"] and token_ids(adapter) == want["a"]
+            # /metrics counts the adapter's tokens under its name, and none for the base.
+            scraped = text_string_to_metric_families((await client.get("/metrics")).text)
+            per_adapter = {s.labels["lora_name"]: s.value for family in scraped for s in family.samples
+                           if s.name == "accord:lora_generation_tokens_total"}
+            assert per_adapter == {"a": MAX_TOKENS}
 
             unknown = await client.post("/v1/completions", json=completion_body("b"))
             assert unknown.status_code == 404

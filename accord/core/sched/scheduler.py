@@ -555,6 +555,9 @@ class Scheduler:
         if request.num_output_tokens == 0 and request.index == 0:
             self.stats.prompt_tokens += request.num_prompt_tokens
         self.stats.generation_tokens += 1
+        if request.lora_request is not None:
+            counts = self.stats.lora_generation_tokens
+            counts[request.lora_request.lora_name] = counts.get(request.lora_request.lora_name, 0) + 1
         request.num_output_placeholders = max(0, request.num_output_placeholders - 1)
         request.append_token(token)
         update.new_token_ids.append(token)
@@ -577,9 +580,17 @@ class Scheduler:
         stats, manager = self.stats, self.block_manager
         stats.num_running = len(self.running)
         stats.num_waiting = len(self.waiting)
+        stats.max_lora = self.max_loras
+        stats.running_lora_adapters = _adapter_names(self.running)
+        stats.waiting_lora_adapters = _adapter_names(self.waiting)
         stats.kv_blocks_used = manager.num_used_blocks
         stats.prefix_cache_queries = manager.counters.queries
         stats.prefix_cache_hits = manager.counters.hits
+
+
+def _adapter_names(requests: Iterable[Request]) -> tuple[str, ...]:
+    """The LoRA adapters `requests` run under, by name, sorted (the base model left out)."""
+    return tuple(sorted({r.lora_request.lora_name for r in requests if r.lora_request is not None}))
 
 
 def _tokens_to_compute(request: Request) -> int:
