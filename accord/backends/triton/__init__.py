@@ -69,11 +69,6 @@ class TritonBackend(GpuBackend):
         mode = "interpreter (TRITON_INTERPRET=1)" if triton_interpreter_enabled() else "compiled"
         return super().versions() | {"triton_mode": mode}
 
-    def batch_variant_ops(self) -> frozenset[str]:
-        # lora_linear is the cpu backend's torch code, which groups rows by adapter slot
-        # (one GEMM per slot the batch names): a row's rounding depends on its batch.
-        return frozenset({"lora_linear"})
-
     def load_kernels(self) -> KernelSet:
         if triton_interpreter_enabled():
             from .kernels import KERNELS
