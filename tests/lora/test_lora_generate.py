@@ -2,16 +2,21 @@
 adapters (one targeting every projection, one some of them with rsLoRA scaling) gives
 each request the greedy tokens of transformers with that adapter merged by PEFT, on a
 tiny random Llama and Qwen3; with fewer device slots than adapters the scheduler runs
-them in turns and the slots swap, with the same tokens."""
+them in turns and the slots swap, with the same tokens; under a regex, each adapter's
+text is the PEFT-merged model's under the same regex."""
 
 from __future__ import annotations
 
+import re
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from lora_helpers import merged_greedy
 
 from accord import LLM, LoRARequest, SamplingParams
+from accord.core.structured_output.params import StructuredOutputsParams
 
 PROMPTS = [[1, 17, 33, 90, 5, 61, 7], [1, 4, 8, 15, 16, 23, 42, 9, 11], [1, 70, 71, 72]]
 MAX_TOKENS = 8
@@ -73,3 +78,38 @@ def test_chunked_prefill_and_speculative_decoding_keep_each_adapter_s_tokens(
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
     got = generate(llama_dir, prompts, loras, max_loras=2, max_num_batched_tokens=8, speculative_config=spec)
     assert got == expected(llama_dir, dirs)
+
+
+@pytest.mark.slow
+def test_structured_output_under_an_adapter_is_that_of_the_peft_merged_model(
+    llama_dir: Path, llama_adapters: dict[str, Path], tmp_path: Path
+) -> None:
+    # The reference: each adapter merged into the base by PEFT, saved, and served without
+    # LoRA under the same regex; the grammar masks the adapter's logits, not the base's.
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    constrained = SamplingParams(temperature=0.0, max_tokens=24,
+                                 structured_outputs=StructuredOutputsParams(regex=r"[a-z]{3,8}( [a-z]{3,8}){2}"))
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS]
+
+    def texts(model_dir: Path, lora: LoRARequest | None) -> list[str]:
+        llm = LLM(str(model_dir), backend="cpu", enable_lora=lora is not None, max_lora_rank=16, max_num_seqs=8,
+                  max_model_len=128, kv_cache_memory=1 << 22, block_size=4, max_num_batched_tokens=64)
+        try:
+            outputs = llm.generate(prompts, constrained, use_tqdm=False, lora_request=lora)
+            return [o.outputs[0].text for o in outputs]
+        finally:
+            llm.llm_engine.shutdown()
+
+    found = {}
+    for number, name in enumerate("ab", start=1):
+        merged = tmp_path / f"merged-{name}"
+        base = AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+        PeftModel.from_pretrained(base, llama_adapters[name]).merge_and_unload().save_pretrained(merged)
+        for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(llama_dir / tokenizer_file, merged / tokenizer_file)
+        found[name] = texts(llama_dir, LoRARequest(name, number, str(llama_adapters[name])))
+        assert found[name] == texts(merged, None)
+        assert all(re.fullmatch(r"[a-z]{3,8}( [a-z]{3,8}){2}", text) for text in found[name])
+    assert found["a"] != found["b"]  # the adapters steer the constrained choice apart
