@@ -2,7 +2,8 @@
 adapters (one targeting every projection, one some of them with rsLoRA scaling) gives
 each request the greedy tokens of transformers with that adapter merged by PEFT, on a
 tiny random Llama and Qwen3; with fewer device slots than adapters the scheduler runs
-them in turns and the slots swap, with the same tokens; under a regex, each adapter's
+them in turns and the slots swap, with the same tokens, as they are when requests are
+preempted for blocks and recomputed; under a regex, each adapter's
 text is the PEFT-merged model's under the same regex."""
 
 from __future__ import annotations
@@ -39,14 +40,18 @@ def expected(model_dir: Path, dirs: list[Path | None]) -> list[list[int]]:
     return [by_adapter[d][i // 3] for i, d in enumerate(dirs)]
 
 
-def generate(model_dir: Path, prompts, loras, **engine_args) -> list[list[int]]:
+def generate(model_dir: Path, prompts, loras, min_preemptions: int = 0, **engine_args) -> list[list[int]]:
+    """Each prompt's greedy tokens under its adapter, through `LLM`; the run must have
+    preempted at least `min_preemptions` times."""
     engine_args.setdefault("max_num_batched_tokens", 64)  # a given budget: no step timing at start
+    engine_args.setdefault("max_model_len", 128)
     llm = LLM(str(model_dir), backend="cpu", enable_lora=True, max_lora_rank=16, max_num_seqs=16,
-              max_model_len=128, kv_cache_memory=1 << 22, block_size=4, **engine_args)
+              kv_cache_memory=1 << 22, block_size=4, **engine_args)
     try:
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                                SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True),
                                use_tqdm=False, lora_request=loras)
+        assert llm.llm_engine.stats.num_preemptions >= min_preemptions
         return [list(o.outputs[0].token_ids) for o in outputs]
     finally:
         llm.llm_engine.shutdown()
@@ -77,6 +82,18 @@ def test_chunked_prefill_and_speculative_decoding_keep_each_adapter_s_tokens(
     # 8-token steps chunk every prompt; ngram drafts are checked under each token's adapter.
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
     got = generate(llama_dir, prompts, loras, max_loras=2, max_num_batched_tokens=8, speculative_config=spec)
+    assert got == expected(llama_dir, dirs)
+
+
+@pytest.mark.slow
+def test_requests_preempted_for_blocks_resume_under_their_own_adapter(
+    llama_dir: Path, llama_adapters: dict[str, Path]
+) -> None:
+    prompts, loras, dirs = mixed_batch(llama_adapters)
+    # 12 blocks of 4 tokens (a context of 48) for nine requests of up to 17 tokens: some
+    # are preempted and recomputed.
+    got = generate(llama_dir, prompts, loras, min_preemptions=1, max_loras=2, num_gpu_blocks_override=12,
+                   max_model_len=48)
     assert got == expected(llama_dir, dirs)
 
 
