@@ -3,9 +3,12 @@
 (benchmarks/spec_decode_prompts.py): greedy decode tokens/s without speculation, with
 ngram (prompt lookup) and with suffix decoding, at batch 1 (one request at a time) and
 batch 32 (the set repeated to 32 requests at once), with the acceptance rate (accepted
-over drafted tokens) and the mean tokens each request gets per step.
+over drafted tokens) and the mean tokens each request gets per step. One engine per mode
+is built once and the modes run interleaved (off, ngram, suffix, off, ...) for `--rounds`
+rounds, so a noisy shared host slows them alike; the speed-up is the median per-round
+ratio against off.
 
-    PYTHONPATH=. python benchmarks/spec_decode.py [--tokens 128] [--batch 1 32] [--model PATH]
+    PYTHONPATH=. python benchmarks/spec_decode.py [--tokens 128] [--batch 1 32] [--rounds 3] [--model PATH]
         [--draft-model SMALL] [--mtp]
 
 `--draft-model` adds a draft_model mode (a smaller model with the target's vocabulary),
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=128, help="greedy tokens per request")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the modes")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--draft-model", default=None, help="also measure draft_model k=4 with this draft")
     parser.add_argument("--mtp", action="store_true", help="also measure mtp k=1 (the target has MTP layers)")
@@ -85,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from accord import LLM
     from accord.demo.default_model import default_model_path
 
     if args.threads is not None:
@@ -97,29 +100,55 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'batch':>5} {'mode':>18} {'tok/s':>8} {'speed-up':>8} {'accepted/drafted':>17} {'tokens/step':>11} {'load':>5}")
     for batch in args.batch:
         conversations = (prompts * -(-batch // len(prompts)))[: max(batch, len(prompts))] if batch > 1 else prompts
-        baseline_speed, baseline_outputs = None, None
-        for mode, spec in modes.items():
-            llm = LLM(model=model, backend="cpu", max_model_len=1024, max_num_seqs=max(batch, 1),
-                      speculative_config=spec)
-            run(llm, conversations[:1], 1, 8)  # warm-up
-            stats = llm.llm_engine.stats
-            drafted, accepted = stats.spec_decode_num_draft_tokens, stats.spec_decode_num_accepted_tokens
-            steps, generated = stats.num_steps, stats.generation_tokens
-            seconds, outputs = run(llm, conversations, batch, args.tokens)
-            speed = sum(map(len, outputs)) / seconds
-            drafted, accepted = stats.spec_decode_num_draft_tokens - drafted, stats.spec_decode_num_accepted_tokens - accepted
-            per_step = (stats.generation_tokens - generated) / max(1, stats.num_steps - steps) / min(batch, len(conversations))
-            if baseline_speed is None:
-                baseline_speed, baseline_outputs = speed, outputs
-            elif outputs != baseline_outputs:
-                print(f"  ! {mode}: greedy outputs differ from those without speculation")
-            rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
-            print(f"{batch:>5} {mode:>18} {speed:>8.1f} {speed / baseline_speed:>7.2f}x {rate:>17} {per_step:>11.2f} "
-                  f"{os.getloadavg()[0]:>5.1f}", flush=True)
-            llm.llm_engine.shutdown()
+        baseline_speed = measure_interleaved(model, modes, conversations, batch, args.tokens, args.rounds)
         if args.llama_server and batch == 1:
             llama_rows(args, model, prompts, baseline_speed)
     return 0
+
+
+def measure_interleaved(model: str, modes: dict, conversations: list, batch: int, tokens: int,
+                        rounds: int) -> float:
+    """Print one row per mode at `batch`: one engine per mode is built once, then the modes run
+    in turn (off, ngram, suffix, off, ...) for `rounds` rounds so that a noisy shared host slows
+    every mode alike. A row's speed-up is the median over rounds of its tok/s over off's in the
+    same round; its tok/s is the median. Returns off's median tok/s."""
+    from statistics import median
+
+    from accord import LLM
+
+    engines = {}
+    for mode, spec in modes.items():
+        engines[mode] = LLM(model=model, backend="cpu", max_model_len=1024, max_num_seqs=max(batch, 1),
+                            speculative_config=spec)
+        run(engines[mode], conversations[:1], 1, 8)  # warm-up
+    speeds: dict[str, list[float]] = {mode: [] for mode in modes}
+    counts = {mode: [0, 0, 0, 0] for mode in modes}  # drafted, accepted, generated, steps
+    baseline_outputs = None
+    for _ in range(rounds):
+        for mode, llm in engines.items():
+            stats = llm.llm_engine.stats
+            before = (stats.spec_decode_num_draft_tokens, stats.spec_decode_num_accepted_tokens,
+                      stats.generation_tokens, stats.num_steps)
+            seconds, outputs = run(llm, conversations, batch, tokens)
+            after = (stats.spec_decode_num_draft_tokens, stats.spec_decode_num_accepted_tokens,
+                     stats.generation_tokens, stats.num_steps)
+            counts[mode] = [total + b - a for total, a, b in zip(counts[mode], before, after)]
+            speeds[mode].append(sum(map(len, outputs)) / seconds)
+            if baseline_outputs is None:
+                baseline_outputs = outputs
+            elif outputs != baseline_outputs:
+                print(f"  ! {mode}: greedy outputs differ from those without speculation")
+    off = speeds[next(iter(modes))]
+    for mode in modes:
+        drafted, accepted, generated, steps = counts[mode]
+        ratio = median(speed / base for speed, base in zip(speeds[mode], off))
+        per_step = generated / max(1, steps) / min(batch, len(conversations))
+        rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
+        print(f"{batch:>5} {mode:>18} {median(speeds[mode]):>8.1f} {ratio:>7.2f}x {rate:>17} {per_step:>11.2f} "
+              f"{os.getloadavg()[0]:>5.1f}", flush=True)
+    for llm in engines.values():
+        llm.llm_engine.shutdown()
+    return median(off)
 
 
 def llama_rows(args: argparse.Namespace, model: str, prompts: list, accord_speed: float) -> None:
