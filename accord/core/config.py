@@ -144,6 +144,11 @@ class EngineConfig:
         "512,2048", help="with --scheduling-policy effort: the expected decode lengths (tokens, ascending) that "
         "divide the lanes; lane i and the longer ones hold at most 1/2^i of max_num_seqs while a shorter request waits"
     )
+    max_thinking_tokens_per_tenant: int | None = setting(
+        None, help="the remaining thinking-budget tokens one tenant's running requests that still think may hold "
+        "together; a request past it waits until the tenant's others end their thinking (one request alone is "
+        "admitted whatever its budget)", default_help="no cap", at_least=1,
+    )
     seed: int = setting(0, help="random seed of unseeded sampling")
     prefix_caching_hash_algo: PrefixCachingHashAlgo = setting(
         "sha256", help="hash of prefix-cache block keys; builtin is faster but not collision-resistant"

@@ -348,8 +348,8 @@ class OpenAIServing:
 
     @staticmethod
     def affinity(request: SamplingFields) -> CacheAffinity:
-        """The request's prefix-cache hints for the engine: its cache_salt and agent session."""
-        return CacheAffinity(request.cache_salt, request.session_id)
+        """The request's hints for the engine: its cache_salt, agent session and tenant."""
+        return CacheAffinity(request.cache_salt, request.session_id, request._tenant)
 
     def sampling_params(
         self, request: SamplingFields, max_tokens: int, logprobs: int | None, **extra: Any
@@ -393,7 +393,7 @@ class OpenAIServing:
         lora_request: LoRARequest | None = None, affinity: CacheAffinity = CacheAffinity(),
     ) -> list[RequestStream]:
         """Submit one engine request per prompt (under `lora_request`'s adapter, if
-        given; with `affinity`'s cache salt and agent session) and wait for each one's
+        given; with `affinity`'s cache salt, agent session and tenant) and wait for each one's
         first output. Refuses with 429 while too many
         requests wait for their first token."""
         limit = self.max_waiting_requests

@@ -50,6 +50,8 @@ VLLM_FLAGS = {
     "record_op_calls": "--record-op-calls",
     # accord's own: the effort scheduling policy's lanes (docs/reasoning.md).
     "effort_lane_bounds": "--effort-lane-bounds",
+    # accord's own: a tenant's cap on concurrent thinking tokens (docs/reasoning.md).
+    "max_thinking_tokens_per_tenant": "--max-thinking-tokens-per-tenant",
     # accord's own, where vLLM reads VLLM_BATCH_INVARIANT (docs/batch_invariance.md).
     "batch_invariant": "--batch-invariant",
 }

@@ -27,6 +27,7 @@ from reasoning_models import THINK_END
 from tokenizers import Tokenizer
 
 from accord import AsyncLLM
+from accord.core.sched.scheduler import Scheduler
 from accord.server.app import create_app
 from accord.server.options import ServerOptions
 from accord.server.serving import ServedModel
@@ -264,6 +265,24 @@ def test_a_responses_request_counts_its_thinking_under_its_tenant(r1: Served) ->
         model="tiny", input=ASK, temperature=0.0, reasoning={"effort": EFFORT}, max_output_tokens=ANSWER_TOKENS,
         extra_headers={"x-tenant-id": "initech"}))
     assert r1.metric(TENANT_SERIES, tenant="initech") == EFFORT_BUDGET
+
+
+def test_the_tenant_header_reaches_the_scheduler(r1: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler's request carries the X-Tenant-Id header's tenant (its thinking cap
+    is counted by it), the API key's place without one, and no tenant without either."""
+    seen: list[str | None] = []
+    add_request = Scheduler.add_request
+
+    def recording(self: Scheduler, request, grammar=None) -> None:
+        seen.append(request.tenant)
+        add_request(self, request, grammar)
+
+    monkeypatch.setattr(Scheduler, "add_request", recording)
+    r1.chat(max_completion_tokens=1, extra_body={"thinking_token_budget": 1}, extra_headers={"x-tenant-id": "acme"})
+    r1.runner.run(r1.client.responses.create(
+        model="tiny", input=ASK, max_output_tokens=1, extra_headers={"x-tenant-id": "initech"}))
+    r1.chat(max_completion_tokens=1)
+    assert seen == ["acme", "initech", None]
 
 
 def test_cache_salt_reaches_the_prefix_cache(r1: Served) -> None:

@@ -70,7 +70,7 @@ from ..worker.worker import WorkerInfo
 logger = logging.getLogger("accord.engine")
 
 #: What a prompt may be: text, or a dict with `prompt_token_ids` (or `prompt`), and
-#: optionally `cache_salt` and `session_id` (cache_affinity.py).
+#: optionally `cache_salt`, `session_id` and `tenant` (cache_affinity.py).
 PromptType = str | Mapping[str, Any]
 
 
@@ -129,6 +129,7 @@ class LLMEngine:
                 structured_output=StructuredOutputManager(self.grammar_compiler, info.model_config.eos_token_ids),
                 speculative=config.speculative,
                 max_loras=config.max_loras if config.enable_lora else 0,
+                max_thinking_tokens_per_tenant=config.max_thinking_tokens_per_tenant,
                 kv_connector=(
                     None if config.kv_transfer is None
                     else make_scheduler_connector(config.kv_transfer, config.block_size, info.bytes_per_block)
@@ -249,7 +250,7 @@ class LLMEngine:
             request = Request(
                 req_id, token_ids, sample_params, index=index, priority=priority, arrival_time=arrival,
                 arrival_order=order, prompt_source=first, lora_request=lora_request,
-                cache_salt=affinity.cache_salt, session_id=affinity.session_id,
+                cache_salt=affinity.cache_salt, session_id=affinity.session_id, tenant=affinity.tenant,
             )
             first = first or request
             scheduler.add_request(request, grammar)

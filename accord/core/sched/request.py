@@ -9,6 +9,7 @@ preempted and finished on its own.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,9 @@ class Request:
     cache_salt: str | None = None
     #: The agent session it is a turn of (its blocks outlive one-off requests' in the cache).
     session_id: str | None = None
+    #: Whom it is served for (X-Tenant-Id or API key): its thinking counts to that
+    #: tenant's cap (`--max-thinking-tokens-per-tenant`).
+    tenant: str | None = None
     token_ids: list[int] = field(init=False)
     output_token_ids: list[int] = field(default_factory=list, init=False)
     num_computed_tokens: int = field(default=0, init=False)
@@ -130,6 +134,15 @@ class Request:
     def is_thinking(self) -> bool:
         """Whether the output is inside a reasoning model's thinking."""
         return self.thinking is not None and self.thinking.thinking
+
+    @property
+    def remaining_thinking_budget(self) -> float:
+        """Thinking tokens it may still take: 0 once the thinking ended (or without
+        one), its budget's rest while thinking, unbounded while thinking without a budget."""
+        if not self.is_thinking:
+            return 0
+        budget = self.thinking.budget  # type: ignore[union-attr]  # is_thinking: it has progress
+        return math.inf if budget is None else max(0, budget - self.thinking.num_thinking_tokens)  # type: ignore[union-attr]
 
     @property
     def last_token_thought(self) -> bool:

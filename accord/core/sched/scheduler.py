@@ -59,6 +59,7 @@ class Scheduler:
         structured_output: StructuredOutputManager | None = None,
         speculative: SpeculativeConfig | None = None,
         max_loras: int = 0,
+        max_thinking_tokens_per_tenant: int | None = None,
         kv_connector: KVConnectorScheduler | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -75,6 +76,9 @@ class Scheduler:
         self._speculative = speculative
         #: Distinct LoRA adapters the running requests may use at once (the device slots).
         self.max_loras = max_loras
+        #: The remaining thinking-budget tokens one tenant's thinking requests may hold
+        #: running together (None: no cap).
+        self.max_thinking_tokens_per_tenant = max_thinking_tokens_per_tenant
         #: The scheduler half of a KV connector (None: no KV comes from or goes outside).
         self.kv_connector = kv_connector
         #: Seconds on the clock requests' arrival times are read on (their queue time).
@@ -366,7 +370,7 @@ class Scheduler:
             # A preempted request resumes once its last step's token has landed (the
             # runner is sent its tokens in full).
             if (request.num_output_placeholders or self._waits_for_sibling(request) or not admits(request)
-                    or not self._lora_fits(request)):
+                    or not self._lora_fits(request) or not self._tenant_thinking_fits(request)):
                 index += 1
                 continue
             # At least the last token is always computed: its logits are needed.
@@ -416,6 +420,18 @@ class Scheduler:
             return True
         running = {r.lora_int_id for r in self.running if r.lora_int_id}
         return request.lora_int_id in running or len(running) < self.max_loras
+
+    def _tenant_thinking_fits(self, request: Request) -> bool:
+        """Whether `request`'s remaining thinking budget fits its tenant's cap beside
+        what the tenant's running requests that still think hold. One past the cap
+        alone is admitted when none of its tenant's others is thinking (its end marker
+        not sampled yet), so it never waits forever; a request of no tenant, or done thinking, always fits."""
+        cap = self.max_thinking_tokens_per_tenant
+        wanted = request.remaining_thinking_budget
+        if cap is None or request.tenant is None or not wanted:
+            return True
+        held = [r.remaining_thinking_budget for r in self.running if r.tenant == request.tenant and r.is_thinking]
+        return not held or sum(held) + wanted <= cap
 
     def _external_tokens(self, request: Request, transfer: TransferRequest | None, num_computed: int) -> int:
         """Tokens after the `num_computed` cached ones that the KV connector loads
