@@ -1,8 +1,9 @@
 """The rollout gate for one deploy config: preflight, then the production engine built
 (which runs profile_run at the configured maxima) and a fixed prompt set generated
-greedily while every op call is recorded, the same prompts on the reference backend
-for comparison, the server-path checks, and finally op conformance for the ops the
-config called, at the recorded signatures plus the standard cases."""
+greedily (under the base model and each LoRA adapter the deploy serves, in one batch)
+while every op call is recorded, the same prompts on the reference backend for
+comparison, the server-path checks, and finally op conformance for the ops the config
+called, at the recorded signatures plus the standard cases."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ from ..core.sampling_params import SamplingParams
 from ..entrypoints import LLM
 from ..conformance.case import Case
 from ..conformance.cases import cases_for
+from ..core.lora.request import LoRARequest
+from .adapters import lora_requests, served_adapter
 from .deploy_config import DeployConfig, GateSettings
 from .deploy_model import open_deploy_model
 from .preflight import preflight_checks
 from .recording import Recording, recorded_cases
-from .reports import Check, CheckStatus, GateReport
+from .reports import Check, CheckStatus, GateReport, ServedAdapter
 from .reports.environment import capture_environment
 from .reports.samples import sample_outputs
 from ..conformance.results import CaseResult, ConformanceReport, Status
@@ -52,6 +55,8 @@ class _Stages:
 
     checks: list[Check]
     recording: Recording
+    #: The LoRA adapters the engine accepted and the prompts ran under.
+    adapters: tuple[ServedAdapter, ...] = ()
 
 
 def run_gate(
@@ -88,7 +93,7 @@ def run_gate(
         samples = sample_outputs(backend, reference, cases, conformance.results)
     checks += [*stages.checks, *requirement_checks(config.gate, conformance.results),
                batch_invariant_mode_check(config.engine.batch_invariant)]
-    return GateReport(environment, conformance, tuple(checks), samples, stages.recording.signatures)
+    return GateReport(environment, conformance, tuple(checks), samples, stages.recording.signatures, stages.adapters)
 
 
 class _StageFailed(Exception):
@@ -120,6 +125,8 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
     (the deploy's `record_op_calls`, else a scratch one), read back once the engine has
     stopped."""
     checks: list[Check] = []
+    adapters = lora_requests(config.lora_modules)
+    served: tuple[ServedAdapter, ...] = ()
     maxima = {
         "max_num_seqs": config.engine.max_num_seqs,
         "max_num_batched_tokens": config.engine.max_num_batched_tokens,
@@ -132,13 +139,19 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
             llm = _guarded("profile_run", "deploy", lambda: LLM(**settings), maxima)
             try:
                 checks.append(Check("profile_run", "deploy", CheckStatus.PASS, "", maxima))
-                prompts = _prompts(llm, config)
+                if adapters:
+                    served = _guarded("lora adapters", "deploy", lambda: _add_adapters(llm.llm_engine, adapters))  # noqa: F821 - as below
+                    checks.append(Check("lora adapters", "deploy", CheckStatus.PASS,
+                                        "serving " + ", ".join(f"'{a.name}' (rank {a.rank})" for a in served),
+                                        {"adapters": len(served)}))
+                prompts = _prompts(llm, config, adapters)
                 say(f"greedy generation of {len(prompts)} prompts on '{backend.name}', recording op calls")
                 got = _guarded("greedy generation", "deploy", lambda: _greedy(llm, prompts, config.gate.max_tokens))  # noqa: F821 - called at once, before the `del llm` below
                 if config.gate.server_checks:
                     say("server-path checks (first streamed token, terminal EOS, usage)")
+                    base = [prompt for prompt in prompts if prompt.adapter is None]
                     checks += _guarded("server checks", "server",
-                                       lambda: server_checks(llm.llm_engine, prompts, config.gate.max_tokens))  # noqa: F821 - as above
+                                       lambda: server_checks(llm.llm_engine, base, config.gate.max_tokens))  # noqa: F821 - as above
                 else:
                     checks.append(Check("server checks", "server", CheckStatus.SKIPPED, "gate.server_checks is false"))
                 reference = _reference_settings(config, prompts, llm.llm_engine)
@@ -148,14 +161,14 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
             say(f"the same prompts on '{config.gate.reference}'")
             want = _guarded("reference generation", "deploy",
                             lambda: _greedy_once(reference, prompts, config.gate.max_tokens))
-            checks.append(_comparison_check(config.gate, prompts, got, want))
+            checks += _comparison_checks(config.gate, prompts, got, want, adapters)
         except _StageFailed as failed:
             checks.append(failed.check)
             say(f"{failed.check.name}: FAILED {failed.check.message}")
         recording = recorded_cases(read_recordings(folder), config.gate.seed)
     if recording.too_large:
         say(f"{recording.too_large} calls were too large to record; their ops still run their standard cases")
-    return _Stages(checks, recording)
+    return _Stages(checks, recording, served)
 
 
 @contextmanager
@@ -195,19 +208,35 @@ def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], engine:
             "kv_cache_memory": None, "num_gpu_blocks_override": blocks, "record_op_calls": None}
 
 
-def _prompts(llm: LLM, config: DeployConfig) -> list[Prompt]:
+def _add_adapters(engine: LLMEngine, adapters: Sequence[LoRARequest]) -> tuple[ServedAdapter, ...]:
+    """Have the engine check each adapter, as the server's `--lora-modules` does at
+    start-up; the first it refuses fails the check, named."""
+    for adapter in adapters:
+        try:
+            engine.add_lora(adapter)
+        except ValueError as error:
+            raise ValueError(f"adapter '{adapter.lora_name}' ({adapter.lora_path}): {error}") from error
+    return tuple(served_adapter(adapter) for adapter in adapters)
+
+
+def _prompts(llm: LLM, config: DeployConfig, adapters: Sequence[LoRARequest]) -> list[Prompt]:
+    """The prompt set under the base model, then again under each adapter (one batch,
+    so a step mixes adapters as a serving step does)."""
     engine = llm.llm_engine
     passage = engine.tokenizer.encode(PASSAGE, add_special_tokens=False)
     room = engine.max_model_len - config.gate.max_tokens
     # The budget in force: the configured one, or the one measured at start-up.
-    return prompt_set(passage, engine.config.max_num_batched_tokens, room)
+    base = prompt_set(passage, engine.config.max_num_batched_tokens, room)
+    return [*base, *(dataclasses.replace(prompt, label=f"{prompt.label} [{adapter.lora_name}]", adapter=adapter)
+                     for adapter in adapters for prompt in base)]
 
 
 def _greedy(llm: LLM, prompts: Sequence[Prompt], max_tokens: int) -> list[CompletionOutput]:
     """Greedy streams of fixed length (EOS ignored, so both backends produce as many
     tokens) with the chosen token's logprob."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0, ignore_eos=True)
-    outputs = llm.generate([{"prompt_token_ids": list(p.token_ids)} for p in prompts], params, use_tqdm=False)
+    outputs = llm.generate([{"prompt_token_ids": list(p.token_ids)} for p in prompts], params, use_tqdm=False,
+                           lora_request=[p.adapter for p in prompts])
     return [output.outputs[0] for output in outputs]
 
 
@@ -220,8 +249,24 @@ def _greedy_once(settings: Mapping[str, object], prompts: Sequence[Prompt], max_
         llm.llm_engine.shutdown()
 
 
+def _comparison_checks(
+    gate: GateSettings, prompts: Sequence[Prompt], got: Sequence[CompletionOutput], want: Sequence[CompletionOutput],
+    adapters: Sequence[LoRARequest],
+) -> list[Check]:
+    """One comparison for the base model's prompts and one per adapter's, so the
+    report says which adapter diverges."""
+    checks = []
+    for adapter in (None, *adapters):
+        chosen = [index for index, prompt in enumerate(prompts) if prompt.adapter == adapter]
+        suffix = "" if adapter is None else f" under adapter '{adapter.lora_name}'"
+        checks.append(_comparison_check(gate, [prompts[i] for i in chosen], [got[i] for i in chosen],
+                                        [want[i] for i in chosen], suffix))
+    return checks
+
+
 def _comparison_check(
-    gate: GateSettings, prompts: Sequence[Prompt], got: Sequence[CompletionOutput], want: Sequence[CompletionOutput]
+    gate: GateSettings, prompts: Sequence[Prompt], got: Sequence[CompletionOutput], want: Sequence[CompletionOutput],
+    suffix: str = "",
 ) -> Check:
     comparison = compare_streams(prompts, got, want)
     figures = {
@@ -243,7 +288,7 @@ def _comparison_check(
     message = "; ".join(problems) or "token streams agree"
     if where is not None:
         message += f" (first divergence: prompt '{where[0]}' at token {where[1]})"
-    return Check("greedy comparison with the reference", "deploy",
+    return Check(f"greedy comparison with the reference{suffix}", "deploy",
                  CheckStatus.FAIL if problems else CheckStatus.PASS, message, figures)
 
 

@@ -80,6 +80,8 @@ def _list_deploy(config: DeployConfig, ops: Sequence[str] | None) -> int:
     print(f"  profile_run at max_num_seqs={config.engine.max_num_seqs} "
           f"max_num_batched_tokens={config.engine.max_num_batched_tokens}")
     print(f"  greedy comparison with '{config.gate.reference}', {config.gate.max_tokens} tokens per prompt")
+    for module in config.lora_modules:
+        print(f"    and under LoRA adapter '{module.name}' ({module.path})")
     print(f"  server checks: {'on' if config.gate.server_checks else 'off'}")
     print("  op conformance: the calls recorded while generating (known only at run time)"
           + (", then these standard cases:" if config.gate.standard_cases else ""))
@@ -98,6 +100,9 @@ def _print_gate(report: GateReport, verbose: bool) -> None:
     print("\n".join([verdict_line, *(f"  {line}" for line in report.failures()[:MAX_FAILURE_LINES]), ""]))
     for check in report.checks:
         print(f"[{check.status.value:>7}] {check.group}/{check.name}" + (f": {check.message}" if check.message else ""))
+    for adapter in report.adapters:
+        print(f"LoRA adapter served: '{adapter.name}' rank {adapter.rank} on {', '.join(adapter.target_modules)} "
+              f"({adapter.path}, {adapter.weights_sha256})")
     if report.recorded:
         counts = ", ".join(f"rank {rank}: {sum(s.rank == rank for s in report.recorded)}" for rank in report.ranks)
         print(f"op signatures recorded and replayed: {counts} (report.html lists them per rank)")

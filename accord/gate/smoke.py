@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..core.lora.request import LoRARequest
 from ..core.outputs import CompletionOutput
 
 #: Plain text the prompts are cut from; any tokenizer turns it into many tokens.
@@ -19,10 +20,12 @@ PASSAGE = (
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt of the set, as token ids, with what it exercises."""
+    """One prompt of the set, as token ids, with what it exercises, and the LoRA
+    adapter it runs under (None: the base model)."""
 
     label: str
     token_ids: tuple[int, ...]
+    adapter: LoRARequest | None = None
 
 
 def prompt_set(passage_ids: Sequence[int], max_num_batched_tokens: int, room: int) -> list[Prompt]:

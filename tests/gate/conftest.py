@@ -1,8 +1,8 @@
 """Fixtures for the rollout gate's tests: a tiny random model (dense, and MoE for the
 parallel layouts), and one small op conformance run (cpu against the reference) turned
 into a gate report. The MoE model comes from the model tests' tiny transformers
-checkpoints with the engine tests' tokenizer; their folders go on sys.path here (and
-spawned ranks inherit it)."""
+checkpoints with the engine tests' tokenizer, and LoRA adapters are made as the LoRA
+tests make them; their folders go on sys.path here (and spawned ranks inherit it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
-for directory in ("models", "engine"):
+for directory in ("models", "engine", "lora"):
     if str(TESTS / directory) not in sys.path:
         sys.path.insert(0, str(TESTS / directory))
 

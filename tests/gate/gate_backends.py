@@ -18,6 +18,7 @@ BUGGY_BACKEND = "gate-buggy"
 NO_FP8_CACHE_BACKEND = "gate-no-fp8-cache"
 CRASHING_BACKEND = "gate-crashing"
 EP_INDEX_BACKEND = "gate-ep-index-width"
+LORA_BUGGY_BACKEND = "gate-lora-buggy"
 #: The op whose kernel carries the injected bug (and, on the crashing backend, the crash).
 BUGGY_OP = "silu_and_mul"
 #: The crashing kernel takes at most this many rows: fewer than profile_run's batch.
@@ -88,6 +89,18 @@ def fused_moe_reading_expert_map_as_int64(kernels: KernelSet) -> None:
     kernels.add(Kernel("fused_moe", misread))
 
 
+def lora_delta_off_by_a_tenth(kernels: KernelSet) -> None:
+    """lora_linear adding its rows' adapter deltas ten percent too large: rows of the
+    base model (slot -1), which get no delta, stay right."""
+    correct = kernels.get("lora_linear").fn
+
+    def buggy(**call: Any) -> None:
+        correct(**call)
+        call["out"].add_(call["out"] - call["y"], alpha=0.1)
+
+    kernels.add(Kernel("lora_linear", buggy))
+
+
 def refuse_fp8_cache(signature: CallSignature) -> str | None:
     """The support rule of a cache writer that stores model-dtype caches only."""
     cache = signature.dtype("key_cache" if signature.op == "reshape_and_cache" else "kv_cache")
@@ -110,4 +123,5 @@ def accord_backends() -> list[Backend]:
         ReferenceVariant(NO_FP8_CACHE_BACKEND, cache_writers_without_fp8),
         ReferenceVariant(CRASHING_BACKEND, silu_and_mul_crashing_on_big_batches),
         ReferenceVariant(EP_INDEX_BACKEND, fused_moe_reading_expert_map_as_int64),
+        ReferenceVariant(LORA_BUGGY_BACKEND, lora_delta_off_by_a_tenth),
     ]

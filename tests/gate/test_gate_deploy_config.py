@@ -87,3 +87,29 @@ def test_a_bad_parallel_setting_is_refused_by_name(key: str, value: object, reas
 def test_a_relative_recording_folder_is_taken_from_the_yaml_files_folder(tmp_path: Path) -> None:
     (tmp_path / "deploy.yaml").write_text("model: m\nrecord_op_calls: calls\n")
     assert load_deploy_config(tmp_path / "deploy.yaml").engine.record_op_calls == str(tmp_path / "calls")
+
+
+def test_lora_modules_take_serves_forms_with_paths_from_the_yaml_files_folder(tmp_path: Path) -> None:
+    (tmp_path / "deploy.yaml").write_text(
+        "model: m\nenable_lora: true\nlora_modules:\n  - sql=adapters/sql\n"
+        "  - {name: chat, path: /abs/chat, base_model_name: base}\n"
+    )
+    config = load_deploy_config(tmp_path / "deploy.yaml")
+    (sql, chat) = config.lora_modules
+    assert (sql.name, sql.path, sql.base_model_name) == ("sql", str(tmp_path / "adapters" / "sql"), None)
+    assert (chat.name, chat.path, chat.base_model_name) == ("chat", "/abs/chat", "base")
+    # The adapters are part of what rolls out, so the hashed config holds them.
+    assert config.as_dict()["lora_modules"][0] == {"name": "sql", "path": sql.path, "base_model_name": None}
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"lora_modules": ["a=x"]}, "lora_modules needs enable_lora: true"),
+    ({"enable_lora": True, "lora_modules": "a=x"}, "must be a list"),
+    ({"enable_lora": True, "lora_modules": ["a"]}, "give name=path"),
+    ({"enable_lora": True, "lora_modules": [{"name": "a"}]}, "needs name and path"),
+    ({"enable_lora": True, "lora_modules": [{"name": "a", "path": "x", "rank": 8}]}, "unknown key.*rank"),
+    ({"enable_lora": True, "lora_modules": ["a=x", "a=y"]}, "names a more than once"),
+])
+def test_a_bad_lora_modules_entry_is_refused_saying_what_is_wrong(settings: dict, message: str) -> None:
+    with pytest.raises(DeployConfigError, match=message):
+        parse_deploy_config({"model": "m", **settings}, Path("."))

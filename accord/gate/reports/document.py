@@ -78,6 +78,20 @@ class RecordedSignature:
 
 
 @dataclass(frozen=True)
+class ServedAdapter:
+    """One LoRA adapter the deploy serves and the gate ran (deploy.yaml's
+    `lora_modules`): its name and folder, what its adapter_config.json says, and the
+    sha256 of its weights file, so a report names exactly the adapter it checked."""
+
+    name: str
+    path: str
+    base_model_name: str | None
+    rank: int
+    target_modules: tuple[str, ...]
+    weights_sha256: str
+
+
+@dataclass(frozen=True)
 class GateReport:
     """One node's gate run. `conformance` is None when the gate stopped before the
     op checks (a deploy config the backend cannot serve, say)."""
@@ -88,6 +102,9 @@ class GateReport:
     samples: Mapping[CaseKey, OutputSample] = field(default_factory=dict)
     #: Every rank's recorded op signatures (empty without a deploy config).
     recorded: tuple[RecordedSignature, ...] = ()
+    #: The LoRA adapters the deploy serves, each generated under and compared (empty
+    #: without `lora_modules`).
+    adapters: tuple[ServedAdapter, ...] = ()
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -200,6 +217,11 @@ def report_document(report: GateReport) -> dict[str, Any]:
             for c in report.checks
         ],
         "recorded": [{"rank": r.rank, "op": r.op, "combo": r.combo, "case": r.case} for r in report.recorded],
+        "lora_adapters": [
+            {"name": a.name, "path": a.path, "base_model_name": a.base_model_name, "rank": a.rank,
+             "target_modules": list(a.target_modules), "weights_sha256": a.weights_sha256}
+            for a in report.adapters
+        ],
     }
 
 
@@ -249,7 +271,12 @@ def report_from_document(document: Mapping[str, Any]) -> GateReport:
         Check(c["name"], c["group"], CheckStatus(c["status"]), c["message"], c["figures"]) for c in document["checks"]
     )
     recorded = tuple(RecordedSignature(r["rank"], r["op"], r["combo"], r["case"]) for r in document.get("recorded", ()))
-    return GateReport(document["environment"], conformance, checks, samples, recorded)
+    adapters = tuple(
+        ServedAdapter(a["name"], a["path"], a["base_model_name"], a["rank"], tuple(a["target_modules"]),
+                      a["weights_sha256"])
+        for a in document.get("lora_adapters", ())
+    )
+    return GateReport(document["environment"], conformance, checks, samples, recorded, adapters)
 
 
 def load_report(path: str | Path) -> GateReport:

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import jinja2
 
-from .document import Check, GateReport, MergedReport, RecordedSignature
+from .document import Check, GateReport, MergedReport, RecordedSignature, ServedAdapter
 from .matrix import build_matrix
 
 _TEMPLATES = jinja2.Environment(
@@ -31,7 +31,8 @@ _TEMPLATES.filters["figure"] = _figure
 
 @dataclass(frozen=True)
 class SourceSection:
-    """One node's part of the page: failures, checks and pinned environment."""
+    """One node's part of the page: failures, checks, pinned environment, recorded
+    signatures and served adapters."""
 
     label: str
     summary: str
@@ -40,6 +41,8 @@ class SourceSection:
     environment: list[tuple[str, str]]
     #: The op signatures each rank recorded (rank, op, dtypes, replaying case).
     recorded: tuple[RecordedSignature, ...] = ()
+    #: The LoRA adapters the node served and checked.
+    adapters: tuple[ServedAdapter, ...] = ()
 
 
 def _environment_rows(environment: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -65,7 +68,8 @@ def _summary(report: GateReport) -> str:
 
 def _section(label: str, report: GateReport) -> SourceSection:
     environment = _environment_rows(report.environment)
-    return SourceSection(label, _summary(report), report.failures(), report.checks, environment, report.recorded)
+    return SourceSection(label, _summary(report), report.failures(), report.checks, environment, report.recorded,
+                         report.adapters)
 
 
 def render_report_html(report: GateReport) -> str:
