@@ -127,8 +127,8 @@ def _print_perf(backend: Backend, ops: list[str], seed: int) -> None:
     from ...conformance import cases_for
     from ...conformance.perf import render_perf, run_perf
 
-    bandwidth, timed = run_perf(backend, (case for op in ops for case in cases_for(op, seed)))
-    print(render_perf(backend.name, bandwidth, timed))
+    roofs, timed = run_perf(backend, (case for op in ops for case in cases_for(op, seed)))
+    print(render_perf(backend.name, roofs, timed))
 
 
 #: The ranks of the default run's collective section.
