@@ -15,8 +15,8 @@ token, the whole run's output tokens per second (the two policies must do the sa
 work at about the same throughput for the latency comparison to mean anything), and
 goodput: requests per second that met their effort's SLO on time to the final answer
 (`--slo-ms low=1000,...`; vLLM's goodput with an e2el SLO, per effort). With
-`--repeats N` the policies run alternately N times each and every figure is the median
-of its N runs, so that a burst of other load on a shared host hits both policies alike.
+`--repeats N` the policies run N times each, alternating in ABBA order, and every figure
+is the median of its N runs, so that other load on a shared host hits both policies alike.
 """
 
 from __future__ import annotations
@@ -145,8 +145,9 @@ def main() -> None:
     slos = {effort: float(value) / 1000 for effort, value in (item.split("=") for item in args.slo_ms.split(","))}
     print(f"{'policy':>7} {'lane':>6} {'mean s':>8} {'p99 s':>8} {'tokens/s':>9} {'goodput req/s':>14}")
     runs: dict[str, list[tuple[dict[str, list[float]], float, float]]] = {"fcfs": [], "effort": []}
-    for _ in range(args.repeats):
-        for policy in runs:
+    for repeat in range(args.repeats):
+        # ABBA order: a host load that rises (or falls) during the runs favours neither policy.
+        for policy in list(runs)[:: 1 if repeat % 2 == 0 else -1]:
             runs[policy].append(asyncio.run(replay(model_dir, policy, requests, budgets, args.answer_tokens,
                                                    args.max_num_seqs, args.lane_bounds)))
     summaries = {policy: summarise(policy_runs, slos) for policy, policy_runs in runs.items()}
