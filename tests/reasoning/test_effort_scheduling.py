@@ -163,4 +163,4 @@ def test_the_shortest_waiting_lane_is_found_without_reading_the_whole_queue(effo
             item.append_token(SAMPLED_TOKEN)
         waiting.append(item)
     waiting.sort(key=policy.order_key)
-    assert policy._shortest_lane(waiting) == min(policy.lane(item) for item in waiting)
+    assert policy.shortest_lane(waiting) == min(policy.lane(item) for item in waiting)

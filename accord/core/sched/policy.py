@@ -111,7 +111,7 @@ class EffortPolicy(QueuePolicy):
     def order_key(self, request: Request) -> tuple[float, ...]:
         return self.remaining(request), request.arrival_time, request.arrival_order, request.index
 
-    def _shortest_lane(self, waiting: Sequence[Request]) -> int:
+    def shortest_lane(self, waiting: Sequence[Request]) -> int:
         """The shortest lane among the waiting requests. They are in `order_key` order, and
         a request's lane is at least the lane its remaining length would fall in, so the
         scan stops at the first request whose remaining length cannot beat the best lane
@@ -138,7 +138,7 @@ class EffortPolicy(QueuePolicy):
     def preemptions(self, running: Sequence[Request], waiting: Sequence[Request]) -> list[Request]:
         if not waiting or len(running) < self.max_num_seqs:
             return []  # a free slot takes the next waiting request without preempting
-        shortest_waiting = self._shortest_lane(waiting)
+        shortest_waiting = self.shortest_lane(waiting)
         counts, caps, victims = self._lane_counts(running), self._caps(), []
         if sum(counts[shortest_waiting + 1:]) == 0:
             return []  # nothing running of a longer lane
@@ -158,7 +158,7 @@ class EffortPolicy(QueuePolicy):
         if not waiting:
             return lambda request: True
         counts, caps = self._lane_counts(running), self._caps()
-        shortest_waiting = self._shortest_lane(waiting)
+        shortest_waiting = self.shortest_lane(waiting)
 
         def admits(request: Request) -> bool:
             lane = self.lane(request)
