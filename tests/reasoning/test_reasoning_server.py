@@ -384,6 +384,19 @@ def test_a_stored_response_s_thinking_is_given_back_with_its_tool_call(
     assert prompt == hf_prompt(qwen3_dir, loop)
 
 
+def test_reasoning_items_with_no_assistant_item_after_them_are_an_assistant_turn_of_their_own(
+    qwen3: Served, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two in a row are one thinking, their texts a paragraph each."""
+    items = [{"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+             for text in ("First thought.", "Second thought.")]
+    prompt, _ = prompt_of(qwen3, monkeypatch, lambda: qwen3.client.responses.create(
+        model="tiny", input=[*ASK, *items], max_output_tokens=1))
+    thinking = {"role": "assistant", "content": "", "reasoning_content": "First thought.\n\nSecond thought."}
+    assert prompt == hf_prompt(qwen3_dir, [*ASK, thinking])
+    assert "<think>\nFirst thought.\n\nSecond thought.\n</think>" in prompt
+
+
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
 def test_a_chat_message_s_reasoning_content_reaches_the_template(
     qwen3: Served, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch, field: str,
