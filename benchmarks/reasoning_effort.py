@@ -7,13 +7,16 @@ so the budget is what ends the thinking), then answers `--answer-tokens` tokens:
 decode length is known, which is what the effort policy schedules by.
 
     PYTHONPATH=. python benchmarks/reasoning_effort.py [--requests 120] [--rate 12] \\
-        [--budgets low=16,medium=96,high=400] [--mix 0.8,0.15,0.05] [--max-num-seqs 8] [--lane-bounds 64,256]
+        [--budgets low=16,medium=96,high=400] [--mix 0.8,0.15,0.05] [--max-num-seqs 8] [--lane-bounds 64,256] \\
+        [--repeats 3]
 
 Prints, per policy and lane, the mean and p99 seconds from arrival to the last answer
 token, the whole run's output tokens per second (the two policies must do the same
 work at about the same throughput for the latency comparison to mean anything), and
 goodput: requests per second that met their effort's SLO on time to the final answer
-(`--slo-ms low=1000,...`; vLLM's goodput with an e2el SLO, per effort).
+(`--slo-ms low=1000,...`; vLLM's goodput with an e2el SLO, per effort). With
+`--repeats N` the policies run N times each, alternating in ABBA order, and every figure
+is the median of its N runs, so that other load on a shared host hits both policies alike.
 """
 
 from __future__ import annotations
@@ -89,6 +92,26 @@ async def replay(model_dir: Path, policy: str, requests: list[TracedRequest], bu
     return latencies, tokens[0] / elapsed, elapsed
 
 
+@dataclass(frozen=True)
+class Summary:
+    """One policy's figures, each the median over its runs."""
+
+    #: Per effort with requests: mean and p99 seconds to the final answer.
+    lanes: dict[str, tuple[float, float]]
+    throughput: float
+    goodput: float
+
+
+def summarise(runs: list[tuple[dict[str, list[float]], float, float]], slos: dict[str, float]) -> Summary:
+    """The medians of `replay`'s results over runs; goodput counts requests within their effort's SLO."""
+    lanes = {effort: (statistics.median(statistics.mean(latencies[effort]) for latencies, _, _ in runs),
+                      statistics.median(p99(latencies[effort]) for latencies, _, _ in runs))
+             for effort in EFFORTS if runs[0][0][effort]}
+    goodput = statistics.median(sum(value <= slos[effort] for effort in EFFORTS for value in latencies[effort])
+                                / elapsed for latencies, _, elapsed in runs)
+    return Summary(lanes, statistics.median(throughput for _, throughput, _ in runs), goodput)
+
+
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
@@ -107,6 +130,7 @@ def main() -> None:
     parser.add_argument("--slo-ms", default="low=1000,medium=3000,high=10000",
                         help="goodput's SLO on time to the final answer, per effort (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1, help="runs per policy, alternating; medians (default: 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--model", type=Path, default=None, help="a model directory (default: a tiny random Llama)")
     args = parser.parse_args()
@@ -120,20 +144,20 @@ def main() -> None:
           f"{args.threads} torch thread(s)")
     slos = {effort: float(value) / 1000 for effort, value in (item.split("=") for item in args.slo_ms.split(","))}
     print(f"{'policy':>7} {'lane':>6} {'mean s':>8} {'p99 s':>8} {'tokens/s':>9} {'goodput req/s':>14}")
-    results = {}
-    for policy in ("fcfs", "effort"):
-        latencies, throughput, elapsed = asyncio.run(replay(model_dir, policy, requests, budgets, args.answer_tokens,
-                                                            args.max_num_seqs, args.lane_bounds))
-        results[policy] = latencies
-        good = sum(value <= slos[effort] for effort in EFFORTS for value in latencies[effort])
-        for effort in EFFORTS:
-            values = latencies[effort]
-            if values:
-                print(f"{policy:>7} {effort:>6} {statistics.mean(values):8.3f} {p99(values):8.3f} {throughput:9.0f} "
-                      f"{good / elapsed:14.2f}")
-    if results["fcfs"]["low"] and results["effort"]["low"]:
-        print(f"low-effort p99 time to answer, fcfs / effort: {p99(results['fcfs']['low']) / p99(results['effort']['low']):.1f}x")
-
+    runs: dict[str, list[tuple[dict[str, list[float]], float, float]]] = {"fcfs": [], "effort": []}
+    for repeat in range(args.repeats):
+        # ABBA order: a host load that rises (or falls) during the runs favours neither policy.
+        for policy in list(runs)[:: 1 if repeat % 2 == 0 else -1]:
+            runs[policy].append(asyncio.run(replay(model_dir, policy, requests, budgets, args.answer_tokens,
+                                                   args.max_num_seqs, args.lane_bounds)))
+    summaries = {policy: summarise(policy_runs, slos) for policy, policy_runs in runs.items()}
+    for policy, summary in summaries.items():
+        for effort, (mean, tail) in summary.lanes.items():
+            print(f"{policy:>7} {effort:>6} {mean:8.3f} {tail:8.3f} {summary.throughput:9.0f} {summary.goodput:14.2f}")
+    fcfs, effort = summaries["fcfs"], summaries["effort"]
+    if "low" in fcfs.lanes:
+        print(f"low-effort p99 time to answer, fcfs / effort: {fcfs.lanes['low'][1] / effort.lanes['low'][1]:.1f}x; "
+              f"throughput, effort / fcfs: {effort.throughput / fcfs.throughput:.2f}")
 
 if __name__ == "__main__":
     main()

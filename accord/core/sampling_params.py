@@ -145,7 +145,8 @@ class SamplingParams:
         """Refuse ids and counts the model's vocabulary cannot satisfy."""
         check_token_ids("stop_token_ids", self.stop_token_ids, vocab_size)
         if self.thinking_markers is not None:
-            check_token_ids("thinking_markers", (self.thinking_markers.start_id, self.thinking_markers.end_id), vocab_size)
+            markers = self.thinking_markers
+            check_token_ids("thinking_markers", (markers.start_id, markers.end_id, *markers.turn_end_ids), vocab_size)
         if self.logit_bias:
             check_token_ids("logit_bias", self.logit_bias, vocab_size)
         for name in ("logprobs", "prompt_logprobs"):

@@ -6,7 +6,10 @@ The thinking state at the start of the output follows from the prompt, as the ch
 template leaves it (vLLM's `prompt_is_reasoning_end`): a prompt whose last marker is the
 end marker (Qwen3 with `enable_thinking=False` writes `<think>\\n\\n</think>`) is
 answered at once; any other prompt (DeepSeek-R1's, ending in `<think>\\n`, or Qwen3's,
-after which the model writes `<think>` itself) is followed by thinking. The thinking
+after which the model writes `<think>` itself) is followed by thinking. Only the markers
+of the turn being answered count: a template that writes an earlier turn's thinking
+into the prompt (Qwen3's, within a tool-calling loop) closes that turn with an
+end-of-turn token, and markers before it say nothing about the new output. The thinking
 stretch is every output token before the first end marker, and ends for good there.
 """
 
@@ -22,14 +25,17 @@ class ThinkingMarkers:
 
     start_id: int
     end_id: int
+    #: Tokens that end a turn (the model's end-of-sequence ids: `<|im_end|>`,
+    #: `<｜end▁of▁sentence｜>`); markers before the prompt's last one are an earlier turn's.
+    turn_end_ids: frozenset[int] = frozenset()
 
     def thinks_after(self, prompt_token_ids: Sequence[int]) -> bool:
-        """Whether the output of this prompt begins inside the thinking: its last marker
-        is not the end marker."""
+        """Whether the output of this prompt begins inside the thinking: the last marker
+        of its last turn is not the end marker (a turn without one thinks)."""
         for token in reversed(prompt_token_ids):
             if token == self.end_id:
                 return False
-            if token == self.start_id:
+            if token == self.start_id or token in self.turn_end_ids:
                 return True
         return True
 

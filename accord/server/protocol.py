@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Strict
 
 #: OpenAI allows 4 stop sequences; accord takes more (harnesses send long lists), but
 #: a bound keeps the per-token stop scan cheap.
@@ -250,6 +250,9 @@ class ChatMessage(BaseModel):
     name: Text | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: Text | None = None
+    #: An assistant turn's thinking, given back (vLLM reads `reasoning` too): the chat
+    #: template decides whether to write it into the prompt.
+    reasoning_content: Text | None = Field(default=None, validation_alias=AliasChoices("reasoning_content", "reasoning"))
 
     def text(self) -> str:
         """The message's text, its parts concatenated."""

@@ -5,13 +5,21 @@ and the thinking budget each `reasoning_effort` maps to (--reasoning-budgets).""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ..core.thinking import ThinkingMarkers
 from .errors import OpenAIError
 from .protocol import ChatCompletionRequest
 from .reasoning_parsers import ReasoningParser, get_reasoning_parser
 from .reasoning_parsers.base import TextEncoder
+
+
+class ServedTokenizer(TextEncoder, Protocol):
+    """What the reasoning setup reads of the model's tokenizer: its marker ids and its EOS ids."""
+
+    eos_token_ids: Sequence[int]
+
 
 @dataclass(frozen=True)
 class ServedReasoning:
@@ -42,14 +50,16 @@ class ServedReasoning:
 
 
 def served_reasoning(
-    parser_name: str | None, budgets: Mapping[str, int], tokenizer: TextEncoder
+    parser_name: str | None, budgets: Mapping[str, int], tokenizer: ServedTokenizer
 ) -> ServedReasoning | None:
     """The reasoning setup of a server started with --reasoning-parser `parser_name`
-    (None without one); ValueError when the model's tokenizer lacks the parser's markers."""
+    (None without one); ValueError when the model's tokenizer lacks the parser's markers.
+    The tokenizer's EOS ids end a turn (chat templates close each turn with one)."""
     if parser_name is None:
         return None
     parser = get_reasoning_parser(parser_name)
-    return ServedReasoning(parser, parser.markers(tokenizer), dict(budgets))
+    markers = replace(parser.markers(tokenizer), turn_end_ids=frozenset(tokenizer.eos_token_ids))
+    return ServedReasoning(parser, markers, dict(budgets))
 
 
 def refuse_reasoning_fields(request: ChatCompletionRequest) -> None:

@@ -464,7 +464,8 @@ def _open_final_message(rendered: str, final_text: str) -> str:
 def message_for_template(message: ChatMessage, as_parts: bool = False) -> dict[str, Any]:
     """A chat message as Hugging Face chat templates read it: role and content (its
     text, or OpenAI's list of text parts when `as_parts`), plus an assistant's tool
-    calls (arguments as objects) and a tool result's call id."""
+    calls (arguments as objects) and thinking (`reasoning_content`, and `reasoning` as
+    vLLM also names it), and a tool result's call id."""
     content: Any = [{"type": "text", "text": message.text()}] if as_parts else message.text()
     if as_parts and isinstance(message.content, list):
         content = [part.model_dump() for part in message.content]
@@ -477,6 +478,8 @@ def message_for_template(message: ChatMessage, as_parts: bool = False) -> dict[s
              "function": {"name": call.function.name, "arguments": _arguments_object(call.function.arguments)}}
             for call in message.tool_calls
         ]
+    if message.reasoning_content is not None:
+        entry["reasoning_content"] = entry["reasoning"] = message.reasoning_content
     if message.tool_call_id is not None:
         entry["tool_call_id"] = message.tool_call_id
     return entry

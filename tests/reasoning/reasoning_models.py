@@ -3,9 +3,12 @@ transformers, the demo byte-level BPE tokenizer with `<think>` and `</think>` ad
 single (non-special) tokens, as Qwen3's and DeepSeek-R1's tokenizers have them, and each
 family's chat-template behaviour written into its template:
 
-- Qwen3 (through the 2507 release): ChatML; the model writes `<think>` itself, and
-  `enable_thinking=False` makes the generation prompt end with an empty
-  `<think>\\n\\n</think>\\n\\n`; earlier assistant turns keep only their answer.
+- Qwen3 (through the 2507 release): ChatML, `<|im_end|>` its end of turn and its EOS;
+  the model writes `<think>` itself, and `enable_thinking=False` makes the generation
+  prompt end with an empty `<think>\\n\\n</think>\\n\\n`; an assistant turn after the
+  last user message (a tool-calling loop's) is written with its `reasoning_content` as
+  `<think>\\n...\\n</think>\\n\\n` before its answer, earlier ones keep only their answer;
+  tool calls are written `<tool_call>name</tool_call>` and tool results as user turns.
 - DeepSeek-R1 (0528): `<｜User｜>`/`<｜Assistant｜>` turns; the generation prompt ends
   with `<think>\\n`, so the output begins inside the thinking; earlier assistant turns
   keep only their answer.
@@ -25,11 +28,21 @@ from accord.demo.tokenizer import BOS_TOKEN, EOS_TOKEN, build_demo_tokenizer
 THINK_START, THINK_END = "<think>", "</think>"
 
 QWEN3_TEMPLATE = (
+    "{%- set ns = namespace(last_query=-1) %}"
+    "{%- for message in messages %}{%- if message.role == 'user' %}{%- set ns.last_query = loop.index0 %}"
+    "{%- endif %}{%- endfor %}"
     "{%- for message in messages %}"
-    "{%- set content = message['content'] %}"
-    "{%- if message['role'] == 'assistant' and '</think>' in content %}"
-    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
-    "<|im_start|>{{ message['role'] }}\n{{ content }}<|im_end|>\n"
+    "{%- set content = message.content or '' %}"
+    "{%- if message.role == 'assistant' %}"
+    "{%- set reasoning = message.reasoning_content if message.reasoning_content is string else '' %}"
+    "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_query and reasoning %}"
+    "{%- set content = '<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content %}{%- endif %}"
+    "<|im_start|>assistant\n{{ content }}"
+    "{%- for call in message.tool_calls or [] %}<tool_call>{{ call.function.name }}</tool_call>{%- endfor %}"
+    "<|im_end|>\n"
+    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>{{ content }}</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{{ content }}<|im_end|>\n{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n"
     "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
@@ -50,6 +63,8 @@ DEEPSEEK_R1_TEMPLATE = (
 )
 
 TEMPLATES = {"qwen3": QWEN3_TEMPLATE, "deepseek_r1": DEEPSEEK_R1_TEMPLATE}
+#: The EOS of a family whose checkpoints end generation at the end of a turn (else the demo's).
+END_OF_TURN = {"qwen3": "<|im_end|>"}
 ROLE_TOKENS = ("<|im_start|>", "<|im_end|>", "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>")
 
 
@@ -62,13 +77,14 @@ def write_reasoning_model(directory: Path, family: str) -> Path:
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ROLE_TOKENS])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in (THINK_START, THINK_END)])
     tokenizer.save(str(directory / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
+    eos_token = END_OF_TURN.get(family, EOS_TOKEN)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS_TOKEN, "eos_token": eos_token,
               "chat_template": TEMPLATES[family]}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     model_config = LlamaConfig(
         vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        bos_token_id=tokenizer.token_to_id(BOS_TOKEN), eos_token_id=tokenizer.token_to_id(EOS_TOKEN),
+        bos_token_id=tokenizer.token_to_id(BOS_TOKEN), eos_token_id=tokenizer.token_to_id(eos_token),
         initializer_range=0.2, tie_word_embeddings=False,
     )
     torch.manual_seed(0)

@@ -10,6 +10,8 @@ import itertools
 import statistics
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from accord.core.sampling_params import SamplingParams
 from accord.core.sched.block_manager import BlockManager
@@ -147,3 +149,18 @@ def test_the_lane_bounds_come_from_the_engine_setting() -> None:
 def test_malformed_lane_bounds_are_refused(bounds: str) -> None:
     with pytest.raises(ValueError, match="effort lane bounds|effort_lane_bounds"):
         make_policy("effort", 8, None, bounds)
+
+
+@given(st.lists(st.tuples(st.sampled_from([25, 100, 321, None]), st.integers(0, 320)), min_size=1, max_size=12))
+def test_the_shortest_waiting_lane_is_found_without_reading_the_whole_queue(efforts) -> None:
+    """The early-stopping scan agrees with the minimum over every waiting request, for
+    any queue in the policy's order (preempted requests, with output, included)."""
+    policy = EffortPolicy(MAX_NUM_SEQS, 400, lane_bounds=LANE_BOUNDS)
+    waiting = []
+    for max_tokens, produced in efforts:
+        item = request({"max_tokens": max_tokens} if max_tokens else {}, 0)
+        for _ in range(min(produced, (max_tokens or 396) - 1)):
+            item.append_token(SAMPLED_TOKEN)
+        waiting.append(item)
+    waiting.sort(key=policy.order_key)
+    assert policy.shortest_lane(waiting) == min(policy.lane(item) for item in waiting)

@@ -75,6 +75,20 @@ def test_where_the_output_starts_follows_the_prompts_last_marker(prompt: list[in
     assert MARKERS.thinks_after(prompt) is thinks
 
 
+TURN_END = 3
+TURNS = ThinkingMarkers(start_id=START, end_id=END, turn_end_ids=frozenset({TURN_END}))
+
+
+@pytest.mark.parametrize(("prompt", "thinks"), [
+    ([5, START, 7, END, 8, TURN_END, 5, 6], True),  # Qwen3's tool loop: the last step's thinking is in the prompt
+    ([5, START, 7, END, 8, TURN_END, 5, START, 7, END, 7], False),  # ... and this turn's thinking is closed
+    ([5, TURN_END, 5, START, 7], True),
+])
+def test_only_the_markers_of_the_prompt_s_last_turn_count(prompt: list[int], thinks: bool) -> None:
+    assert TURNS.thinks_after(prompt) is thinks
+    assert count_reasoning_tokens(TURNS, prompt, [9, 9, END, 4]) == (2 if thinks else 0)
+
+
 def test_thinking_tokens_are_those_before_the_end_marker() -> None:
     assert count_reasoning_tokens(MARKERS, [START], [9, 9, 9, END, 4, END, 4]) == 3
     assert count_reasoning_tokens(MARKERS, [START], [9, 9]) == 2  # cut off while thinking

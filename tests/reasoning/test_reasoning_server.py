@@ -306,3 +306,136 @@ def test_each_request_s_queue_time_is_observed_once_under_its_lane(r1: Served) -
     before = r1.metric(name, lane="0")
     r1.chat(max_completion_tokens=ANSWER_TOKENS, extra_body={"thinking_token_budget": BUDGET})
     assert r1.metric(name, lane="0") - before == 1
+
+
+# Reasoning given back: a Responses reasoning item is the reasoning_content of the
+# assistant turn after it (as vLLM reads it), and a chat message's reasoning_content
+# reaches the template. The reference prompt is transformers' rendering of the same
+# conversation written by hand as chat messages; Qwen3's template writes the thinking of
+# a tool-calling loop's steps, DeepSeek-R1's drops it.
+THOUGHT = "Seven has no divisor but one and itself."
+CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+RESULT = {"type": "function_call_output", "call_id": "call_1", "output": "21 C"}
+#: The same turn as chat messages (tool calls' arguments as templates read them: objects).
+CHAT_CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+
+
+def prompt_of(served: Served, monkeypatch: pytest.MonkeyPatch, create) -> tuple[str, object]:
+    """The prompt text the engine was given for the request `create()` makes, and its answer."""
+    prompts: list[list[int]] = []
+    add_request = Scheduler.add_request
+
+    def recording(self: Scheduler, request, grammar=None) -> None:
+        prompts.append(list(request.prompt_token_ids))
+        add_request(self, request, grammar)
+
+    monkeypatch.setattr(Scheduler, "add_request", recording)
+    answer = served.runner.run(create())
+    monkeypatch.undo()
+    (prompt,) = prompts
+    return served.tokenizer.decode(prompt, skip_special_tokens=False), answer
+
+
+def hf_prompt(model_dir: Path, messages: list[dict]) -> str:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def tool_loop(thought: str) -> list[dict]:
+    return [*ASK, {"role": "assistant", "content": "", "reasoning_content": thought, "tool_calls": [CHAT_CALL]},
+            {"role": "tool", "content": "21 C", "tool_call_id": "call_1"}]
+
+
+@pytest.mark.parametrize("reasoning", [
+    {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": THOUGHT}]},
+    {"type": "reasoning", "summary": [{"type": "summary_text", "text": THOUGHT}]},
+], ids=["content", "summary"])
+def test_a_reasoning_item_given_back_is_the_thinking_of_the_turn_after_it(
+    qwen3: Served, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch, reasoning: dict,
+) -> None:
+    prompt, response = prompt_of(qwen3, monkeypatch, lambda: qwen3.client.responses.create(
+        model="tiny", input=[*ASK, reasoning, CALL, RESULT], temperature=0.0, reasoning={"effort": EFFORT},
+        max_output_tokens=ANSWER_TOKENS))
+    assert prompt == hf_prompt(qwen3_dir, tool_loop(THOUGHT))
+    assert f"<think>\n{THOUGHT}\n</think>\n\n<tool_call>get_weather</tool_call>" in prompt
+    # The prompt's </think> is the last step's: this turn's output still begins thinking.
+    assert response.output[0].type == "reasoning"
+    assert response.usage.output_tokens_details.reasoning_tokens == EFFORT_BUDGET
+
+
+def test_a_stored_response_s_thinking_is_given_back_with_its_tool_call(
+    qwen3: Served, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = qwen3.runner.run(qwen3.client.responses.create(
+        model="tiny", input=ASK, temperature=0.0, reasoning={"effort": EFFORT}, tools=[
+            {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}],
+        tool_choice="required", parallel_tool_calls=False))
+    reasoning, call = first.output
+    assert reasoning.type == "reasoning" and call.type == "function_call"
+    prompt, _ = prompt_of(qwen3, monkeypatch, lambda: qwen3.client.responses.create(
+        model="tiny", previous_response_id=first.id, max_output_tokens=1, input=[
+            {"type": "function_call_output", "call_id": call.call_id, "output": "21 C"}]))
+    loop = tool_loop(reasoning.content[0].text)
+    loop[1]["tool_calls"] = [{**CHAT_CALL, "id": call.call_id, "function": {
+        "name": call.name, "arguments": json.loads(call.arguments)}}]
+    loop[2]["tool_call_id"] = call.call_id
+    assert prompt == hf_prompt(qwen3_dir, loop)
+
+
+def test_reasoning_items_with_no_assistant_item_after_them_are_an_assistant_turn_of_their_own(
+    qwen3: Served, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two in a row are one thinking, their texts a paragraph each."""
+    items = [{"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+             for text in ("First thought.", "Second thought.")]
+    prompt, _ = prompt_of(qwen3, monkeypatch, lambda: qwen3.client.responses.create(
+        model="tiny", input=[*ASK, *items], max_output_tokens=1))
+    thinking = {"role": "assistant", "content": "", "reasoning_content": "First thought.\n\nSecond thought."}
+    assert prompt == hf_prompt(qwen3_dir, [*ASK, thinking])
+    assert "<think>\nFirst thought.\n\nSecond thought.\n</think>" in prompt
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_a_chat_message_s_reasoning_content_reaches_the_template(
+    qwen3: Served, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch, field: str,
+) -> None:
+    messages = tool_loop(THOUGHT)
+    messages[1][field] = messages[1].pop("reasoning_content")
+    messages[1]["tool_calls"] = [{**CHAT_CALL, "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+    prompt, _ = prompt_of(qwen3, monkeypatch, lambda: qwen3.client.chat.completions.create(
+        model="tiny", messages=messages, max_completion_tokens=1))
+    assert prompt == hf_prompt(qwen3_dir, tool_loop(THOUGHT))
+
+
+def test_a_template_that_drops_earlier_thinking_drops_a_reasoning_item(
+    r1: Served, r1_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reasoning = {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": THOUGHT}]}
+    answer = {"role": "assistant", "content": "Yes."}
+    prompt, _ = prompt_of(r1, monkeypatch, lambda: r1.client.responses.create(
+        model="tiny", input=[*ASK, reasoning, answer, {"role": "user", "content": "And 9?"}], max_output_tokens=1))
+    assert prompt == hf_prompt(r1_dir, [*ASK, answer, {"role": "user", "content": "And 9?"}])
+    assert THOUGHT not in prompt
+
+
+def test_encrypted_reasoning_is_refused_naming_the_field(r1: Served) -> None:
+    encrypted = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB..."}
+    with pytest.raises(openai.BadRequestError) as refused:
+        r1.runner.run(r1.client.responses.create(model="tiny", input=[*ASK, encrypted, CALL, RESULT]))
+    error = refused.value.body
+    assert error["param"] == "input[1].encrypted_content" and error["type"] == "invalid_request_error"
+    assert "encrypted" in error["message"]
+
+
+@pytest.mark.parametrize("reasoning", [
+    {"type": "reasoning", "summary": [], "content": [{"type": "output_text", "text": THOUGHT}]},
+    {"type": "reasoning", "summary": THOUGHT},
+    {"type": "reasoning", "summary": [{"type": "summary_text"}]},
+    {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": 7}]},
+], ids=["content-part-type", "summary-not-a-list", "summary-without-text", "text-not-a-string"])
+def test_a_malformed_reasoning_item_is_refused(r1: Served, reasoning: dict) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        r1.runner.run(r1.client.responses.create(model="tiny", input=[*ASK, reasoning, CALL, RESULT]))
+    assert refused.value.body["param"] == "input"

@@ -10,6 +10,7 @@ served first, preempted last) and, each step, whether a waiting request may be a
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -103,9 +104,24 @@ class EffortPolicy(QueuePolicy):
         """The request's lane (0: the shortest), by its expected decode length."""
         return bisect.bisect_left(self.lane_bounds, self.expected_decode_length(request))
 
+    def remaining(self, request: Request) -> float:
+        """Output tokens the request still expects."""
+        return self.expected_decode_length(request) - request.num_output_tokens
+
     def order_key(self, request: Request) -> tuple[float, ...]:
-        remaining = self.expected_decode_length(request) - request.num_output_tokens
-        return remaining, request.arrival_time, request.arrival_order, request.index
+        return self.remaining(request), request.arrival_time, request.arrival_order, request.index
+
+    def shortest_lane(self, waiting: Sequence[Request]) -> int:
+        """The shortest lane among the waiting requests. They are in `order_key` order, and
+        a request's lane is at least the lane its remaining length would fall in, so the
+        scan stops at the first request whose remaining length cannot beat the best lane
+        so far: one or two requests, rather than the whole queue, each step."""
+        best = len(self.lane_bounds)
+        for request in waiting:
+            if best == 0 or bisect.bisect_left(self.lane_bounds, self.remaining(request)) >= best:
+                break
+            best = min(best, self.lane(request))
+        return best
 
     def preemption_class(self, request: Request) -> tuple[float, ...]:
         return (self.lane(request),)  # the longest lane gives way first
@@ -122,9 +138,13 @@ class EffortPolicy(QueuePolicy):
     def preemptions(self, running: Sequence[Request], waiting: Sequence[Request]) -> list[Request]:
         if not waiting or len(running) < self.max_num_seqs:
             return []  # a free slot takes the next waiting request without preempting
-        shortest_waiting = min(self.lane(request) for request in waiting)
-        wanted = sum(1 for request in waiting if self.lane(request) == shortest_waiting)
+        shortest_waiting = self.shortest_lane(waiting)
         counts, caps, victims = self._lane_counts(running), self._caps(), []
+        if sum(counts[shortest_waiting + 1:]) == 0:
+            return []  # nothing running of a longer lane
+        # No more victims than the shortest lane's waiting requests, and never more than run.
+        wanted = sum(1 for _ in itertools.islice(
+            (request for request in waiting if self.lane(request) == shortest_waiting), len(running)))
         for request in sorted(running, key=self.order_key, reverse=True):
             lane = self.lane(request)
             if len(victims) == wanted:
@@ -138,7 +158,7 @@ class EffortPolicy(QueuePolicy):
         if not waiting:
             return lambda request: True
         counts, caps = self._lane_counts(running), self._caps()
-        shortest_waiting = min(self.lane(request) for request in waiting)
+        shortest_waiting = self.shortest_lane(waiting)
 
         def admits(request: Request) -> bool:
             lane = self.lane(request)

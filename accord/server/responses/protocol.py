@@ -60,7 +60,14 @@ class ReasoningText(BaseModel):
     """A reasoning item's thinking text."""
 
     type: Literal["reasoning_text"] = "reasoning_text"
-    text: str
+    text: Text
+
+
+class SummaryText(BaseModel):
+    """A part of a reasoning item's summary (OpenAI's models give a summary, not the thinking)."""
+
+    type: Literal["summary_text"] = "summary_text"
+    text: Text
 
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -106,16 +113,26 @@ class FunctionCallOutputItem(BaseModel):
 
 
 class ReasoningItem(BaseModel):
-    """The model's thinking (with --reasoning-parser); sent back as input it is
-    accepted and left out of the prompt, as chat templates drop earlier turns' thinking."""
+    """The model's thinking (with --reasoning-parser). Sent back as input, its text is
+    the `reasoning_content` of the assistant message that follows it, for the chat
+    template to write or drop (`translate.conversation`)."""
 
     model_config = ConfigDict(extra="allow")
 
     type: Literal["reasoning"] = "reasoning"
     id: str | None = None
-    summary: list[Any] = Field(default_factory=list)
+    summary: list[SummaryText] = Field(default_factory=list)
     content: list[ReasoningText] | None = None
+    #: OpenAI's models' thinking, encrypted for OpenAI alone: refused as input.
+    encrypted_content: str | None = None
     status: ItemStatus | None = None
+
+    def text(self) -> str:
+        """The thinking's text: its content, else its summary's paragraphs (the order
+        vLLM reads them in)."""
+        if self.content:
+            return "".join(part.text for part in self.content)
+        return "\n\n".join(part.text for part in self.summary)
 
 
 def _item_type(item: Any) -> str:

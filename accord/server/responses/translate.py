@@ -29,7 +29,7 @@ from .protocol import (
     InputItem,
     MessageItem,
     OutputItem,
-    OutputMessage,
+    ReasoningItem,
     ResponsesRequest,
     TextFormat,
 )
@@ -60,25 +60,53 @@ def refuse_unsupported(request: ResponsesRequest) -> None:
 
 
 def conversation(items: Sequence[InputItem | OutputItem]) -> list[ChatMessage]:
-    """Input items (or a stored response's output items) as chat messages: a
-    function_call joins the assistant message before it as a tool call, a
-    function_call_output is a `tool` message, a developer message is a system message
-    (as chat templates know it), and reasoning is left out."""
+    """Input items (or a stored response's output items) as chat messages, as vLLM reads
+    them: a reasoning item's text is the `reasoning_content` of the assistant message or
+    function_call that follows it (with none, an assistant message of its own); a
+    function_call joins the assistant message before it as a tool call unless thinking
+    came between; a function_call_output is a `tool` message; a developer message is a
+    system message (as chat templates know it). Encrypted reasoning is a 400."""
     messages: list[ChatMessage] = []
-    for item in items:
-        if isinstance(item, (MessageItem, OutputMessage)):
-            role = "system" if item.role == "developer" else item.role
-            text = item.text() if isinstance(item, MessageItem) else "".join(part.text for part in item.content)
-            messages.append(ChatMessage(role=role, content=text))
+    thinking: list[str] = []  # reasoning items the next assistant message takes
+
+    def take_thinking() -> str | None:
+        text = "\n\n".join(thinking) if thinking else None
+        thinking.clear()
+        return text
+
+    def flush_thinking() -> None:
+        if thinking:
+            messages.append(ChatMessage(role="assistant", content=None, reasoning_content=take_thinking()))
+
+    for index, item in enumerate(items):
+        if isinstance(item, ReasoningItem):
+            if item.encrypted_content is not None:
+                raise OpenAIError(
+                    f"input[{index}].encrypted_content: this server cannot read encrypted reasoning (only OpenAI can); "
+                    "send the reasoning's content or summary as text instead",
+                    param=f"input[{index}].encrypted_content", code="unsupported_parameter",
+                )
+            thinking.append(item.text())
         elif isinstance(item, FunctionCallItem):
             call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
             last = messages[-1] if messages else None
-            if last is not None and last.role == "assistant":
+            if last is not None and last.role == "assistant" and not thinking:
                 last.tool_calls = [*(last.tool_calls or []), call]
             else:
-                messages.append(ChatMessage(role="assistant", content=None, tool_calls=[call]))
+                messages.append(ChatMessage(role="assistant", content=None, tool_calls=[call],
+                                            reasoning_content=take_thinking()))
         elif isinstance(item, FunctionCallOutputItem):
+            flush_thinking()
             messages.append(ChatMessage(role="tool", content=item.text(), tool_call_id=item.call_id))
+        else:
+            role = "system" if item.role == "developer" else item.role
+            text = item.text() if isinstance(item, MessageItem) else "".join(part.text for part in item.content)
+            if role == "assistant":
+                messages.append(ChatMessage(role=role, content=text, reasoning_content=take_thinking()))
+            else:
+                flush_thinking()
+                messages.append(ChatMessage(role=role, content=text))
+    flush_thinking()
     return messages
 
 
