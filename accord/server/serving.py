@@ -32,7 +32,7 @@ from .errors import OpenAIError
 from .logprobs import LogprobFormat
 from .metrics import ServerMetrics
 from .options import ServerOptions
-from .prompt_tokenizer import PromptTokenizer, yield_the_cpu_to_serving
+from .prompt_tokenizer import PromptTokenizer, TokenizerProcessError, yield_the_cpu_to_serving
 from .protocol import (
     ChatMessage,
     CompletionTokensDetails,
@@ -170,9 +170,13 @@ class OpenAIServing:
         """A prompt's token ids (by default with the tokenizer's special tokens, e.g.
         BOS), made where they stall nothing (see PromptTokenizer), and counted in the
         tokenizing gauge meanwhile. A long prompt's come packed: check the length
-        before making them a list."""
+        before making them a list. 503 when the tokenizer process fails on the prompt."""
         with self.metrics.tokenizing():
-            return await self._prompts.encode(text, add_special_tokens)
+            try:
+                return await self._prompts.encode(text, add_special_tokens)
+            except TokenizerProcessError as error:
+                raise OpenAIError(f"{error} on a prompt of {len(text)} characters; the next one starts another",
+                                  status_code=503, code="tokenizer_unavailable") from None
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """The text of some token ids (special tokens left out unless told otherwise)."""

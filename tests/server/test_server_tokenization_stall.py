@@ -3,12 +3,16 @@ tokenises it (its tokenizing gauge says so), /health still answers within 100 ms
 the streams already running keep their gaps under 200 ms (issue 26's acceptance
 bounds), on completions, chat and /tokenize alike. The GIL-free calls give what the
 library's plain `encode` and `decode` give, on a thread and in the tokenizer process
-(which stops with the server), and /tokenize writes long lists whole."""
+(which stops with the server, and ends when the server is killed), and /tokenize writes
+long lists whole. A tokenizer process that dies or stops answering fails its prompt
+and the next prompt gets a new one."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +25,8 @@ import tokenizers
 from server_harness import ENGINE_FLAGS, ServerProcess, scrape_metrics
 
 from accord.core.model_loader.source import load_tokenizer
-from accord.server.prompt_tokenizer import LARGE_PROMPT_CHARS, PromptTokenizer
+from accord.server import prompt_tokenizer
+from accord.server.prompt_tokenizer import LARGE_PROMPT_CHARS, PromptTokenizer, TokenizerProcessError
 from accord.server.token_list_response import PIECE_LENGTH
 
 #: Byte-level BPE across scripts, emoji, whitespace runs and the demo vocabulary's specials.
@@ -71,6 +76,49 @@ def test_tokenize_of_a_prompt_longer_than_a_piece_returns_every_id_in_order(http
     assert body["tokens"] == expected and body["count"] == len(expected)
 
 
+async def _encode_after(prompts: PromptTokenizer, harm, text: str) -> tuple[Exception | None, list[int]]:
+    """Start the tokenizer process, `harm` its pid, then encode `text` twice: (what the
+    first call raised, the second call's ids)."""
+    await prompts.encode(text)
+    harm(prompts.process_id)
+    try:
+        await prompts.encode(text)
+        failure = None
+    except TokenizerProcessError as error:
+        failure = error
+    return failure, list(await prompts.encode(text))
+
+
+@pytest.mark.parametrize("harm", ["killed", "stopped"])
+def test_a_tokenizer_process_that_dies_or_hangs_fails_its_prompt_and_the_next_starts_another(
+    demo_model, monkeypatch: pytest.MonkeyPatch, harm: str
+) -> None:
+    # A stopped process never answers: its prompt's deadline is made short, and it ends there.
+    monkeypatch.setattr(prompt_tokenizer, "DEADLINE_BASE_S", 0.5)
+    reference = tokenizers.Tokenizer.from_file(str(demo_model / "tokenizer.json"))
+    harmed: list[int] = []
+
+    def hurt(pid: int) -> None:
+        harmed.append(pid)
+        os.kill(pid, signal.SIGKILL if harm == "killed" else signal.SIGSTOP)
+
+    async def run() -> tuple[Exception | None, list[int], int | None]:
+        with ThreadPoolExecutor(1) as threads:
+            prompts = PromptTokenizer(load_tokenizer(demo_model), threads, len(MIXED_TEXT))
+            try:
+                failure, ids = await _encode_after(prompts, hurt, MIXED_TEXT)
+                return failure, ids, prompts.process_id
+            finally:
+                prompts.close()
+
+    failure, ids, replacement = asyncio.run(run())
+    assert isinstance(failure, TokenizerProcessError)
+    assert ("died" if harm == "killed" else "took longer than") in str(failure)
+    assert ids == reference.encode(MIXED_TEXT).ids  # a new process answered the next prompt
+    assert replacement is not None and replacement != harmed[0]
+    wait_for(lambda: not running(harmed[0]), "the harmed tokenizer process to be gone")
+
+
 def children(pid: int) -> set[int]:
     """The child processes of `pid`."""
     tasks = Path(f"/proc/{pid}/task").iterdir()
@@ -97,6 +145,21 @@ def test_the_tokenizer_process_starts_for_a_large_prompt_and_stops_with_the_serv
     finally:
         assert server.stop() == 0
     wait_for(lambda: not any(running(pid) for pid in started), "the tokenizer process to stop")
+
+
+@pytest.mark.slow
+def test_the_tokenizer_process_ends_when_the_server_is_killed(cache_dir: Path) -> None:
+    server = ServerProcess(*ENGINE_FLAGS, cache_dir=cache_dir)
+    try:
+        before = children(server.process.pid)
+        body = {"prompt": "x " * LARGE_PROMPT_CHARS}
+        assert httpx.post(f"{server.url}/tokenize", json=body, timeout=DEADLINE_S).status_code == 200
+        started = children(server.process.pid) - before
+        assert started
+    finally:
+        server.process.kill()  # no shutdown: nothing of the server stops the process
+        server.stop()
+    wait_for(lambda: not any(running(pid) for pid in started), "the orphaned tokenizer process to exit")
 
 
 #: 10 MB of ordinary text: under the 16 MiB body limit, millions of tokens.
