@@ -134,7 +134,8 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_the_tokenizer_process_starts_for_a_large_prompt_and_stops_with_the_server(cache_dir: Path) -> None:
+@pytest.mark.parametrize("ending", ["stopped", "killed"])
+def test_the_tokenizer_process_starts_for_a_large_prompt_and_ends_with_the_server(cache_dir: Path, ending: str) -> None:
     server = ServerProcess(*ENGINE_FLAGS, cache_dir=cache_dir)
     try:
         before = children(server.process.pid)
@@ -143,23 +144,11 @@ def test_the_tokenizer_process_starts_for_a_large_prompt_and_stops_with_the_serv
         started = children(server.process.pid) - before  # the process (and multiprocessing's resource tracker)
         assert started
     finally:
-        assert server.stop() == 0
-    wait_for(lambda: not any(running(pid) for pid in started), "the tokenizer process to stop")
-
-
-@pytest.mark.slow
-def test_the_tokenizer_process_ends_when_the_server_is_killed(cache_dir: Path) -> None:
-    server = ServerProcess(*ENGINE_FLAGS, cache_dir=cache_dir)
-    try:
-        before = children(server.process.pid)
-        body = {"prompt": "x " * LARGE_PROMPT_CHARS}
-        assert httpx.post(f"{server.url}/tokenize", json=body, timeout=DEADLINE_S).status_code == 200
-        started = children(server.process.pid) - before
-        assert started
-    finally:
-        server.process.kill()  # no shutdown: nothing of the server stops the process
-        server.stop()
-    wait_for(lambda: not any(running(pid) for pid in started), "the orphaned tokenizer process to exit")
+        if ending == "killed":
+            server.process.kill()  # no shutdown: nothing of the server stops the process, it must see the pipe end
+        exit_code = server.stop()
+    assert exit_code == (0 if ending == "stopped" else -9)
+    wait_for(lambda: not any(running(pid) for pid in started), "the tokenizer process to end")
 
 
 #: 10 MB of ordinary text: under the 16 MiB body limit, millions of tokens.
