@@ -52,11 +52,11 @@ def _free_blocks(llm: LLM) -> int:
 class PrefillProcess:
     """The prefill instance in its own process, driven over a pipe."""
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, engine_args: dict) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=serve_prefill, args=(model_dir, ENGINE_ARGS, _connector("kv_producer", _free_port()), child)
+            target=serve_prefill, args=(model_dir, engine_args, _connector("kv_producer", _free_port()), child)
         )
         self.process.start()
         if not self.conn.poll(120):
@@ -77,11 +77,17 @@ class PrefillProcess:
 
 
 @pytest.fixture
-def prefill(llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrefillProcess]:
+def prefill_args() -> dict:
+    """The prefill process's engine settings (a test overrides it for another KV spec)."""
+    return ENGINE_ARGS
+
+
+@pytest.fixture
+def prefill(llama_dir: Path, prefill_args: dict, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrefillProcess]:
     # UCX over loopback TCP in both processes (the spawned one inherits the environment).
     monkeypatch.setenv("UCX_TLS", "tcp")
     monkeypatch.setenv("UCX_NET_DEVICES", "lo")
-    process = PrefillProcess(str(llama_dir))
+    process = PrefillProcess(str(llama_dir), prefill_args)
     yield process
     process.stop()
 
@@ -127,3 +133,20 @@ def test_a_decode_process_computes_the_prompt_itself_when_the_prefill_process_is
     assert out.outputs[0].token_ids == expected
     assert decode.llm_engine.stats.computed_prompt_tokens - before == len(out.prompt_token_ids)
     assert _free_blocks(decode) == decode_start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefill_args", [{**ENGINE_ARGS, "dtype": "bfloat16"}])
+def test_a_decode_process_of_another_kv_spec_continues_through_kv_convert_with_its_own_greedy_text(
+    prefill: PrefillProcess, llama_dir: Path
+) -> None:
+    # The prefill side: cpu, bf16 cache, blocks of 16; this side: reference, fp32, blocks of 8.
+    decode_args = {**ENGINE_ARGS, "backend": "reference", "block_size": 8}
+    decode = LLM(str(llama_dir), kv_transfer_config=_connector("kv_consumer", _free_port()), **decode_args)
+    expected = [out.outputs[0].token_ids for out in LLM(str(llama_dir), **decode_args).generate(PROMPTS, _greedy(12))]
+    params = prefill.call("prefill", PROMPTS)
+    assert all(p["remote_kv_layout"]["dtype"] == "torch.bfloat16" for p in params)
+    before = decode.llm_engine.stats.computed_prompt_tokens
+    decoded = [decode.generate([prompt], _greedy(12, p))[0] for prompt, p in zip(PROMPTS, params)]
+    assert [out.outputs[0].token_ids for out in decoded] == expected
+    assert decode.llm_engine.stats.computed_prompt_tokens - before == len(PROMPTS)
