@@ -12,9 +12,9 @@ the decode side's NIXL notification says it has read them, or after
 Decode side (`kv_consumer`/`kv_both`): a request carrying such params loads all its
 prompt tokens but the last. The worker half fetches the remote agent's metadata from
 its listener (NIXL's own, once per remote agent), READs the request's remote blocks
-into a registered staging buffer, writes them into its own blocks through `kv_convert`
-(the remote spec to this cache's: dtype and block size may differ, as with
-SharedStorageConnector), and notifies the prefill side. A prefill instance whose
+straight into its own blocks when both caches have one spec (dtype, block size), or
+else into a registered staging buffer and through `kv_convert` into its blocks (as
+SharedStorageConnector converts), and notifies the prefill side. A prefill instance whose
 listener does not answer is found out before any block is allocated for the load,
 and the prompt is computed here; one that dies between that check and the read fails
 that request cleanly (finish_reason "error").
@@ -238,14 +238,22 @@ class NixlWorker(KVConnectorWorker):
         if [tuple(shape) for shape in shapes] != [tensor.token_shape for tensor in layout.tensors]:
             raise ValueError(f"the remote KV of {load.req_id} has another KV layout (per-token shapes) than this cache")
         self._connect(layout)
-        # The remote blocks holding tokens [start, end), read whole into staging blocks.
+        # The remote blocks holding tokens [start, end), read whole.
         first, last = load.start // layout.block_size, (load.end - 1) // layout.block_size
         remote_blocks = load.remote.block_ids[first : last + 1]
+        if layout.block_size == self.block_size and all(tensor.dtype == layout.torch_dtype for tensor in local):
+            # The same spec (vLLM's only case): straight into this request's blocks.
+            self._read(layout, remote_blocks, local, load.block_ids[first : last + 1])
+            return
         staging = [
             torch.empty((len(remote_blocks), layout.block_size, *tensor.token_shape), dtype=layout.torch_dtype)
             for tensor in layout.tensors
         ]
-        self._read(layout, remote_blocks, staging)
+        registered = self.agent.register_memory(self.agent.get_reg_descs(staging))
+        try:
+            self._read(layout, remote_blocks, staging, range(len(remote_blocks)))
+        finally:
+            self.agent.deregister_memory(registered)
         device = local[0].device
         rows = torch.arange(load.start - first * layout.block_size, load.end - first * layout.block_size, device=device)
         slots = load.slots(self.block_size).to(device)
@@ -269,34 +277,33 @@ class NixlWorker(KVConnectorWorker):
             time.sleep(0.001)
         self._remote_agents.add(layout.agent_name)
 
-    def _read(self, layout: NixlKVLayout, remote_blocks: Sequence[int], staging: list[torch.Tensor]) -> None:
-        """One NIXL READ of `remote_blocks` of every remote tensor into `staging`."""
+    def _read(
+        self, layout: NixlKVLayout, remote_blocks: Sequence[int], targets: list[torch.Tensor], target_blocks: Sequence[int]
+    ) -> None:
+        """One NIXL READ of `remote_blocks` of every remote tensor into `target_blocks` of
+        the matching registered tensor of `targets` (blocks of the remote's size)."""
         local_descs, remote_descs = [], []
-        for tensor, buffer in zip(layout.tensors, staging):
+        for tensor, target in zip(layout.tensors, targets):
             size = layout.bytes_per_block(tensor)
-            for index, block in enumerate(remote_blocks):
-                local_descs.append((buffer.data_ptr() + index * size, size, 0))
+            for block, target_block in zip(remote_blocks, target_blocks):
+                local_descs.append((target.data_ptr() + target_block * size, size, 0))
                 remote_descs.append((tensor.address + block * size, size, 0))
-        registered = self.agent.register_memory(self.agent.get_reg_descs(staging))
+        handle = self.agent.initialize_xfer(
+            "READ", self.agent.get_xfer_descs(local_descs, "DRAM"),
+            self.agent.get_xfer_descs(remote_descs, "DRAM"), layout.agent_name,
+        )
         try:
-            handle = self.agent.initialize_xfer(
-                "READ", self.agent.get_xfer_descs(local_descs, "DRAM"),
-                self.agent.get_xfer_descs(remote_descs, "DRAM"), layout.agent_name,
-            )
-            try:
-                state = self.agent.transfer(handle)
-                deadline = time.monotonic() + self.timeout_s
-                while state == "PROC" and time.monotonic() < deadline:
-                    time.sleep(0.0005)
-                    state = self.agent.check_xfer_state(handle)
-                if state != "DONE":
-                    # A failed or stuck read: drop the agent, so the next load fetches it anew.
-                    self._remote_agents.discard(layout.agent_name)
-                    raise RuntimeError(f"NixlConnector: the READ from {layout.agent_name} ended in state {state}")
-            finally:
-                self.agent.release_xfer_handle(handle)
+            state = self.agent.transfer(handle)
+            deadline = time.monotonic() + self.timeout_s
+            while state == "PROC" and time.monotonic() < deadline:
+                time.sleep(0.0005)
+                state = self.agent.check_xfer_state(handle)
+            if state != "DONE":
+                # A failed or stuck read: drop the agent, so the next load fetches it anew.
+                self._remote_agents.discard(layout.agent_name)
+                raise RuntimeError(f"NixlConnector: the READ from {layout.agent_name} ended in state {state}")
         finally:
-            self.agent.deregister_memory(registered)
+            self.agent.release_xfer_handle(handle)
 
     def _notify(self, remote: RemoteKV) -> None:
         """Tell the prefill instance its blocks for `remote` may be freed (best effort: a
