@@ -33,11 +33,11 @@ def _scheduler(role: str, clock: Clock | None = None) -> NixlScheduler:
     return scheduler
 
 
-def _prefill(scheduler: NixlScheduler, req_id: str, params: dict | None) -> dict | None:
-    """Run `req_id`'s whole prompt in one step, then finish it."""
+def _prefill(scheduler: NixlScheduler, req_id: str, params: dict | None, finish_reason: str = "length") -> dict | None:
+    """Run `req_id`'s whole prompt in one step, then finish it for `finish_reason`."""
     request = TransferRequest(req_id, PROMPT, params)
     scheduler.build_connector_meta([ScheduledChunk(request, (7, 3, 9, 11), 0, len(PROMPT))])
-    return scheduler.request_finished(request)
+    return scheduler.request_finished(TransferRequest(req_id, PROMPT, params, finish_reason=finish_reason))
 
 
 def test_a_prefilled_request_hands_on_its_prompt_blocks_and_keeps_them_until_read() -> None:
@@ -57,6 +57,13 @@ def test_a_prefilled_request_hands_on_its_prompt_blocks_and_keeps_them_until_rea
 def test_a_request_not_sent_for_remote_decode_hands_nothing_on() -> None:
     scheduler = _scheduler("kv_producer")
     assert _prefill(scheduler, "r", None) is None
+    assert not scheduler.keeps_blocks("r")
+
+
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_an_aborted_or_failed_prefill_hands_nothing_on_and_keeps_no_block(reason: str) -> None:
+    scheduler = _scheduler("kv_producer")
+    assert _prefill(scheduler, "r", {"do_remote_decode": True}, reason) is None
     assert not scheduler.keeps_blocks("r")
 
 

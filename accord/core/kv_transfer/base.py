@@ -35,14 +35,16 @@ LayerCache = tuple[torch.Tensor, ...]
 @dataclass(frozen=True)
 class TransferRequest:
     """What a connector knows of a request: its id, prompt, kv_transfer_params, known
-    token count, and (for connectors that read them) its full blocks' prefix-cache keys,
-    the block manager's hash chain."""
+    token count, (for connectors that read them) its full blocks' prefix-cache keys,
+    the block manager's hash chain, and once it finished, why (stop, length, abort,
+    error)."""
 
     req_id: str
     prompt_token_ids: Sequence[int]
     kv_transfer_params: dict[str, Any] | None = None
     num_tokens: int = 0
     block_keys: tuple[Hashable, ...] = ()
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)

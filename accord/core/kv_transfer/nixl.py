@@ -151,7 +151,9 @@ class NixlScheduler(KVConnectorScheduler):
 
     def request_finished(self, request: TransferRequest) -> dict[str, Any] | None:
         block_ids = self._prefilled.pop(request.req_id, None)
-        if block_ids is None or self._layout is None:
+        # An aborted or failed request hands nothing on: nobody continues it, and a
+        # failed step may have left its blocks unwritten.
+        if block_ids is None or self._layout is None or request.finish_reason in ("abort", "error"):
             return None
         self._kept[request.req_id] = self._clock() + self.abort_timeout_s
         num_tokens = len(request.prompt_token_ids)

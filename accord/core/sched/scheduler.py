@@ -476,7 +476,7 @@ class Scheduler:
         elif keys is None:
             keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, request.chain_root)
         return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
-                               request.num_tokens, tuple(keys))
+                               request.num_tokens, tuple(keys), request.finish_reason)
 
     def _kv_connector_metadata(self, batch: list[Request], scheduled: dict[str, int]) -> KVConnectorMetadata | None:
         """This step's KV loads and saves (None without a connector); call before the
