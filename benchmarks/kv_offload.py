@@ -1,7 +1,9 @@
 """Time to first token of a long prompt whose KV blocks the device pool has evicted:
 recomputed (no tier) against copied back from the CPU tier (--kv-offloading-size),
-and loaded by a SharedStorageConnector consumer (the decode side of PD) — one engine
-per setting, the demo model on the cpu backend, side by side in one run.
+and loaded by the decode side of PD: a SharedStorageConnector consumer, and a
+NixlConnector consumer READing from a producer engine of this process over UCX
+(loopback TCP unless UCX_TLS says otherwise; skipped without NIXL) — one engine per
+setting, the demo model on the cpu backend, side by side in one run.
 
     PYTHONPATH=$PWD python3 benchmarks/kv_offload.py [--prompt-tokens 1536] [--rounds 3]
 """
@@ -9,6 +11,8 @@ per setting, the demo model on the cpu backend, side by side in one run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import random
 import statistics
 import tempfile
@@ -64,6 +68,32 @@ def shared_storage_ttft(engine_args: dict, prompt_tokens: int, rounds: int) -> f
         return statistics.median(times)
 
 
+def nixl_ttft(engine_args: dict, prompt_tokens: int, rounds: int) -> float:
+    """Median seconds to the first token on a NixlConnector consumer reading the prompt
+    a producer engine (in this process, its own NIXL agent) just computed."""
+    os.environ.setdefault("UCX_TLS", "tcp")
+    os.environ.setdefault("UCX_NET_DEVICES", "lo")
+
+    def connector(role: str, port: int) -> dict:
+        return {"kv_connector": "NixlConnector", "kv_role": role, "kv_port": port}
+
+    producer = LLM(str(demo_model_dir()), kv_transfer_config=connector("kv_producer", 15701), **engine_args)
+    consumer = LLM(str(demo_model_dir()), kv_transfer_config=connector("kv_consumer", 15702), **engine_args)
+    times = []
+    for round_ in range(rounds):
+        (prompt,) = _prompts(1, prompt_tokens, seed=200 + round_)
+        handover = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True,
+                                  extra_args={"kv_transfer_params": {"do_remote_decode": True}})
+        params = producer.generate([prompt], handover, use_tqdm=False)[0].kv_transfer_params
+        start = time.perf_counter()
+        consumer.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True,
+                                                   extra_args={"kv_transfer_params": params}), use_tqdm=False)
+        times.append(time.perf_counter() - start)
+        while producer.llm_engine.keeps_transfer_blocks():  # the read's notification frees the blocks
+            producer.llm_engine.step()
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompt-tokens", type=int, default=1536)
@@ -80,6 +110,9 @@ def main() -> None:
     print(f"{'evicted prefix, recomputed':<40} {recomputed * 1e3:8.1f} ms")
     print(f"{'evicted prefix, from the CPU tier':<40} {tiered * 1e3:8.1f} ms")
     print(f"{'PD consumer, SharedStorage load':<40} {loaded * 1e3:8.1f} ms")
+    if importlib.util.find_spec("nixl_cu12") or importlib.util.find_spec("nixl"):
+        read = nixl_ttft(engine_args, args.prompt_tokens, args.rounds)
+        print(f"{'PD consumer, NIXL read (UCX ' + os.environ['UCX_TLS'] + ')':<40} {read * 1e3:8.1f} ms")
 
 
 if __name__ == "__main__":

@@ -260,6 +260,12 @@ class EngineConfig:
             self.kv_transfer = offloading_config(self.kv_offloading_size)
         if self.kv_transfer is not None:
             check_connector(self.kv_transfer)
+            if self.kv_transfer.kv_connector == "NixlConnector" and self.world_size != 1:
+                # Each rank would read its own share of a remote rank's blocks: not built.
+                raise ValueError(
+                    f"NixlConnector runs one rank per instance yet; tensor_parallel_size={self.tensor_parallel_size} x "
+                    f"data_parallel_size={self.data_parallel_size} is not supported"
+                )
         if self.distributed_executor_backend == "uni" and self.world_size != 1:
             raise ValueError(
                 f"the uni executor runs one rank; tensor_parallel_size={self.tensor_parallel_size} x "

@@ -33,7 +33,7 @@ def test_the_flag_takes_vllms_json_and_the_engine_checks_it() -> None:
     "change, message",
     [
         ({"kv_role": "kv_sender"}, "kv_role must be one of kv_producer, kv_consumer, kv_both"),
-        ({"kv_connector": "LMCacheConnectorV1"}, "Unsupported kv_connector: LMCacheConnectorV1. Supported: ['OffloadingConnector', 'SharedStorageConnector']"),
+        ({"kv_connector": "LMCacheConnectorV1"}, "Unsupported kv_connector: LMCacheConnectorV1. Supported: ['NixlConnector', 'OffloadingConnector', 'SharedStorageConnector']"),
         ({"kv_conector": "x"}, "unknown key(s) kv_conector"),
         ({"kv_role": None}, "needs 'kv_role'"),
     ],
@@ -60,3 +60,9 @@ def test_shared_storage_needs_its_path(tmp_path) -> None:
     config = KVTransferConfig.parse({"kv_connector": "SharedStorageConnector", "kv_role": "kv_producer"})
     with pytest.raises(ValueError, match="shared_storage_path"):
         make_scheduler_connector(config, block_size=16, bytes_per_block=1024)
+
+
+def test_the_nixl_connector_refuses_more_than_one_rank() -> None:
+    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    with pytest.raises(ValueError, match="NixlConnector runs one rank per instance"):
+        EngineConfig(model="m", kv_transfer_config=nixl, tensor_parallel_size=2, distributed_executor_backend="mp")

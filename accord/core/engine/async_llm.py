@@ -41,6 +41,9 @@ from ..model_loader.tokenizer import Tokenizer
 
 logger = logging.getLogger("accord.engine")
 
+#: Seconds between steps while only kept KV blocks wait for remote reads.
+TRANSFER_POLL_S = 0.01
+
 __all__ = ["AsyncLLM", "EngineDeadError", "RequestFailedError"]
 
 
@@ -222,6 +225,7 @@ class AsyncLLM:
                 await self._wake.wait()
                 if self.engine.dead_reason is not None:
                     raise EngineDeadError(self._dead_message())
+                polling = False
                 async with self._lock:
                     outputs = []
                     if self._pending_aborts:
@@ -234,12 +238,18 @@ class AsyncLLM:
                             raise
                         except Exception as error:  # noqa: BLE001 - fail the step's requests, not the server
                             self._fail_unfinished(error)
+                    elif self.engine.keeps_transfer_blocks():
+                        await loop.run_in_executor(self._executor, self.engine.step)
+                        polling = True
                     else:
                         self._wake.clear()
                 for output in outputs:
                     queue = self._queues.get(output.request_id)
                     if queue is not None:
                         queue.put_nowait(output)
+                if polling:
+                    # Only remote instances' reads are awaited: poll for them without spinning.
+                    await asyncio.sleep(TRANSFER_POLL_S)
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # noqa: BLE001 - every waiter must hear of it

@@ -104,7 +104,7 @@ class LLMEngine:
                     f"max_model_len={max_model_len}; raise kv_cache_memory (or gpu_memory_utilization) "
                     "or lower max_model_len"
                 )
-            self.executor.collective_rpc("initialize_cache", (num_blocks,))
+            connector_metadata = self.executor.collective_rpc("initialize_cache", (num_blocks,))
             self.tokenizer: Tokenizer = load_tokenizer(config.tokenizer or config.model)
         except BaseException:
             self.executor.shutdown()
@@ -137,6 +137,10 @@ class LLMEngine:
             )
             for _ in range(config.data_parallel_size)
         ]
+        for replica, scheduler in enumerate(self.schedulers):
+            if scheduler.kv_connector is not None:
+                ranks = config.tensor_parallel_size
+                scheduler.kv_connector.set_worker_metadata(connector_metadata[replica * ranks : (replica + 1) * ranks])
         #: The LoRA adapters checked for this model (None: LoRA off).
         self.loras = LoRARegistry(info.model_config, config.max_lora_rank) if config.enable_lora else None
         self.balancer = DataParallelBalancer(config.block_size, affinity_slack=config.max_num_batched_tokens)
@@ -328,6 +332,11 @@ class LLMEngine:
         """Whether any request is waiting or running."""
         return self.output_processor.num_unfinished > 0
 
+    def keeps_transfer_blocks(self) -> bool:
+        """Whether finished requests' blocks wait for a remote instance to read them:
+        stepping (with nothing to compute) lets the workers report the reads."""
+        return any(scheduler.keeps_transfer_blocks for scheduler in self.schedulers)
+
     def get_num_unfinished_requests(self) -> int:
         """How many requests are waiting or running."""
         return self.output_processor.num_unfinished
@@ -366,7 +375,10 @@ class LLMEngine:
         step in flight, if any)."""
         steps = [scheduler.schedule() for scheduler in self.schedulers]
         if all(step.is_empty for step in steps):
-            if not any(step.finished_req_ids or step.preempted_req_ids for step in steps):
+            if not any(
+                step.finished_req_ids or step.preempted_req_ids or scheduler.keeps_transfer_blocks
+                for step, scheduler in zip(steps, self.schedulers)
+            ):
                 return
             # Nothing to compute; the runners only drop these requests.
         else:
@@ -384,6 +396,7 @@ class LLMEngine:
         for scheduler, step, result in zip(self.schedulers, flight.steps, results):
             if not step.is_empty and result is not None:
                 updates += scheduler.update_from_output(step, result)
+            scheduler.free_transferred(set() if result is None else result.kv_finished_sending)
         now = time.monotonic()
         processed = self.output_processor.process(updates, now, final_only)
         self._stats_log.maybe_log(self.stats, now)

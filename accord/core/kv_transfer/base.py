@@ -18,7 +18,7 @@ Request, and caches as each layer's tensors in the backend's declared layout.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
@@ -35,14 +35,16 @@ LayerCache = tuple[torch.Tensor, ...]
 @dataclass(frozen=True)
 class TransferRequest:
     """What a connector knows of a request: its id, prompt, kv_transfer_params, known
-    token count, and (for connectors that read them) its full blocks' prefix-cache keys,
-    the block manager's hash chain."""
+    token count, (for connectors that read them) its full blocks' prefix-cache keys,
+    the block manager's hash chain, and once it finished, why (stop, length, abort,
+    error)."""
 
     req_id: str
     prompt_token_ids: Sequence[int]
     kv_transfer_params: dict[str, Any] | None = None
     num_tokens: int = 0
     block_keys: tuple[Hashable, ...] = ()
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,22 @@ class KVConnectorScheduler(ABC):
         """The step that carried `metadata` raised: its saves did not happen (the
         engine re-runs its requests without them), so nothing may count on them."""
 
+    def set_worker_metadata(self, metadata: Sequence[Any]) -> None:
+        """What each rank's worker half published once its cache was registered
+        (`KVConnectorWorker.handshake_metadata`, by rank), for the kv_transfer_params
+        this half returns (vLLM's handshake metadata). Ignored unless a connector needs it."""
+
+    def keeps_blocks(self, req_id: str) -> bool:
+        """Asked right after `request_finished`: whether the finished request's blocks
+        stay allocated (a remote instance still reads them) until `blocks_to_free`
+        names it (vLLM's delay_free_blocks)."""
+        return False
+
+    def blocks_to_free(self, finished_sending: Collection[str]) -> set[str]:
+        """Of the requests whose blocks this half kept, those to free now: the ones
+        the workers report read (`finished_sending`) and any this half gives up on."""
+        return set()
+
     def holds(self, key: Hashable) -> bool:
         """Whether the store holds the block of prefix-cache key `key`, so a request
         preempted with it loads it back instead of recomputing it (False unless a
@@ -163,6 +181,16 @@ class KVConnectorWorker(ABC):
                         f"{tuple(tensor.shape)}, not [num_blocks, {self.block_size}, ...]"
                     )
         self.kv_caches = kv_caches
+
+    def handshake_metadata(self) -> Any:
+        """Plain data the scheduler half needs of this rank once its cache is
+        registered (None: nothing), handed to `set_worker_metadata`."""
+        return None
+
+    def get_finished(self) -> set[str]:
+        """Requests whose kept blocks a remote instance finished reading since the last
+        call (vLLM's finished_sending); polled every step, empty ones included."""
+        return set()
 
     @abstractmethod
     def start_load_kv(self, metadata: KVConnectorMetadata) -> None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 CONNECTORS: dict[str, tuple[str, str, str]] = {
     "SharedStorageConnector": ("accord.core.kv_transfer.shared_storage", "SharedStorageScheduler", "SharedStorageWorker"),
     "OffloadingConnector": ("accord.core.kv_transfer.offload", "OffloadingScheduler", "OffloadingWorker"),
+    "NixlConnector": ("accord.core.kv_transfer.nixl", "NixlScheduler", "NixlWorker"),
 }
 
 

@@ -106,6 +106,9 @@ class ModelRunnerOutput:
     prompt_logprobs: dict[str, list[dict[int, Logprob]]] = field(default_factory=dict)
     #: Tokens proposed to follow each request's new tokens, for the next step to check.
     draft_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    #: Requests whose kept blocks a remote instance finished reading (the KV
+    #: connector's finished_sending): the scheduler may free them.
+    kv_finished_sending: set[str] = field(default_factory=set)
 
 
 @dataclass

@@ -96,6 +96,9 @@ class Scheduler:
         self._blocks_sent: dict[str, int] = {}
         self._finished_ids: set[str] = set()
         self._unloaded_lora_ids: set[int] = set()
+        #: Finished requests whose blocks the KV connector keeps for a remote reader,
+        #: with their session ids (for the block manager's free).
+        self._kept_blocks: dict[str, str | None] = {}
 
     @property
     def num_unfinished(self) -> int:
@@ -147,6 +150,22 @@ class Scheduler:
             self._finish(request, reason, stop_reason)
         return [RequestUpdate(r.req_id, finish_reason=r.finish_reason, stop_reason=r.stop_reason) for r in finished]
 
+    @property
+    def keeps_transfer_blocks(self) -> bool:
+        """Whether finished requests' blocks wait for a remote instance to read them
+        (the engine keeps stepping, so the workers report the reads)."""
+        return bool(self._kept_blocks)
+
+    def free_transferred(self, finished_sending: Collection[str]) -> None:
+        """Free the kept blocks the KV connector lets go of: read by the remote
+        instance (`finished_sending`, from the workers) or given up on."""
+        if not self._kept_blocks:
+            return
+        for req_id in self.kv_connector.blocks_to_free(finished_sending):
+            if req_id in self._kept_blocks:
+                self.block_manager.free(req_id, session_id=self._kept_blocks.pop(req_id))
+        self._update_gauges()
+
     def step_failed(self, step: SchedulerOutput) -> None:
         """`step` raised in the workers: the KV connector's saves of it did not happen."""
         if self.kv_connector is not None and step.kv_connector_metadata is not None:
@@ -168,8 +187,12 @@ class Scheduler:
         kv_transfer_params = None
         if self.kv_connector is not None:
             kv_transfer_params = self.kv_connector.request_finished(self._transfer_request(request, ()))
-        # A failed step may have left this request's blocks unwritten: never reuse them.
-        self.block_manager.free(request.req_id, forget_cached=reason == "error", session_id=request.session_id)
+        if self.kv_connector is not None and self.kv_connector.keeps_blocks(request.req_id):
+            # A remote instance reads them: freed once it has (free_transferred).
+            self._kept_blocks[request.req_id] = request.session_id
+        else:
+            # A failed step may have left this request's blocks unwritten: never reuse them.
+            self.block_manager.free(request.req_id, forget_cached=reason == "error", session_id=request.session_id)
         self.requests.pop(request.req_id, None)
         if self._structured_output is not None:
             self._structured_output.remove(request.req_id)
@@ -453,7 +476,7 @@ class Scheduler:
         elif keys is None:
             keys = self.block_manager.chain_keys(request.token_ids, request.num_tokens - 1, request.chain_root)
         return TransferRequest(request.req_id, request.prompt_token_ids, request.kv_transfer_params,
-                               request.num_tokens, tuple(keys))
+                               request.num_tokens, tuple(keys), request.finish_reason)
 
     def _kv_connector_metadata(self, batch: list[Request], scheduled: dict[str, int]) -> KVConnectorMetadata | None:
         """This step's KV loads and saves (None without a connector); call before the

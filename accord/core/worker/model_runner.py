@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -124,14 +125,16 @@ class ModelRunner:
         specs = self.specs + (self.drafter.specs if self.drafter is not None else [])
         return self.block_size * sum(spec.bytes_per_token(self.kv_cache_dtype) for spec in specs)
 
-    def initialize_cache(self, num_blocks: int) -> None:
-        """Allocate the KV cache for serving, then capture the decode graphs over it."""
+    def initialize_cache(self, num_blocks: int) -> Any:
+        """Allocate the KV cache for serving, then capture the decode graphs over it;
+        returns the KV connector's handshake metadata (None without one)."""
         self.allocate_kv_cache(num_blocks)
         if self.drafter is not None:
             self.drafter.kv_caches = [self._layer_cache(spec, num_blocks) for spec in self.drafter.specs]
         if self.kv_connector is not None:
             self.kv_connector.register_kv_caches(self.kv_caches)
         self.capture_decode_graphs()
+        return None if self.kv_connector is None else self.kv_connector.handshake_metadata()
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """Allocate every layer's cache with `num_blocks` blocks, in the backend's layout."""
@@ -347,14 +350,22 @@ class ModelRunner:
         self._last_step = dict(step.num_scheduled_tokens)
         self._grammar_bitmask = step.grammar_bitmask
         self._drafts = step.scheduled_spec_decode_tokens
+        connector = self.kv_connector
         if step.is_empty:
             if step.dummy_batch:
                 self.dummy_run()
-            return None
+            # An empty step still reports the reads remote instances finished.
+            finished = set() if connector is None else connector.get_finished()
+            return ModelRunnerOutput(kv_finished_sending=finished) if finished else None
         metadata = step.kv_connector_metadata
-        if self.kv_connector is not None and metadata:
-            return self.kv_connector.run_step(metadata, lambda: self.run(self._last_step))
-        return self.run(self._last_step)
+        if connector is None:
+            return self.run(self._last_step)
+        output = connector.run_step(metadata, lambda: self.run(self._last_step)) if metadata else self.run(self._last_step)
+        finished = connector.get_finished()
+        if finished:
+            output = output if output is not None else ModelRunnerOutput()
+            output.kv_finished_sending = finished
+        return output
 
     @torch.inference_mode()
     def dummy_run(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from ...op_contracts import OpDispatcher
 from ...op_contracts.recording import CallRecorder, rank_directory
@@ -132,9 +133,10 @@ class Worker:
         )
         return self.runner.num_blocks_for_budget()
 
-    def initialize_cache(self, num_blocks: int) -> None:
-        """Allocate the KV cache with the block count the engine chose."""
-        self.runner.initialize_cache(num_blocks)
+    def initialize_cache(self, num_blocks: int) -> Any:
+        """Allocate the KV cache with the block count the engine chose; returns the KV
+        connector's handshake metadata (None without one)."""
+        return self.runner.initialize_cache(num_blocks)
 
     def execute_model(self, steps: list[SchedulerOutput]) -> ModelRunnerOutput | None:
         """Run this rank's data-parallel replica's step of `steps` (one per replica);
