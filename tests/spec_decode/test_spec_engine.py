@@ -1,8 +1,9 @@
 """Speculative decoding through `LLM`, on the counting model (tests/spec_decode/conftest.py):
-greedy outputs equal those without speculation for ngram and suffix proposals, under
-chunked prefill, prefix-cache hits, forced preemption, stop strings, max_tokens, n = 2 and
-logprobs; grammar-constrained requests take no drafts; seeded sampling reproduces; and
-every test ends with every KV block back in the pool (the conftest's check)."""
+greedy outputs equal those without speculation for ngram and suffix proposals (adaptive
+or not), under chunked prefill, prefix-cache hits, forced preemption, stop strings,
+max_tokens, n = 2 and logprobs; grammar-constrained requests take no drafts; seeded
+sampling reproduces; and every test ends with every KV block back in the pool (the
+conftest's check)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,18 @@ def test_greedy_outputs_equal_those_without_speculation(counting_llama_dir, make
     # The check ran, accepted drafts, and accepted two in one step at least once.
     assert stats.spec_decode_num_accepted_tokens > 0 and stats.spec_decode_num_accepted_tokens_per_pos[1] > before[0]
     assert any(output.metrics.acceptance_rate for output in outputs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_outputs_equal_with_adaptive_speculation(counting_llama_dir, make_llm, baseline, method):
+    # Whatever the measured step times make it check, greedy output is unchanged; each
+    # batch size's second decode step checks every proposal (adaptive.py), so drafts ran.
+    spec = {**METHODS[method], "adaptive_num_speculative_tokens": True}
+    llm = make_llm(counting_llama_dir, speculative_config=spec, **ENGINE)
+    outputs = generate(llm)
+    assert token_ids(outputs) == token_ids(generate(baseline))
+    stats = llm.llm_engine.stats
+    assert 0 < stats.spec_decode_num_accepted_tokens <= stats.spec_decode_num_draft_tokens
 
 
 @pytest.mark.parametrize("method", METHODS)
