@@ -125,7 +125,7 @@ def measure_interleaved(model: str, modes: dict, conversations: list, batch: int
     for mode, spec in modes.items():
         engines[mode] = LLM(model=model, backend="cpu", max_model_len=1024, max_num_seqs=max(batch, 1),
                             speculative_config=spec)
-        run(engines[mode], conversations[:1], 1, 8)  # warm-up
+        run(engines[mode], conversations[:batch], batch, 8)  # warm-up, at the batch size measured
     speeds: dict[str, list[float]] = {mode: [] for mode in modes}
     counts = {mode: [0, 0, 0, 0] for mode in modes}  # drafted, accepted, generated, steps
     baseline_outputs = None

@@ -83,14 +83,29 @@ def test_acceptance_is_a_decayed_average_of_accepted_over_tested_drafts() -> Non
     adaptive = AdaptiveDrafting()
     assert adaptive.acceptance("r") == 1.0  # nothing measured: check its drafts
     adaptive.observe_check("r", drafted=4, accepted=1)  # 1 of 2 tested
+    # Its own 1 of 2, and 2 trials' worth of all requests' 1 of 2.
     assert adaptive.acceptance("r") == 0.5
-    adaptive.observe_check("r", drafted=4, accepted=4)  # (0.8 * 1 + 4) / (0.8 * 2 + 4)
-    assert abs(adaptive.acceptance("r") - 4.8 / 5.6) < 1e-12
+    adaptive.observe_check("r", drafted=4, accepted=4)
+    own = (0.8 * 1 + 4, 0.8 * 2 + 4)  # decayed accepted and tested
+    every = (0.98 * 1 + 4, 0.98 * 2 + 4)
+    prior = every[0] / every[1]
+    assert abs(adaptive.acceptance("r") - (own[0] + 2 * prior) / (own[1] + 2)) < 1e-12
     # A new request starts from all requests' average; a finished one's is dropped.
-    assert abs(adaptive.acceptance("new") - 4.8 / 5.6) < 1e-12
-    adaptive.observe_check("other", drafted=2, accepted=0)
+    assert abs(adaptive.acceptance("new") - prior) < 1e-12
     adaptive.forget("r")
-    assert abs(adaptive.acceptance("r") - (0.64 * 1 + 0.8 * 4) / (0.64 * 2 + 0.8 * 4 + 1)) < 1e-12
+    assert abs(adaptive.acceptance("r") - prior) < 1e-12
+
+
+def test_a_bucket_fits_a_plain_steps_seconds_and_a_drafts_from_its_steps() -> None:
+    adaptive = AdaptiveDrafting()
+    # Steps of 1 s + 0.1 s per draft: a draft (p = 1) adds 1 token for 0.1 of 4 tokens' 1 s.
+    for drafts in (0, 8, 4, 12):
+        adaptive.observe_step(4, drafts, seconds=1.0 + 0.1 * drafts)
+    assert adaptive.draft_lengths({"a": 2, "b": 0, "c": 1, "d": 0}) == {"a": 2, "b": 0, "c": 1, "d": 0}
+    # The same 0.1 s a draft at 1 s for 32 decodes costs more than a draft returns.
+    for drafts in (0, 8, 4, 12):
+        adaptive.observe_step(32, drafts, seconds=1.0 + 0.1 * drafts)
+    assert adaptive.draft_lengths({f"r{i}": 2 for i in range(32)}) == {f"r{i}": 0 for i in range(32)}
 
 
 def test_a_bucket_measures_a_plain_step_then_every_proposal_before_choosing() -> None:
@@ -121,11 +136,29 @@ def test_a_plain_step_is_measured_again_after_refresh_steps_of_drafting() -> Non
 def test_every_proposal_is_measured_again_after_refresh_plain_steps() -> None:
     adaptive = AdaptiveDrafting()
     adaptive.observe_step(1, 0, seconds=1.0)
-    adaptive.observe_step(1, 4, seconds=5.0)
+    adaptive.observe_step(1, 4, seconds=9.0)  # 2 s a draft: none pays
     for _ in range(REFRESH_STEPS):
         assert adaptive.draft_lengths({"a": 4}) == {"a": 0}
         adaptive.observe_step(1, 0, seconds=1.0)
     assert adaptive.draft_lengths({"a": 4}) == {"a": 4}
+
+
+def test_only_requests_whose_first_draft_pays_alone_are_proposed_for() -> None:
+    adaptive = AdaptiveDrafting()
+    assert adaptive.worth_proposing(["a", "b"]) == {"a", "b"}  # nothing measured yet
+    adaptive.observe_step(2, 0, seconds=1.0)
+    adaptive.observe_step(2, 10, seconds=2.0)  # 0.1 s a draft: pays at p > 2 x 0.1 / 1
+    adaptive.observe_check("a", drafted=4, accepted=4)
+    for _ in range(5):
+        adaptive.observe_check("b", drafted=4, accepted=0)
+    assert adaptive.acceptance("a") > 0.2 > adaptive.acceptance("b")
+    assert adaptive.worth_proposing(["a", "b"]) == {"a"}
+    # The step before every proposal is measured again, everyone is proposed for.
+    for _ in range(REFRESH_STEPS - 2):
+        adaptive.observe_step(2, 0, seconds=1.0)
+    assert adaptive.worth_proposing(["a", "b"]) == {"a"}
+    adaptive.observe_step(2, 0, seconds=1.0)
+    assert adaptive.worth_proposing(["a", "b"]) == {"a", "b"}
 
 
 def adaptive_decoding(seconds_of_check: float, emitted: list[int]):

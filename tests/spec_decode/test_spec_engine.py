@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from accord.core.sampling_params import SamplingParams
+from accord.core.spec_decode.adaptive import REFRESH_STEPS
 from accord.core.structured_output.params import StructuredOutputsParams
 
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
@@ -60,6 +61,28 @@ def test_greedy_outputs_equal_with_adaptive_speculation(counting_llama_dir, make
     assert token_ids(outputs) == token_ids(generate(baseline))
     stats = llm.llm_engine.stats
     assert 0 < stats.spec_decode_num_accepted_tokens <= stats.spec_decode_num_draft_tokens
+
+
+def test_adaptive_speculation_stops_proposing_where_drafts_do_not_pay(
+    counting_llama_dir, make_llm, baseline, monkeypatch
+):
+    spec = {"method": "suffix", "num_speculative_tokens": 2, "adaptive_num_speculative_tokens": True}
+    llm = make_llm(counting_llama_dir, speculative_config=spec, **ENGINE)
+    scheduler = llm.llm_engine.scheduler
+    # Step times as if each draft cost a plain step (never worth it), whatever the host's.
+    observe = scheduler._adaptive.observe_step
+    monkeypatch.setattr(scheduler._adaptive, "observe_step", lambda n, drafts, _: observe(n, drafts, 1.0 + drafts))
+    proposed: list[bool] = []
+    apply = scheduler.update_from_output
+
+    def recording(step, result, seconds=None):
+        proposed.append(bool(result.draft_token_ids))
+        return apply(step, result, seconds)
+
+    monkeypatch.setattr(scheduler, "update_from_output", recording)
+    assert token_ids(generate(llm)) == token_ids(generate(baseline))
+    # Proposals come only for the measurements: the first decode steps and one step in REFRESH_STEPS.
+    assert len(proposed) > 30 and sum(proposed) <= 3 + len(proposed) // REFRESH_STEPS
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -261,6 +261,8 @@ class Scheduler:
             unloaded_lora_ids=frozenset(self._unloaded_lora_ids),
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
+        if self._adaptive is not None:
+            output.propose_for_req_ids = self._adaptive.worth_proposing([request.req_id for request in batch])
         self._finished_ids = set()
         self._unloaded_lora_ids = set()
         for request in batch:

@@ -10,11 +10,11 @@ At a large batch on a CPU a step is compute bound and a draft costs as much as a
 so none pays; at batch 1 a step is bound by reading the weights and most do.
 
 `AdaptiveDrafting` keeps the measurements: per request, an exponential moving average of
-its accepted drafts over its checked draft positions; per batch size bucket (powers of
-two), moving averages of a plain decode step's seconds and of a verify step's extra
-seconds per draft token. A bucket without both measures first (a plain step, then one
-with every proposal), and each is measured again after `REFRESH_STEPS` steps without
-it, so a changing load or acceptance is followed.
+its accepted drafts over its tested draft positions (from all requests' average at
+first); per batch size bucket (powers of two), a line of a decode step's seconds over
+its checked drafts, fitted to the bucket's recent steps (`_StepTimes`). A bucket measures
+a plain step, then one checking every proposal, before it chooses, and again after
+`REFRESH_STEPS` steps without either, so a changing load or acceptance is followed.
 """
 
 from __future__ import annotations
@@ -22,12 +22,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-#: Weight of a new step-time sample in its moving average.
-STEP_TIME_WEIGHT = 0.2
-#: Weight the acceptance counts of earlier steps keep at each new check.
+#: Weight a bucket's earlier step times keep at each new one.
+STEP_TIME_DECAY = 0.9
+#: Weight a request's earlier checks keep at each new one; all requests' average (a new
+#: request's prior) keeps more, as it counts every request's checks.
 ACCEPTANCE_DECAY = 0.8
+ALL_ACCEPTANCE_DECAY = 0.98
+#: Tested draft positions' worth of all requests' average a request's own estimate
+#: starts from, so one check does not set it to 0 or 1.
+PRIOR_TRIALS = 2.0
 #: Steps of a bucket after which a plain step, or a step with every proposal, is measured again.
-REFRESH_STEPS = 32
+REFRESH_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -70,13 +75,39 @@ def acceptance_trials(drafted: int, accepted: int) -> int:
 
 
 @dataclass
-class _Bucket:
-    """Moving averages of one batch size bucket's step times (None: not measured yet)."""
+class _StepTimes:
+    """One batch size bucket's step times as decayed sums (recent steps count most) for
+    a least-squares line of seconds over checked drafts: its intercept is a plain step's
+    seconds, its slope a draft's. A line through many steps follows a shared host's load
+    where a single plain step, measured once, would not."""
 
-    plain_seconds: float | None = None
-    seconds_per_draft: float | None = None
-    steps_since_plain: int = 0
-    steps_since_verify: int = 0
+    weight: float = 0.0
+    drafts: float = 0.0
+    seconds: float = 0.0
+    drafts_squared: float = 0.0
+    drafts_seconds: float = 0.0
+    #: Steps since one without drafts and since one with drafts (None: none yet).
+    steps_since_plain: int | None = None
+    steps_since_verify: int | None = None
+
+    def add(self, num_drafts: int, seconds: float) -> None:
+        """A step checking `num_drafts` drafts took `seconds`."""
+        decay = STEP_TIME_DECAY
+        self.weight = decay * self.weight + 1
+        self.drafts = decay * self.drafts + num_drafts
+        self.seconds = decay * self.seconds + seconds
+        self.drafts_squared = decay * self.drafts_squared + num_drafts**2
+        self.drafts_seconds = decay * self.drafts_seconds + num_drafts * seconds
+        plain, verify = self.steps_since_plain, self.steps_since_verify
+        self.steps_since_plain = 0 if num_drafts == 0 else None if plain is None else plain + 1
+        self.steps_since_verify = 0 if num_drafts > 0 else None if verify is None else verify + 1
+
+    def costs(self) -> StepCosts:
+        """The fitted line (steps with and without drafts both measured)."""
+        spread = self.weight * self.drafts_squared - self.drafts**2
+        # Noise can tilt the line down: a draft costs at least nothing.
+        slope = max(0.0, (self.weight * self.drafts_seconds - self.drafts * self.seconds) / spread)
+        return StepCosts((self.seconds - slope * self.drafts) / self.weight, slope)
 
 
 class AdaptiveDrafting:
@@ -90,23 +121,23 @@ class AdaptiveDrafting:
         self._trials: dict[str, float] = {}
         self._all_accepted = 0.0
         self._all_trials = 0.0
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[int, _StepTimes] = {}
 
     def acceptance(self, req_id: str) -> float:
         """The request's estimated per-draft acceptance probability: its own average,
-        else all requests', else 1 (unmeasured: check its drafts, which measures it)."""
-        trials = self._trials.get(req_id, 0.0)
-        if trials > 0:
-            return self._accepted[req_id] / trials
-        return self._all_accepted / self._all_trials if self._all_trials > 0 else 1.0
+        starting from all requests' (PRIOR_TRIALS worth), which starts from 1 (unmeasured:
+        check the drafts, which measures them)."""
+        prior = self._all_accepted / self._all_trials if self._all_trials > 0 else 1.0
+        accepted, trials = self._accepted.get(req_id, 0.0), self._trials.get(req_id, 0.0)
+        return (accepted + PRIOR_TRIALS * prior) / (trials + PRIOR_TRIALS)
 
     def observe_check(self, req_id: str, drafted: int, accepted: int) -> None:
         """A step checked `drafted` drafts of the request and accepted the first `accepted`."""
         trials = acceptance_trials(drafted, accepted)
         self._accepted[req_id] = ACCEPTANCE_DECAY * self._accepted.get(req_id, 0.0) + accepted
         self._trials[req_id] = ACCEPTANCE_DECAY * self._trials.get(req_id, 0.0) + trials
-        self._all_accepted = ACCEPTANCE_DECAY * self._all_accepted + accepted
-        self._all_trials = ACCEPTANCE_DECAY * self._all_trials + trials
+        self._all_accepted = ALL_ACCEPTANCE_DECAY * self._all_accepted + accepted
+        self._all_trials = ALL_ACCEPTANCE_DECAY * self._all_trials + trials
 
     def forget(self, req_id: str) -> None:
         """The request finished: drop its average."""
@@ -115,40 +146,38 @@ class AdaptiveDrafting:
 
     def observe_step(self, num_decodes: int, num_drafts: int, seconds: float) -> None:
         """A step of `num_decodes` decodes only, checking `num_drafts` drafts in all, took `seconds`."""
-        bucket = self._bucket(num_decodes)
-        if num_drafts == 0:
-            bucket.plain_seconds = _average(bucket.plain_seconds, seconds)
-            bucket.steps_since_plain = 0
-            bucket.steps_since_verify += 1
-            return
-        bucket.steps_since_plain += 1
-        if bucket.plain_seconds is None:
-            return  # the extra cost is measured against a plain step
-        # Noise can make a verify step look faster than a plain one: a draft costs >= 0.
-        extra = max(0.0, seconds - bucket.plain_seconds) / num_drafts
-        bucket.seconds_per_draft = _average(bucket.seconds_per_draft, extra)
-        bucket.steps_since_verify = 0
+        self._bucket(num_decodes).add(num_drafts, seconds)
 
     def draft_lengths(self, proposals: Mapping[str, int]) -> dict[str, int]:
         """How many drafts each decode of the step checks, by request id, given every
         decode's proposal length (0 for a decode without drafts)."""
-        bucket = self._bucket(len(proposals))
-        if bucket.plain_seconds is None or bucket.steps_since_plain >= REFRESH_STEPS:
+        times = self._bucket(len(proposals))
+        if times.steps_since_plain is None or times.steps_since_plain >= REFRESH_STEPS:
             return dict.fromkeys(proposals, 0)  # measure a plain step
-        if bucket.seconds_per_draft is None or bucket.steps_since_verify >= REFRESH_STEPS:
+        if times.steps_since_verify is None or times.steps_since_verify >= REFRESH_STEPS:
             return dict(proposals)  # measure a step checking every proposal
         req_ids = list(proposals)
         lengths = choose_draft_lengths(
             [self.acceptance(req_id) for req_id in req_ids],
             [proposals[req_id] for req_id in req_ids],
-            StepCosts(bucket.plain_seconds, bucket.seconds_per_draft),
+            times.costs(),
         )
         return dict(zip(req_ids, lengths))
 
-    def _bucket(self, num_decodes: int) -> _Bucket:
+    def worth_proposing(self, req_ids: Sequence[str]) -> frozenset[str]:
+        """Of a step's requests, those whose drafts the next step (of as many decodes)
+        may check: a request's drafts pay only if its first does on its own, which
+        needs acceptance x plain seconds > decodes x seconds per draft (others' drafts
+        only raise the bar); all of them while the bucket is measuring, or measures
+        every proposal next. Proposing costs time too (suffix: a walk per request)."""
+        times = self._bucket(len(req_ids))
+        plain, verify = times.steps_since_plain, times.steps_since_verify
+        if plain is None or verify is None or verify + 1 >= REFRESH_STEPS:
+            return frozenset(req_ids)
+        costs = times.costs()
+        bar = len(req_ids) * costs.seconds_per_draft
+        return frozenset(req_id for req_id in req_ids if self.acceptance(req_id) * costs.plain_seconds > bar)
+
+    def _bucket(self, num_decodes: int) -> _StepTimes:
         # Powers of two: a step's cost changes little between neighbouring batch sizes.
-        return self._buckets.setdefault(max(0, num_decodes - 1).bit_length(), _Bucket())
-
-
-def _average(average: float | None, sample: float) -> float:
-    return sample if average is None else (1 - STEP_TIME_WEIGHT) * average + STEP_TIME_WEIGHT * sample
+        return self._buckets.setdefault(max(0, num_decodes - 1).bit_length(), _StepTimes())
