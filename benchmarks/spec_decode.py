@@ -116,7 +116,8 @@ def measure_interleaved(model: str, modes: dict, conversations: list, batch: int
     """Print one row per mode at `batch`: one engine per mode is built once, then the modes run
     in turn (off, ngram, suffix, off, ...) for `rounds` rounds so that a noisy shared host slows
     every mode alike. A row's speed-up is the median over rounds of its tok/s over off's in the
-    same round; its tok/s is the median. Returns off's median tok/s."""
+    same round (its range over the rounds in brackets); its tok/s is the median. Returns off's
+    median tok/s."""
     from statistics import median
 
     from accord import LLM
@@ -146,11 +147,12 @@ def measure_interleaved(model: str, modes: dict, conversations: list, batch: int
     off = speeds[next(iter(modes))]
     for mode in modes:
         drafted, accepted, generated, steps = counts[mode]
-        ratio = median(speed / base for speed, base in zip(speeds[mode], off))
+        ratios = [speed / base for speed, base in zip(speeds[mode], off)]
+        ratio = median(ratios)
         per_step = generated / max(1, steps) / min(batch, len(conversations))
         rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
         print(f"{batch:>5} {mode:>20} {median(speeds[mode]):>8.1f} {ratio:>7.2f}x {rate:>17} {per_step:>11.2f} "
-              f"{os.getloadavg()[0]:>5.1f}", flush=True)
+              f"{os.getloadavg()[0]:>5.1f}  ({min(ratios):.2f}-{max(ratios):.2f})", flush=True)
     for llm in engines.values():
         llm.llm_engine.shutdown()
     return median(off)
