@@ -6,8 +6,9 @@ accepted) emits 1 + p + p^2 + ... + p^k tokens when k drafts are checked; a step
 decodes costs the plain step's seconds plus a measured cost per checked draft token.
 Draft j of a request adds p^j tokens and one draft's cost, so the drafts worth checking
 are taken best first while each still raises tokens per second (`choose_draft_lengths`).
-At a large batch on a CPU a step is compute bound and a draft costs as much as a decode,
-so none pays; at batch 1 a step is bound by reading the weights and most do.
+Where a step is compute bound (a large batch on a CPU) a draft costs about a decode's
+share and only well-accepted ones pay; at batch 1 a step is bound by reading the
+weights and most do.
 
 `AdaptiveDrafting` keeps the measurements: per request, an exponential moving average of
 its accepted drafts over its tested draft positions (from all requests' average at
@@ -15,6 +16,8 @@ first); per batch size bucket (powers of two), a line of a decode step's seconds
 its checked drafts, fitted to the bucket's recent steps (`_StepTimes`). A bucket measures
 a plain step, then one checking every proposal, before it chooses, and again after
 `REFRESH_STEPS` steps without either, so a changing load or acceptance is followed.
+Requests whose drafts the next step would not check are not proposed for at all
+(`worth_proposing`): proposing costs time too.
 """
 
 from __future__ import annotations
