@@ -1,7 +1,9 @@
 """Speculative decoding on the demo model (SmolLM2-135M-Instruct, the cached Q4_1 GGUF
 `accord serve` uses by default) over a seeded prompt set where text repeats
 (benchmarks/spec_decode_prompts.py): greedy decode tokens/s without speculation, with
-ngram (prompt lookup) and with suffix decoding, at batch 1 (one request at a time) and
+ngram (prompt lookup) and with suffix decoding, each also with adaptive speculation
+(`adaptive_num_speculative_tokens`: how many drafts a step checks chosen from measured
+acceptance and step times), at batch 1 (one request at a time) and
 batch 32 (the set repeated to 32 requests at once), with the acceptance rate (accepted
 over drafted tokens) and the mean tokens each request gets per step. One engine per mode
 is built once and the modes run interleaved (off, ngram, suffix, off, ...) for `--rounds`
@@ -36,6 +38,9 @@ MODES = {
     "off": None,
     "ngram k=4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
     "suffix k=8": {"method": "suffix", "num_speculative_tokens": 8},
+    "ngram k=4 adaptive": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+                           "prompt_lookup_max": 4, "adaptive_num_speculative_tokens": True},
+    "suffix k=8 adaptive": {"method": "suffix", "num_speculative_tokens": 8, "adaptive_num_speculative_tokens": True},
 }
 #: llama-server's modes by default: no speculation, and its n-gram speculation over
 #: the context (`--spec-type ngram-simple`: a draft from the latest earlier copy of the tail).
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [conversation for _, conversation in prompt_set(args.seed)]
     print(f"{model}; {cpu_name()}, {torch.get_num_threads()} torch thread(s); {len(prompts)} prompts, "
           f"{args.tokens} greedy tokens each")
-    print(f"{'batch':>5} {'mode':>18} {'tok/s':>8} {'speed-up':>8} {'accepted/drafted':>17} {'tokens/step':>11} {'load':>5}")
+    print(f"{'batch':>5} {'mode':>20} {'tok/s':>8} {'speed-up':>8} {'accepted/drafted':>17} {'tokens/step':>11} {'load':>5}")
     for batch in args.batch:
         conversations = (prompts * -(-batch // len(prompts)))[: max(batch, len(prompts))] if batch > 1 else prompts
         baseline_speed = measure_interleaved(model, modes, conversations, batch, args.tokens, args.rounds)
@@ -111,7 +116,8 @@ def measure_interleaved(model: str, modes: dict, conversations: list, batch: int
     """Print one row per mode at `batch`: one engine per mode is built once, then the modes run
     in turn (off, ngram, suffix, off, ...) for `rounds` rounds so that a noisy shared host slows
     every mode alike. A row's speed-up is the median over rounds of its tok/s over off's in the
-    same round; its tok/s is the median. Returns off's median tok/s."""
+    same round (its range over the rounds in brackets); its tok/s is the median. Returns off's
+    median tok/s."""
     from statistics import median
 
     from accord import LLM
@@ -120,7 +126,7 @@ def measure_interleaved(model: str, modes: dict, conversations: list, batch: int
     for mode, spec in modes.items():
         engines[mode] = LLM(model=model, backend="cpu", max_model_len=1024, max_num_seqs=max(batch, 1),
                             speculative_config=spec)
-        run(engines[mode], conversations[:1], 1, 8)  # warm-up
+        run(engines[mode], conversations[:batch], batch, 8)  # warm-up, at the batch size measured
     speeds: dict[str, list[float]] = {mode: [] for mode in modes}
     counts = {mode: [0, 0, 0, 0] for mode in modes}  # drafted, accepted, generated, steps
     baseline_outputs = None
@@ -141,11 +147,12 @@ def measure_interleaved(model: str, modes: dict, conversations: list, batch: int
     off = speeds[next(iter(modes))]
     for mode in modes:
         drafted, accepted, generated, steps = counts[mode]
-        ratio = median(speed / base for speed, base in zip(speeds[mode], off))
+        ratios = [speed / base for speed, base in zip(speeds[mode], off)]
+        ratio = median(ratios)
         per_step = generated / max(1, steps) / min(batch, len(conversations))
         rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
-        print(f"{batch:>5} {mode:>18} {median(speeds[mode]):>8.1f} {ratio:>7.2f}x {rate:>17} {per_step:>11.2f} "
-              f"{os.getloadavg()[0]:>5.1f}", flush=True)
+        print(f"{batch:>5} {mode:>20} {median(speeds[mode]):>8.1f} {ratio:>7.2f}x {rate:>17} {per_step:>11.2f} "
+              f"{os.getloadavg()[0]:>5.1f}  ({min(ratios):.2f}-{max(ratios):.2f})", flush=True)
     for llm in engines.values():
         llm.llm_engine.shutdown()
     return median(off)
@@ -165,7 +172,7 @@ def llama_rows(args: argparse.Namespace, model: str, prompts: list, accord_speed
         baseline = baseline or speed
         rate = f"{accepted}/{drafted} ({accepted / drafted:.0%})" if drafted else "-"
         label = f"llama-server {name}"
-        print(f"{1:>5} {label:>18} {speed:>8.1f} {speed / baseline:>7.2f}x {rate:>17} {'':>11} "
+        print(f"{1:>5} {label:>20} {speed:>8.1f} {speed / baseline:>7.2f}x {rate:>17} {'':>11} "
               f"{os.getloadavg()[0]:>5.1f}  ({speed / accord_speed:.2f}x accord off)", flush=True)
 
 

@@ -198,7 +198,8 @@ class EngineConfig:
     speculative_config: dict | None = setting(
         None, help="speculative decoding as JSON, vLLM's keys: {\"method\": \"ngram\" or \"suffix\", "
         "\"num_speculative_tokens\": k, \"prompt_lookup_min\": .., \"prompt_lookup_max\": .., "
-        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; also \"draft_model\", \"eagle\" and \"eagle3\" with \"model\": DIR, and \"mtp\")",
+        "\"disable_by_batch_size\": ..} (accord.core.spec_decode.config; also \"draft_model\", \"eagle\" and \"eagle3\" with \"model\": DIR, and \"mtp\"; "
+        "accord's \"adaptive_num_speculative_tokens\": true checks, each step, only the drafts measured to pay)",
         default_help="off", aliases=("-sc",),
     )
     enable_lora: bool = setting(

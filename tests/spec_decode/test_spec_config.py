@@ -25,6 +25,11 @@ def test_an_ngram_config_takes_vllms_keys() -> None:
         "ngram", 4, 2, 5)
 
 
+def test_adaptive_speculation_is_opt_in() -> None:
+    assert not config(method="suffix", num_speculative_tokens=8).adaptive_num_speculative_tokens
+    assert config(method="suffix", num_speculative_tokens=8, adaptive_num_speculative_tokens=True).adaptive_num_speculative_tokens
+
+
 def test_no_config_means_no_speculation() -> None:
     assert EngineConfig(model="m").speculative is None
 
@@ -48,6 +53,8 @@ def test_no_config_means_no_speculation() -> None:
         ({"method": "ngram", "num_speculative_tokens": 2, "model": "d"}, "speculative_config.model"),
         ({"method": "draft_model", "num_speculative_tokens": 2, "model": "d", "draft_tensor_parallel_size": 2},
          "draft_tensor_parallel_size"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "adaptive_num_speculative_tokens": 1},
+         "adaptive_num_speculative_tokens"),
     ],
 )
 def test_a_bad_combination_is_refused_naming_the_key(spec: dict, named: str) -> None:

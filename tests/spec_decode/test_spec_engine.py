@@ -1,14 +1,16 @@
 """Speculative decoding through `LLM`, on the counting model (tests/spec_decode/conftest.py):
-greedy outputs equal those without speculation for ngram and suffix proposals, under
-chunked prefill, prefix-cache hits, forced preemption, stop strings, max_tokens, n = 2 and
-logprobs; grammar-constrained requests take no drafts; seeded sampling reproduces; and
-every test ends with every KV block back in the pool (the conftest's check)."""
+greedy outputs equal those without speculation for ngram and suffix proposals (adaptive
+or not), under chunked prefill, prefix-cache hits, forced preemption, stop strings,
+max_tokens, n = 2 and logprobs; grammar-constrained requests take no drafts; seeded
+sampling reproduces; and every test ends with every KV block back in the pool (the
+conftest's check)."""
 
 from __future__ import annotations
 
 import pytest
 
 from accord.core.sampling_params import SamplingParams
+from accord.core.spec_decode.adaptive import REFRESH_STEPS
 from accord.core.structured_output.params import StructuredOutputsParams
 
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
@@ -47,6 +49,40 @@ def test_greedy_outputs_equal_those_without_speculation(counting_llama_dir, make
     # The check ran, accepted drafts, and accepted two in one step at least once.
     assert stats.spec_decode_num_accepted_tokens > 0 and stats.spec_decode_num_accepted_tokens_per_pos[1] > before[0]
     assert any(output.metrics.acceptance_rate for output in outputs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_outputs_equal_with_adaptive_speculation(counting_llama_dir, make_llm, baseline, method):
+    # Whatever the measured step times make it check, greedy output is unchanged; each
+    # batch size's second decode step checks every proposal (adaptive.py), so drafts ran.
+    spec = {**METHODS[method], "adaptive_num_speculative_tokens": True}
+    llm = make_llm(counting_llama_dir, speculative_config=spec, **ENGINE)
+    outputs = generate(llm)
+    assert token_ids(outputs) == token_ids(generate(baseline))
+    stats = llm.llm_engine.stats
+    assert 0 < stats.spec_decode_num_accepted_tokens <= stats.spec_decode_num_draft_tokens
+
+
+def test_adaptive_speculation_stops_proposing_where_drafts_do_not_pay(
+    counting_llama_dir, make_llm, baseline, monkeypatch
+):
+    spec = {"method": "suffix", "num_speculative_tokens": 2, "adaptive_num_speculative_tokens": True}
+    llm = make_llm(counting_llama_dir, speculative_config=spec, **ENGINE)
+    scheduler = llm.llm_engine.scheduler
+    # Step times as if each draft cost a plain step (never worth it), whatever the host's.
+    observe = scheduler._adaptive.observe_step
+    monkeypatch.setattr(scheduler._adaptive, "observe_step", lambda n, drafts, _: observe(n, drafts, 1.0 + drafts))
+    proposed: list[bool] = []
+    apply = scheduler.update_from_output
+
+    def recording(step, result, seconds=None):
+        proposed.append(bool(result.draft_token_ids))
+        return apply(step, result, seconds)
+
+    monkeypatch.setattr(scheduler, "update_from_output", recording)
+    assert token_ids(generate(llm)) == token_ids(generate(baseline))
+    # Proposals come only for the measurements: the first decode steps and one step in REFRESH_STEPS.
+    assert len(proposed) > 30 and sum(proposed) <= 3 + len(proposed) // REFRESH_STEPS
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -29,13 +29,14 @@ def add(scheduler: Scheduler, req_id: str, prompt: list[int], **params: object) 
 
 
 def land(scheduler: Scheduler, step: SchedulerOutput, emitted: dict[str, list[int]],
-         drafts: dict[str, list[int]] | None = None) -> None:
-    """Apply a step whose requests emitted these tokens (accepted drafts, then one)."""
+         drafts: dict[str, list[int]] | None = None, step_seconds: float | None = None) -> None:
+    """Apply a step whose requests emitted these tokens (accepted drafts, then one),
+    having run for `step_seconds` (None: not timed)."""
     req_ids = [req_id for req_id, tokens in emitted.items() for _ in tokens]
     tokens = [token for tokens in emitted.values() for token in tokens]
     result = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=tokens, logprobs=[None] * len(tokens),
                                top_logprobs=[None] * len(tokens), draft_token_ids=drafts or {})
-    scheduler.update_from_output(step, result)
+    scheduler.update_from_output(step, result, step_seconds)
 
 
 def decoding(scheduler: Scheduler, prompt: list[int], drafts: list[int], **params: object) -> Request:

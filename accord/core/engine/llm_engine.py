@@ -81,6 +81,9 @@ class _StepInFlight:
 
     steps: list[SchedulerOutput]
     results: Future[list[ModelRunnerOutput | None]]
+    #: perf_counter when it was handed over with no step ahead of it (so its results'
+    #: wait is its own run time: adaptive speculation's step times); None otherwise.
+    started_alone: float | None = None
 
 
 class LLMEngine:
@@ -387,15 +390,19 @@ class LLMEngine:
                     step.dummy_batch = True
                     self.num_dummy_steps[replica] += 1
         after = self._in_flight[-1].results if self._in_flight else None
-        self._in_flight.append(_StepInFlight(steps, self.executor.execute_model_async(steps, after)))
+        started = None if after is not None else time.perf_counter()
+        self._in_flight.append(_StepInFlight(steps, self.executor.execute_model_async(steps, after), started))
 
     def _apply(self, flight: _StepInFlight, final_only: bool) -> list[RequestOutput]:
         """Apply a finished step's results to the schedulers and build the outputs
         (only of finished requests with `final_only`)."""
         results, updates = self._results(flight)
+        seconds = None
+        if flight.started_alone is not None and flight.results.exception() is None:
+            seconds = time.perf_counter() - flight.started_alone
         for scheduler, step, result in zip(self.schedulers, flight.steps, results):
             if not step.is_empty and result is not None:
-                updates += scheduler.update_from_output(step, result)
+                updates += scheduler.update_from_output(step, result, seconds)
             scheduler.free_transferred(set() if result is None else result.kv_finished_sending)
         now = time.monotonic()
         processed = self.output_processor.process(updates, now, final_only)
@@ -428,6 +435,7 @@ class LLMEngine:
         for queued in self._in_flight:
             if isinstance(queued.results.exception(), StepSkipped):
                 queued.results = self.executor.execute_model_async(queued.steps, after)
+                queued.started_alone = None  # its wait includes the failed step's isolation
             after = queued.results
 
 

@@ -78,6 +78,9 @@ class SchedulerOutput:
     #: LoRA adapters unloaded since the last step: the workers free their slots and host
     #: copies once no request of the batch uses them.
     unloaded_lora_ids: frozenset[int] = frozenset()
+    #: The requests to propose drafts for after this step (adaptive speculation: the
+    #: next step would check no other's); None: every request that takes drafts.
+    propose_for_req_ids: frozenset[str] | None = None
 
     @property
     def total_num_scheduled_tokens(self) -> int:

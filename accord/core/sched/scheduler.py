@@ -33,6 +33,7 @@ from typing import get_args
 from ..config import SchedulingPolicy
 from ..kv_transfer.base import KVConnectorMetadata, KVConnectorScheduler, ScheduledChunk, TransferRequest
 from ..outputs import Logprob
+from ..spec_decode.adaptive import AdaptiveDrafting
 from ..spec_decode.config import SpeculativeConfig
 from ..stats import PREEMPTED_FOR_KV_CACHE, PREEMPTED_FOR_LANE_SHARE, EngineStats, LatencyHistogram
 from ..structured_output import GrammarBitmask, StructuredOutputManager
@@ -74,6 +75,11 @@ class Scheduler:
         self._structured_output = structured_output
         #: Speculative decoding's setup (None: off): proposals land with a step's results.
         self._speculative = speculative
+        #: Acceptance and step-time measurements that choose how many drafts a step
+        #: checks (None: every proposal, as far as the step's room allows).
+        self._adaptive = (
+            AdaptiveDrafting() if speculative is not None and speculative.adaptive_num_speculative_tokens else None
+        )
         #: Distinct LoRA adapters the running requests may use at once (the device slots).
         self.max_loras = max_loras
         #: The remaining thinking-budget tokens one tenant's thinking requests may hold
@@ -196,6 +202,8 @@ class Scheduler:
         self.requests.pop(request.req_id, None)
         if self._structured_output is not None:
             self._structured_output.remove(request.req_id)
+        if self._adaptive is not None:
+            self._adaptive.forget(request.req_id)
         if self._blocks_sent.pop(request.req_id, None) is not None:
             self._finished_ids.add(request.req_id)
         self._update_gauges()
@@ -221,6 +229,7 @@ class Scheduler:
         # Drafts take only budget the decodes after them do not need: a batch's decodes
         # all advance before any request checks drafts.
         decodes_left = sum(1 for _, to_compute in pending if to_compute <= 1)
+        draft_limits = self._draft_limits(pending) if speculating else {}
         for request, to_compute in pending:
             decodes_left -= to_compute <= 1
             if budget == 0:
@@ -229,7 +238,8 @@ class Scheduler:
                 continue  # preempted earlier in this loop, or nothing more to compute
             proposal, request.spec_token_ids = request.spec_token_ids, []
             if speculating and to_compute == 1:
-                proposal = proposal[: self._draft_room(request, budget - max(0, decodes_left))]
+                limit = draft_limits.get(request.req_id, len(proposal))
+                proposal = proposal[: min(limit, self._draft_room(request, budget - max(0, decodes_left)))]
             else:
                 proposal = []
             count = min(to_compute + len(proposal), budget)
@@ -274,6 +284,8 @@ class Scheduler:
             unloaded_lora_ids=frozenset(self._unloaded_lora_ids),
         )
         output.grammar_bitmask = self._grammar_bitmask(scheduled)
+        if self._adaptive is not None:
+            output.propose_for_req_ids = self._adaptive.worth_proposing([request.req_id for request in batch])
         self._finished_ids = set()
         self._unloaded_lora_ids = set()
         for request in batch:
@@ -309,6 +321,15 @@ class Scheduler:
         if config is None:
             return False
         return config.disable_by_batch_size is None or len(self.running) < config.disable_by_batch_size
+
+    def _draft_limits(self, pending: list[tuple[Request, int]]) -> dict[str, int]:
+        """With adaptive speculation, how many drafts each decode may check this step
+        (from measured acceptance and step times); else no limit (an empty map)."""
+        if self._adaptive is None:
+            return {}
+        return self._adaptive.draft_lengths(
+            {request.req_id: len(request.spec_token_ids) for request, to_compute in pending if to_compute == 1}
+        )
 
     def _draft_room(self, request: Request, budget: int) -> int:
         """How many drafts `request` may check this step: the step emits up to one token
@@ -537,12 +558,17 @@ class Scheduler:
         self._queue(request)
 
     # -- applying a step's results -----------------------------------------------------
-    def update_from_output(self, step: SchedulerOutput, result: ModelRunnerOutput) -> list[RequestUpdate]:
+    def update_from_output(
+        self, step: SchedulerOutput, result: ModelRunnerOutput, step_seconds: float | None = None
+    ) -> list[RequestUpdate]:
         """Apply a step's results: count prompt logprobs, put the sampled tokens in
         place of their placeholders, stop and free the requests that must stop
         (check_stop, or a complete grammar). Results of requests that ended since the
         step was scheduled are dropped. Returns an update for every request the step
-        touched (with or without new tokens), in batch order."""
+        touched (with or without new tokens), in batch order. `step_seconds`, the step's
+        measured run time where the engine timed it alone, feeds adaptive speculation."""
+        if self._adaptive is not None and step_seconds is not None:
+            self._observe_step_time(step, step_seconds)
         updates = {
             req_id: RequestUpdate(req_id, num_cached_tokens=self.requests[req_id].num_cached_tokens)
             for req_id in step.num_scheduled_tokens
@@ -585,8 +611,21 @@ class Scheduler:
             accepted = emitted[req_id] - 1
             request.num_computed_tokens -= len(proposal) - accepted
             self.stats.observe_drafts(len(proposal), accepted)
+            if self._adaptive is not None:
+                self._adaptive.observe_check(req_id, len(proposal), accepted)
             updates[req_id].num_draft_tokens = len(proposal)
             updates[req_id].num_accepted_tokens = accepted
+
+    def _observe_step_time(self, step: SchedulerOutput, seconds: float) -> None:
+        """Report a step of decodes only (each its token and its drafts) to adaptive
+        speculation; a step with prompt tokens says nothing of a decode step's cost."""
+        drafts = step.scheduled_spec_decode_tokens
+        decodes_only = not step.scheduled_new_reqs and all(
+            count == 1 + len(drafts.get(req_id, ())) for req_id, count in step.num_scheduled_tokens.items()
+        )
+        if decodes_only and step.num_scheduled_tokens:
+            num_drafts = sum(len(proposal) for proposal in drafts.values())
+            self._adaptive.observe_step(len(step.num_scheduled_tokens), num_drafts, seconds)
 
     def _append(
         self, request: Request, token: int, logprob: float | None, top: dict[int, Logprob] | None, update: RequestUpdate

@@ -38,7 +38,9 @@ class SpeculativeConfig:
     (`draft_tensor_parallel_size` 1); mtp runs the checkpoint's multi-token-prediction
     layer (DeepSeek-V3) over the target's hidden states, eagle and eagle3 the EAGLE head
     in `model` over them (EAGLE-3: over three of its layers' features). Requests stop getting proposals while at least
-    `disable_by_batch_size` requests run.
+    `disable_by_batch_size` requests run. With `adaptive_num_speculative_tokens` each
+    step checks, of each request's proposal, only the drafts expected to raise tokens
+    per second (spec_decode/adaptive.py), from none up to `num_speculative_tokens`.
     """
 
     method: str
@@ -50,6 +52,7 @@ class SpeculativeConfig:
     disable_by_batch_size: int | None = None
     model: str | None = None
     draft_tensor_parallel_size: int | None = None
+    adaptive_num_speculative_tokens: bool = False
 
     @classmethod
     def parse(cls, value: Mapping[str, Any] | str) -> SpeculativeConfig:
@@ -80,6 +83,9 @@ class SpeculativeConfig:
             if name == "suffix_decoding_min_token_prob":
                 if name in value and not (_is_int(value[name], False) or isinstance(value[name], float)):
                     raise ValueError(f"speculative_config.{name} must be a number, got {value[name]!r}")
+            elif name == "adaptive_num_speculative_tokens":
+                if name in value and not isinstance(value[name], bool):
+                    raise ValueError(f"speculative_config.{name} must be true or false, got {value[name]!r}")
             elif name == "model":
                 if name in value and not isinstance(value[name], str):
                     raise ValueError(f"speculative_config.model must be a model directory (a string), got {value[name]!r}")

@@ -112,6 +112,8 @@ class ModelRunner:
         self._last_step: dict[str, int] = {}
         self._grammar_bitmask: GrammarBitmask | None = None
         self._drafts: dict[str, list[int]] = {}
+        #: The requests whose drafts the next step may check (None: all; adaptive speculation).
+        self._propose_for: frozenset[str] | None = None
         #: The worker half of a KV connector (None: no KV comes from or goes outside).
         self.kv_connector: KVConnectorWorker | None = (
             None if config.kv_transfer is None
@@ -350,6 +352,7 @@ class ModelRunner:
         self._last_step = dict(step.num_scheduled_tokens)
         self._grammar_bitmask = step.grammar_bitmask
         self._drafts = step.scheduled_spec_decode_tokens
+        self._propose_for = step.propose_for_req_ids
         connector = self.kv_connector
         if step.is_empty:
             if step.dummy_batch:
@@ -517,8 +520,8 @@ class ModelRunner:
         proposals = {}
         tokens = self.input_batch.token_ids_np
         for state in sampling:
-            if not self._takes_drafts(state):
-                continue
+            if not self._takes_drafts(state) or (self._propose_for is not None and state.req_id not in self._propose_for):
+                continue  # the next step would not check its drafts: proposing them is wasted
             draft = self.proposer.propose(tokens[state.row, : state.num_tokens])  # type: ignore[union-attr]
             if draft:
                 proposals[state.req_id] = draft
