@@ -1,24 +1,16 @@
-"""The LoRA adapters a deploy serves (deploy.yaml's `lora_modules`, what `accord serve
---lora-modules` takes): the requests the gate generates under, numbered as the server
-numbers them, and what the report records of each adapter the engine accepted."""
+"""What the rollout gate's report records of each LoRA adapter a deploy serves
+(deploy.yaml's `lora_modules`, what `accord serve --lora-modules` takes), once the
+engine has accepted it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
-from typing import Sequence
 
 from ..core.lora.peft import CONFIG_FILE, WEIGHTS_FILE
 from ..core.lora.request import LoRARequest
-from ..server.lora_modules import LoRAModulePath
 from .reports import ServedAdapter
-
-
-def lora_requests(modules: Sequence[LoRAModulePath]) -> tuple[LoRARequest, ...]:
-    """One request per adapter, ids 1, 2, ... in the config's order (as the server
-    gives them to its `--lora-modules`)."""
-    return tuple(LoRARequest(m.name, index, m.path, m.base_model_name) for index, m in enumerate(modules, start=1))
 
 
 def served_adapter(request: LoRARequest) -> ServedAdapter:

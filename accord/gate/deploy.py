@@ -24,7 +24,8 @@ from ..entrypoints import LLM
 from ..conformance.case import Case
 from ..conformance.cases import cases_for
 from ..core.lora.request import LoRARequest
-from .adapters import lora_requests, served_adapter
+from ..server.lora_modules import LoRAModulePath
+from .adapters import served_adapter
 from .deploy_config import DeployConfig, GateSettings
 from .deploy_model import open_deploy_model
 from .preflight import preflight_checks
@@ -125,7 +126,7 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
     (the deploy's `record_op_calls`, else a scratch one), read back once the engine has
     stopped."""
     checks: list[Check] = []
-    adapters = lora_requests(config.lora_modules)
+    adapters: tuple[LoRARequest, ...] = ()
     served: tuple[ServedAdapter, ...] = ()
     maxima = {
         "max_num_seqs": config.engine.max_num_seqs,
@@ -139,8 +140,9 @@ def _model_stages(config: DeployConfig, backend: Backend, say: Say) -> _Stages:
             llm = _guarded("profile_run", "deploy", lambda: LLM(**settings), maxima)
             try:
                 checks.append(Check("profile_run", "deploy", CheckStatus.PASS, "", maxima))
-                if adapters:
-                    served = _guarded("lora adapters", "deploy", lambda: _add_adapters(llm.llm_engine, adapters))  # noqa: F821 - as below
+                if config.lora_modules:
+                    adapters, served = _guarded("lora adapters", "deploy",
+                                                lambda: _serve_adapters(llm.llm_engine, config.lora_modules))  # noqa: F821 - as below
                     checks.append(Check("lora adapters", "deploy", CheckStatus.PASS,
                                         "serving " + ", ".join(f"'{a.name}' (rank {a.rank})" for a in served),
                                         {"adapters": len(served)}))
@@ -208,15 +210,22 @@ def _reference_settings(config: DeployConfig, prompts: Sequence[Prompt], engine:
             "kv_cache_memory": None, "num_gpu_blocks_override": blocks, "record_op_calls": None}
 
 
-def _add_adapters(engine: LLMEngine, adapters: Sequence[LoRARequest]) -> tuple[ServedAdapter, ...]:
-    """Have the engine check each adapter, as the server's `--lora-modules` does at
-    start-up; the first it refuses fails the check, named."""
-    for adapter in adapters:
+def _serve_adapters(
+    engine: LLMEngine, modules: Sequence[LoRAModulePath]
+) -> tuple[tuple[LoRARequest, ...], tuple[ServedAdapter, ...]]:
+    """The deploy's adapters added as the server adds its `--lora-modules` at start-up
+    (its ServedAdapters: the engine checks each, ids 1, 2, ... in order), and what the
+    report records of each; the first one refused fails the check, named."""
+    from ..server.errors import OpenAIError  # the server stack loads only for LoRA deploys
+    from ..server.lora_adapters import ServedAdapters
+
+    served = ServedAdapters(engine, ())
+    for module in modules:
         try:
-            engine.add_lora(adapter)
-        except ValueError as error:
-            raise ValueError(f"adapter '{adapter.lora_name}' ({adapter.lora_path}): {error}") from error
-    return tuple(served_adapter(adapter) for adapter in adapters)
+            served.add(module)
+        except OpenAIError as error:
+            raise ValueError(f"adapter '{module.name}' ({module.path}): {error.message}") from None
+    return tuple(served), tuple(served_adapter(request) for request in served)
 
 
 def _prompts(llm: LLM, config: DeployConfig, adapters: Sequence[LoRARequest]) -> list[Prompt]:
