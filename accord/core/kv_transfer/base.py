@@ -182,6 +182,14 @@ class KVConnectorWorker(ABC):
                     )
         self.kv_caches = kv_caches
 
+    def convert_into(self, source: torch.Tensor, cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Write the tokens `rows` of `source` [blocks, block_size, ...] (its tokens in
+        order, in the store's spec) into `cache`'s `slots`, in the cache's spec: the
+        backend's kv_convert over both seen as [blocks, block_size, width]."""
+        width = cache[0, 0].numel()
+        self.ops.kv_convert(source.reshape(source.shape[0], source.shape[1], width),
+                            cache.view(cache.shape[0], cache.shape[1], width), rows, slots)
+
     def handshake_metadata(self) -> Any:
         """Plain data the scheduler half needs of this rank once its cache is
         registered (None: nothing), handed to `set_worker_metadata`."""

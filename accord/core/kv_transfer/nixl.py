@@ -260,11 +260,7 @@ class NixlWorker(KVConnectorWorker):
         rows = torch.arange(load.start - first * layout.block_size, load.end - first * layout.block_size, device=device)
         slots = load.slots(self.block_size).to(device)
         for source, cache in zip(staging, local):
-            width = cache[0, 0].numel()
-            self.ops.kv_convert(
-                source.to(device).view(source.shape[0], source.shape[1], width),
-                cache.view(cache.shape[0], cache.shape[1], width), rows, slots,
-            )
+            self.convert_into(source.to(device), cache, rows, slots)
 
     def _connect(self, layout: NixlKVLayout) -> None:
         """Fetch the remote agent's metadata from its listener, once."""

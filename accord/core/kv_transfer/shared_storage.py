@@ -172,17 +172,8 @@ class SharedStorageWorker(KVConnectorWorker):
                                 f"{path}: {name} is {tuple(part.shape[1:])} per token, this cache "
                                 f"{tuple(tensor.shape[2:])}: it was saved by a model with another KV layout"
                             )
-                        self._convert_into(part.to(device), tensor, rows, slots)
-
-    def _convert_into(
-        self, part: torch.Tensor, cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor
-    ) -> None:
-        """Write the file's `rows` of `part` [tokens, ...] into `cache`'s `slots`, in the
-        cache's spec: kv_convert over both seen as [blocks, block_size, width] (the file
-        as blocks of one token)."""
-        width = cache[0, 0].numel()
-        source = part.reshape(part.shape[0], 1, width)
-        self.ops.kv_convert(source, cache.view(cache.shape[0], cache.shape[1], width), rows, slots)
+                        # The file's tokens [tokens, ...] as blocks of one token.
+                        self.convert_into(part.to(device).unsqueeze(1), tensor, rows, slots)
 
     def wait_for_layer_load(self, layer: int) -> None:
         """Loads are synchronous: done when start_load_kv returns."""
