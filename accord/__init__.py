@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ._npu_autoload import guard_torch_npu_autoload
+from ._openmp_wait import shorten_openmp_spin
 
-# Before anything imports torch: torch-npu without CANN would break `import torch`.
+# Before anything imports torch: torch-npu without CANN would break `import torch`, and
+# libgomp reads its spin count once, when torch loads it.
 guard_torch_npu_autoload()
+shorten_openmp_spin()
 
 __version__ = "0.1.0"
 

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from accord._openmp_wait import peer_environment
+
 PROMPT_TOKENS, NEW_TOKENS, BATCH, PREFILL_TOKENS = 128, 128, 32, 512
 WORKLOADS = ("batch1", "batch32", "prefill")
 MODES = {"packed": "1", "dequantised": "0"}
@@ -87,7 +89,7 @@ def accord_run(model: str, mode: str, workload: str, threads: int) -> tuple[floa
 def llama_bench(binary: str, model: str, threads: int) -> tuple[float, float, float]:
     """(tg128 tok/s, pp512 tok/s, peak RSS MB) of one llama-bench process."""
     stdout, peak = _child([binary, "-m", model, "-t", str(threads), "-p", str(PREFILL_TOKENS), "-n", str(NEW_TOKENS),
-                           "-o", "json"], dict(os.environ))
+                           "-o", "json"], peer_environment())
     rates = {(row["n_prompt"], row["n_gen"]): row["avg_ts"] for row in json.loads(stdout)}
     return rates[(0, NEW_TOKENS)], rates[(PREFILL_TOKENS, 0)], peak
 
@@ -96,7 +98,7 @@ def llama_batched(binary: str, model: str, threads: int) -> float:
     context = BATCH * (PROMPT_TOKENS + NEW_TOKENS)
     stdout, _ = _child([binary, "-m", model, "-t", str(threads), "-c", str(context), "-b", "2048", "-ub", "512",
                         "-npp", str(PROMPT_TOKENS), "-ntg", str(NEW_TOKENS), "-npl", str(BATCH), "--output-format", "jsonl"],
-                       dict(os.environ))
+                       peer_environment())
     row = json.loads(stdout.strip().splitlines()[-1])
     return BATCH * NEW_TOKENS / row["t_tg"] if "t_tg" in row else row["speed_tg"]
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from serve_latency import free_port, running
 
+from accord._openmp_wait import peer_environment
 from accord.bench.gguf_export import export_gguf
 from accord.bench.offline.vllm_peer import vllm_environment
 from accord.demo.model import DEMO_MODEL_NAME, demo_model_dir
@@ -62,7 +63,7 @@ def server_command(engine: str, args: argparse.Namespace, port: int, gguf: Path)
     if engine == "llama.cpp":
         return [str(Path(args.llama_cpp_bin) / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1",
                 "--port", str(port), "-a", DEMO_MODEL_NAME, "-np", str(MAX_SEQS), "-kvu",
-                "-c", str(MAX_SEQS * MAX_LEN), "-t", str(args.threads), "--no-webui"], dict(os.environ)  # fmt: skip
+                "-c", str(MAX_SEQS * MAX_LEN), "-t", str(args.threads), "--no-webui"], peer_environment()  # fmt: skip
     venv = Path(args.vllm_venv)
     # Dev mode: vLLM offers POST /reset_prefix_cache only there.
     env = vllm_environment(venv, args.threads) | {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"}

@@ -7,13 +7,14 @@ time (batch 1: one slot), EOS ignored, and the drafted/accepted counts its repli
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 from serve_latency import free_port, running
+
+from accord._openmp_wait import peer_environment
 
 
 def chat(port: int, conversation: list[dict[str, str]], tokens: int) -> dict:
@@ -33,7 +34,7 @@ def measure(binary: str, model: str, conversations: list[list[dict[str, str]]], 
     port = free_port()
     command = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
                "-np", "1", "-c", "2048", *flags]
-    with tempfile.TemporaryDirectory() as scratch, running(command, dict(os.environ), Path(scratch) / "server.log", port, 300,
+    with tempfile.TemporaryDirectory() as scratch, running(command, peer_environment(), Path(scratch) / "server.log", port, 300,
                                                            ready_path="/health"):
         chat(port, conversations[0], 8)
         generated = drafted = accepted = 0

@@ -25,6 +25,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..._openmp_wait import peer_environment
 from .results import EngineRun, Result, Runs
 from .workload import TraceRequest
 
@@ -104,7 +105,7 @@ def _json_lines(stdout: str) -> list[dict]:
 
 def _stdout(command: list[str]) -> str:
     # stderr passes through: llama.cpp's load log shows, and says why when it fails.
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=peer_environment())
     if done.returncode != 0:
         raise RuntimeError(f"{Path(command[0]).name} exited with {done.returncode}; its log is above")
     return done.stdout

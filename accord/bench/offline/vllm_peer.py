@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from ..._openmp_wait import peer_environment
 from .results import EngineRun, Result, Runs
 from .workload import TraceRequest
 
@@ -22,7 +22,7 @@ VLLM_SCRIPT = Path(__file__).with_name("vllm_offline_script.py")
 def vllm_environment(venv: Path, threads: int) -> dict[str, str]:
     """vLLM-CPU tuned as its docs say: in-process engine (no IPC per step), one OpenMP
     thread per core, and tcmalloc / Intel OpenMP preloaded where installed."""
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OMP_NUM_THREADS=str(threads))
+    env = peer_environment(VLLM_ENABLE_V1_MULTIPROCESSING="0", OMP_NUM_THREADS=str(threads))
     env.pop("PYTHONPATH", None)
     openmp = sorted(venv.glob("lib/libiomp5.so"))
     # The plain tcmalloc, never its debug build (libtcmalloc_minimal_debug.so.4 sits
