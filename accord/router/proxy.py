@@ -98,7 +98,9 @@ class Router:
             return await self._forward(self.serving_pool, method, path, None, forwarded, RoutedRequest(path, 0))
         # session_id travels on: the instance keeps the session's cached KV over one-off requests'.
         routed = routed_request(body, headers, self.config.prefix_chars)
-        if self.config.pd_mode and path in GENERATION_PATHS:
+        # No decode instance in rotation: the answer is a 503 either way, and a prefill
+        # now would hold its blocks for a reader that never comes (until abort_timeout_s).
+        if self.config.pd_mode and path in GENERATION_PATHS and self.decode.healthy:
             params = await self._prefill(path, body, forwarded, routed)
             if params is not None:
                 body = {**body, "kv_transfer_params": params}
