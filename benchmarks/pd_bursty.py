@@ -25,7 +25,8 @@ prefill causes), the chats' p99 TTFT, the long prompts' p99 TTFT, goodput (reque
 second meeting their class's SLO: `--chat-slo` for chats, `--long-slo` for long
 prompts; vLLM's goodput per class, summed) and output tokens per second; with the load
 average before and after each run (on a shared host it moves the figures more than the
-configs do). `--out-dir` keeps each config's figures (`<config>.json`) and server logs.
+configs do), and each instance's KV cache in use once the run is over (0%: no block
+leaked, the prefill side's kept ones included). `--out-dir` keeps each config's figures (`<config>.json`) and server logs.
 
 Smoke version (a 30 s trace; the figures only show that it runs):
 
@@ -42,10 +43,13 @@ import os
 import shlex
 import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
 from serve_latency import free_port, running
 
 from accord.bench.serve.command import load_tokenizer_for
@@ -58,6 +62,8 @@ from accord.bench.serve.runner import RungSpec, run_rung
 CONFIGS = ("colocated", "pd")
 SERVED_NAME = "pd-bench"
 READY_TIMEOUT_S = 600.0
+#: Seconds a finished run waits for the instances' KV blocks to be freed before reporting them.
+KV_SETTLE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,26 @@ def started(instances: list[Instance], out: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{instances[-1].port}"
 
 
+def kv_blocks_held(instances: list[Instance]) -> str:
+    """Each engine instance's `vllm:kv_cache_usage_perc` once the run is over, after up
+    to KV_SETTLE_S for the prefill side's kept blocks to be released: anything above 0
+    is a leak."""
+    held = {}
+    for instance in instances:
+        if instance.name == "router":
+            continue
+        deadline = time.monotonic() + KV_SETTLE_S
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{instance.port}/metrics", timeout=10) as reply:
+                families = text_string_to_metric_families(reply.read().decode())
+                usage = next(s.value for f in families for s in f.samples if s.name == "vllm:kv_cache_usage_perc")
+            if usage == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        held[instance.name] = usage
+    return " ".join(f"{name} {usage:.1%}" for name, usage in held.items())
+
+
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -160,7 +186,7 @@ def row(config: str, figures: dict) -> list[str]:
     return [
         config, f"{chats['median_itl_ms']:.0f}", f"{chats['p99_itl_ms']:.0f}", f"{chats['p99_ttft_ms']:.0f}",
         f"{longs['p99_ttft_ms']:.0f}", f"{goodput:.3f}", f"{chats['output_throughput'] + longs['output_throughput']:.1f}",
-        str(failed), figures["load_before"], figures["load_after"],
+        str(failed), figures["kv_held"], figures["load_before"], figures["load_after"],
     ]  # fmt: skip
 
 
@@ -177,7 +203,7 @@ TRACE_FLAGS = (
     ("--long-output-len", int, 16, "long prompts' output tokens (+/- the same ratio)"),
 )
 HEADER = ["config", "chat ITL p50 ms", "chat ITL p99 ms", "chat TTFT p99 ms", "long TTFT p99 ms", "goodput req/s",
-          "out tok/s", "failed", "load before", "load after"]
+          "out tok/s", "failed", "KV in use after", "load before", "load after"]
 
 
 def parse_args() -> argparse.Namespace:
@@ -219,10 +245,11 @@ def main() -> None:
     for config in args.configs:
         logs = out / config
         logs.mkdir(exist_ok=True)
-        with started(config_instances(config, args), logs) as url:
+        instances = config_instances(config, args)
+        with started(instances, logs) as url:
             load_before = load_average()
             figures = asyncio.run(measure(args, url))
-        figures |= {"load_before": load_before, "load_after": load_average()}
+            figures |= {"load_before": load_before, "load_after": load_average(), "kv_held": kv_blocks_held(instances)}
         (out / f"{config}.json").write_text(json.dumps(figures, indent=2))
         rows.append(row(config, figures))
     print("| " + " | ".join(HEADER) + " |")
