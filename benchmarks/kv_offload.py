@@ -89,7 +89,7 @@ def nixl_ttft(engine_args: dict, prompt_tokens: int, rounds: int) -> float:
         consumer.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True,
                                                    extra_args={"kv_transfer_params": params}), use_tqdm=False)
         times.append(time.perf_counter() - start)
-        while producer.llm_engine.keeps_transfer_blocks():  # the read's notification frees the blocks
+        while producer.llm_engine.awaits_transfers():  # the read's notification frees the blocks
             producer.llm_engine.step()
     return statistics.median(times)
 

@@ -98,7 +98,9 @@ class Router:
             return await self._forward(self.serving_pool, method, path, None, forwarded, RoutedRequest(path, 0))
         # session_id travels on: the instance keeps the session's cached KV over one-off requests'.
         routed = routed_request(body, headers, self.config.prefix_chars)
-        if self.config.pd_mode and path in GENERATION_PATHS:
+        # No decode instance in rotation: the answer is a 503 either way, and a prefill
+        # now would hold its blocks for a reader that never comes (until abort_timeout_s).
+        if self.config.pd_mode and path in GENERATION_PATHS and self.decode.healthy:
             params = await self._prefill(path, body, forwarded, routed)
             if params is not None:
                 body = {**body, "kv_transfer_params": params}
@@ -138,26 +140,31 @@ class Router:
         for instance in self.policy.order(pool.healthy, routed):
             instance.start(routed.tokens)
             request = self.client.build_request(method, instance.url + path, json=body, headers=headers)
+            upstream: httpx.Response | None = None
+            relayed = False
             try:
                 upstream = await self.client.send(request, stream=True)
                 if upstream.status_code == 503:
-                    await upstream.aclose()
                     raise httpx.RemoteProtocolError("answered 503")
                 if not streaming or not upstream.headers.get("content-type", "").startswith("text/event-stream"):
                     content = await upstream.aread()
-                    await upstream.aclose()
-                    instance.finish(routed.tokens)
                     return Response(content, upstream.status_code, media_type=upstream.headers.get("content-type"))
                 chunks = upstream.aiter_raw()
                 first = await anext(chunks)
+                relayed = True
+                return StreamingResponse(
+                    self._relay(instance, upstream, first, chunks, routed.tokens),
+                    status_code=upstream.status_code, media_type="text/event-stream",
+                )
             except (httpx.TransportError, StopAsyncIteration) as error:
-                instance.finish(routed.tokens)
                 instance.mark_failed(f"{type(error).__name__}: {error}")
-                continue
-            return StreamingResponse(
-                self._relay(instance, upstream, first, chunks, routed.tokens),
-                status_code=upstream.status_code, media_type="text/event-stream",
-            )
+            finally:
+                # Cancelled too (the client left): the closed connection makes the
+                # instance abort the request and free its blocks, not generate for nobody.
+                if not relayed:
+                    if upstream is not None:
+                        await upstream.aclose()
+                    instance.finish(routed.tokens)
         names = ", ".join(instance.url for instance in pool.instances)
         return JSONResponse(error_body(f"no {pool.instances[0].role} instance could take the request ({names})", 503),
                             status_code=503)

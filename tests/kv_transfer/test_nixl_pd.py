@@ -150,3 +150,29 @@ def test_a_decode_process_of_another_kv_spec_continues_through_kv_convert_with_i
     decoded = [decode.generate([prompt], _greedy(12, p))[0] for prompt, p in zip(PROMPTS, params)]
     assert [out.outputs[0].token_ids for out in decoded] == expected
     assert decode.llm_engine.stats.computed_prompt_tokens - before == len(PROMPTS)
+
+
+def test_a_decode_request_aborted_before_its_read_frees_the_prefill_processes_blocks_before_the_timeout(
+    prefill: PrefillProcess, llama_dir: Path
+) -> None:
+    decode = LLM(str(llama_dir), kv_transfer_config=_connector("kv_consumer", _free_port()), **ENGINE_ARGS)
+    engine = decode.llm_engine
+    params = prefill.call("prefill", PROMPTS[:1])[0]
+    assert prefill.call("free_blocks") == prefill.start_free_blocks - len(params["remote_block_ids"])
+
+    before = engine.stats.computed_prompt_tokens
+    engine.add_request("d-aborted", PROMPTS[0], _greedy(12, params))
+    engine.abort_request("d-aborted")  # no step ran: nothing was read
+    # The server's loop steps while the engine awaits transfers (the release to send).
+    assert engine.awaits_transfers()
+    for _ in range(10):
+        if not engine.awaits_transfers():
+            break
+        engine.step()
+    assert not engine.awaits_transfers()
+    assert engine.stats.computed_prompt_tokens == before
+    # abort_timeout_s is 600: only the release notification can free the blocks in time.
+    deadline = time.monotonic() + 20
+    while prefill.call("free_blocks") != prefill.start_free_blocks and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert prefill.call("free_blocks") == prefill.start_free_blocks

@@ -4,6 +4,7 @@ prefill side hands on and keeps, when it lets go, and what the decode side loads
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -95,16 +96,22 @@ def _listening_port() -> tuple[socket.socket, int]:
     return listener, listener.getsockname()[1]
 
 
-def test_the_decode_side_loads_all_prompt_tokens_but_the_last_from_a_listening_prefill() -> None:
+@pytest.fixture
+def listening_params() -> Iterator[dict]:
+    """kv_transfer_params naming prefill request p-1's blocks (7, 3, 9) on an instance
+    whose listener answers (for the test's length)."""
     listener, port = _listening_port()
     with listener:
         layout = NixlKVLayout("prefill-rank0", "127.0.0.1", port, 16, "torch.bfloat16", LAYOUT.tensors)
-        params = RemoteKV(layout, (7, 3, 9), "p-1", 40).to_params()
-        scheduler = _scheduler("kv_consumer")
-        request = TransferRequest("d-1", PROMPT, params)
-        assert scheduler.get_num_new_matched_tokens(request, 16) == 39 - 16
-        scheduler.update_state_after_alloc(request, (1, 2, 4), 16, 23)
-        (load,) = scheduler.build_connector_meta([]).loads
+        yield RemoteKV(layout, (7, 3, 9), "p-1", 40).to_params()
+
+
+def test_the_decode_side_loads_all_prompt_tokens_but_the_last_from_a_listening_prefill(listening_params: dict) -> None:
+    scheduler = _scheduler("kv_consumer")
+    request = TransferRequest("d-1", PROMPT, listening_params)
+    assert scheduler.get_num_new_matched_tokens(request, 16) == 39 - 16
+    scheduler.update_state_after_alloc(request, (1, 2, 4), 16, 23)
+    (load,) = scheduler.build_connector_meta([]).loads
     assert isinstance(load, NixlLoad)
     assert (load.req_id, load.block_ids, load.start, load.end) == ("d-1", (1, 2, 4), 16, 39)
     assert load.remote.request_id == "p-1" and load.remote.block_ids == (7, 3, 9)
@@ -119,3 +126,35 @@ def test_the_decode_side_computes_the_prompt_when_the_prefill_listener_is_gone_o
     assert scheduler.get_num_new_matched_tokens(TransferRequest("d-1", PROMPT, gone), 0) == 0
     other_prompt = RemoteKV(LAYOUT, (7, 3), "p-2", 20).to_params()
     assert scheduler.get_num_new_matched_tokens(TransferRequest("d-2", PROMPT, other_prompt), 0) == 0
+
+
+def test_a_decode_request_that_ends_unread_queues_the_release_of_its_remote_blocks() -> None:
+    remote = RemoteKV(LAYOUT, (7, 3, 9), "p-1", 40)
+    scheduler = _scheduler("kv_consumer")
+    assert not scheduler.has_pending_metadata()
+    # Aborted while it waited: never allocated, so never read.
+    scheduler.request_finished(TransferRequest("d-1", PROMPT, remote.to_params(), finish_reason="abort"))
+    assert scheduler.has_pending_metadata()
+    metadata = scheduler.build_connector_meta([])
+    assert metadata and metadata.releases == [remote] and not metadata.loads
+    assert not scheduler.has_pending_metadata()
+    assert not scheduler.build_connector_meta([]).releases
+
+
+def test_a_read_request_releases_nothing_and_is_not_read_again_after_a_preemption(listening_params: dict) -> None:
+    scheduler = _scheduler("kv_consumer")
+    request = TransferRequest("d-1", PROMPT, listening_params)
+    assert scheduler.get_num_new_matched_tokens(request, 0) == 39
+    scheduler.update_state_after_alloc(request, (1, 2, 4), 0, 39)
+    assert len(scheduler.build_connector_meta([]).loads) == 1
+    # Readmitted after a preemption: the prefill side freed the blocks after the read.
+    assert scheduler.get_num_new_matched_tokens(request, 0) == 0
+    scheduler.request_finished(TransferRequest("d-1", PROMPT, listening_params, finish_reason="abort"))
+    assert not scheduler.has_pending_metadata()
+    assert not scheduler.build_connector_meta([])
+
+
+def test_the_prefill_side_queues_no_release() -> None:
+    scheduler = _scheduler("kv_producer")
+    _prefill(scheduler, "r", {"do_remote_decode": True}, "abort")
+    assert not scheduler.has_pending_metadata()

@@ -3,7 +3,8 @@ instance, decode on the other with the returned kv_transfer_params) gives the te
 instance gives and the decode instance loads the prompt; round-robin spreads requests;
 a dead instance is retried before anything was streamed and ends a stream cleanly after;
 affinity keeps a session on one instance; a client that leaves mid-stream and a decode
-instance killed mid-stream leave no KV block held (the instances' kv_cache_usage_perc)."""
+instance killed mid-stream leave no KV block held (the instances' kv_cache_usage_perc);
+with no decode instance in rotation PD mode answers 503 without a prefill."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 
 import httpx
 import pytest
-from server_harness import scrape_metrics
+from server_harness import free_port, scrape_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -115,6 +116,22 @@ def test_no_instance_left_is_a_503_with_an_openai_body(dying_upstream, start_rou
     assert response.status_code == 503
     assert response.json()["error"]["type"] == "service_unavailable_error"
     assert httpx.get(f"{router.url}/health").status_code == 503
+
+
+def test_pd_mode_with_no_decode_instance_in_rotation_is_a_503_and_prefills_nothing(
+    prefill_server, start_router
+) -> None:
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    router = start_router("--prefill", prefill_server.url, "--decode", gone)
+    deadline = time.monotonic() + IDLE_TIMEOUT_S
+    while httpx.get(f"{router.url}/health").status_code != 503:  # the first health check has run
+        assert time.monotonic() < deadline, "the router never took the dead decode instance out of rotation"
+        time.sleep(0.05)
+    before = _generated(prefill_server.url)
+    response = httpx.post(f"{router.url}/v1/completions", json=GREEDY, timeout=60)
+    assert response.status_code == 503 and gone in response.json()["error"]["message"]
+    # A prefill would have kept its blocks for a decode leg that cannot happen.
+    assert _generated(prefill_server.url) == before
 
 
 def _metric(url: str, name: str) -> float:

@@ -238,7 +238,7 @@ class AsyncLLM:
                             raise
                         except Exception as error:  # noqa: BLE001 - fail the step's requests, not the server
                             self._fail_unfinished(error)
-                    elif self.engine.keeps_transfer_blocks():
+                    elif self.engine.awaits_transfers():
                         await loop.run_in_executor(self._executor, self.engine.step)
                         polling = True
                     else:

@@ -335,10 +335,11 @@ class LLMEngine:
         """Whether any request is waiting or running."""
         return self.output_processor.num_unfinished > 0
 
-    def keeps_transfer_blocks(self) -> bool:
-        """Whether finished requests' blocks wait for a remote instance to read them:
-        stepping (with nothing to compute) lets the workers report the reads."""
-        return any(scheduler.keeps_transfer_blocks for scheduler in self.schedulers)
+    def awaits_transfers(self) -> bool:
+        """Whether finished requests' blocks wait for a remote instance to read them, or
+        a KV connector has a notification to send: stepping (with nothing to compute)
+        lets the workers report the reads and send the notifications."""
+        return any(scheduler.awaits_transfers for scheduler in self.schedulers)
 
     def get_num_unfinished_requests(self) -> int:
         """How many requests are waiting or running."""
@@ -379,11 +380,12 @@ class LLMEngine:
         steps = [scheduler.schedule() for scheduler in self.schedulers]
         if all(step.is_empty for step in steps):
             if not any(
-                step.finished_req_ids or step.preempted_req_ids or scheduler.keeps_transfer_blocks
+                step.finished_req_ids or step.preempted_req_ids or step.kv_connector_metadata
+                or scheduler.awaits_transfers
                 for step, scheduler in zip(steps, self.schedulers)
             ):
                 return
-            # Nothing to compute; the runners only drop these requests.
+            # Nothing to compute; the runners only drop these requests or send notifications.
         else:
             for replica, step in enumerate(steps):
                 if step.is_empty and self._pads_idle_replicas:

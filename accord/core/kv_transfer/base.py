@@ -137,6 +137,12 @@ class KVConnectorScheduler(ABC):
         (`KVConnectorWorker.handshake_metadata`, by rank), for the kv_transfer_params
         this half returns (vLLM's handshake metadata). Ignored unless a connector needs it."""
 
+    def has_pending_metadata(self) -> bool:
+        """Whether the next `build_connector_meta` carries work even when no request is
+        scheduled (a notification for the workers to send), so the engine steps once
+        more with nothing to compute."""
+        return False
+
     def keeps_blocks(self, req_id: str) -> bool:
         """Asked right after `request_finished`: whether the finished request's blocks
         stay allocated (a remote instance still reads them) until `blocks_to_free`

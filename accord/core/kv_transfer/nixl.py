@@ -14,7 +14,11 @@ prompt tokens but the last. The worker half fetches the remote agent's metadata 
 its listener (NIXL's own, once per remote agent), READs the request's remote blocks
 straight into its own blocks when both caches have one spec (dtype, block size), or
 else into a registered staging buffer and through `kv_convert` into its blocks (as
-SharedStorageConnector converts), and notifies the prefill side. A prefill instance whose
+SharedStorageConnector converts), and notifies the prefill side. A request that ends
+without its remote KV having been read (aborted while it waited, or its prompt computed
+here) sends the same notification with its first step after (vLLM's empty-block recv), so
+the prefill side frees the blocks now, not at its timeout; a request reads its remote KV
+once, so one preempted after the read recomputes what it lost. A prefill instance whose
 listener does not answer is found out before any block is allocated for the load,
 and the prompt is computed here; one that dies between that check and the read fails
 that request cleanly (finish_reason "error").
@@ -30,7 +34,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -81,6 +85,17 @@ class NixlLoad(BlockTransfer):
     remote: RemoteKV
 
 
+@dataclass
+class NixlMetadata(KVConnectorMetadata):
+    """A step's loads, and the remote KV of requests that ended unread, whose prefill
+    instances are told to free it (a step with nothing to compute carries these too)."""
+
+    releases: list[RemoteKV] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.releases) or super().__bool__()
+
+
 class NixlScheduler(KVConnectorScheduler):
     """Keeps prefilled requests' blocks for their reader; plans reads of remote ones."""
 
@@ -96,6 +111,11 @@ class NixlScheduler(KVConnectorScheduler):
         self._prefilled: dict[str, tuple[int, ...]] = {}
         #: Finished requests whose blocks wait for their reader, by id -> deadline.
         self._kept: dict[str, float] = {}
+        #: Unfinished requests whose remote KV a load was planned for (read once: the
+        #: prefill side frees it after the read).
+        self._reads_planned: set[str] = set()
+        #: Remote KV of requests that finished unread, for the next step's workers to release.
+        self._releases: list[RemoteKV] = []
 
     def set_worker_metadata(self, metadata: Sequence[Any]) -> None:
         if len(metadata) != 1:
@@ -105,7 +125,7 @@ class NixlScheduler(KVConnectorScheduler):
     def _remote(self, request: TransferRequest) -> RemoteKV | None:
         """The remote KV `request`'s params name, if this instance should read it."""
         params = request.kv_transfer_params or {}
-        if not self.config.is_consumer or not params.get("do_remote_prefill"):
+        if not self.config.is_consumer or not params.get("do_remote_prefill") or request.req_id in self._reads_planned:
             return None
         try:
             remote = RemoteKV.from_params(params)
@@ -133,14 +153,15 @@ class NixlScheduler(KVConnectorScheduler):
     ) -> None:
         remote = self._remote(request) if num_external_tokens > 0 else None
         if remote is not None:
+            self._reads_planned.add(request.req_id)
             self._loads.append(NixlLoad(
                 request.req_id, remote.request_id, tuple(block_ids),
                 num_computed_tokens, num_computed_tokens + num_external_tokens, remote,
             ))
 
     def build_connector_meta(self, chunks: Sequence[ScheduledChunk]) -> KVConnectorMetadata:
-        metadata = KVConnectorMetadata(loads=self._loads)
-        self._loads = []
+        metadata = NixlMetadata(loads=self._loads, releases=self._releases)
+        self._loads, self._releases = [], []
         if self.config.is_producer:
             for chunk in chunks:
                 request, num_prompt = chunk.request, len(chunk.request.prompt_token_ids)
@@ -149,7 +170,11 @@ class NixlScheduler(KVConnectorScheduler):
                     self._prefilled[request.req_id] = tuple(chunk.block_ids)
         return metadata
 
+    def has_pending_metadata(self) -> bool:
+        return bool(self._releases)
+
     def request_finished(self, request: TransferRequest) -> dict[str, Any] | None:
+        self._release_if_unread(request)
         block_ids = self._prefilled.pop(request.req_id, None)
         # An aborted or failed request hands nothing on: nobody continues it, and a
         # failed step may have left its blocks unwritten.
@@ -159,6 +184,21 @@ class NixlScheduler(KVConnectorScheduler):
         num_tokens = len(request.prompt_token_ids)
         blocks = block_ids[: -(-num_tokens // self.block_size)]
         return RemoteKV(self._layout, blocks, request.req_id, num_tokens).to_params()
+
+    def _release_if_unread(self, request: TransferRequest) -> None:
+        """A decode-side request that ends without having read the remote KV its params
+        name: queue the release notification (its prefill instance would otherwise hold
+        the blocks until abort_timeout_s)."""
+        if request.req_id in self._reads_planned:
+            self._reads_planned.discard(request.req_id)
+            return
+        params = request.kv_transfer_params or {}
+        if not self.config.is_consumer or not params.get("do_remote_prefill"):
+            return
+        try:
+            self._releases.append(RemoteKV.from_params(params))
+        except ValueError:
+            return  # garbled params name no blocks to release
 
     def keeps_blocks(self, req_id: str) -> bool:
         return req_id in self._kept
@@ -225,6 +265,9 @@ class NixlWorker(KVConnectorWorker):
         return {message.decode() for messages in self.agent.get_new_notifs().values() for message in messages}
 
     def start_load_kv(self, metadata: KVConnectorMetadata) -> None:
+        assert isinstance(metadata, NixlMetadata)
+        for remote in metadata.releases:
+            self._release(remote)
         for load in metadata.loads:
             assert isinstance(load, NixlLoad)
             try:
@@ -303,9 +346,25 @@ class NixlWorker(KVConnectorWorker):
         finally:
             self.agent.release_xfer_handle(handle)
 
+    def _release(self, remote: RemoteKV) -> None:
+        """Tell the prefill instance that no read of `remote` will come (best effort,
+        never raising: a side that is gone, or does not answer, frees by its timeout)."""
+        layout = remote.layout
+        if layout.agent_name not in self._remote_agents:
+            if not listener_answers(layout.host, layout.port):
+                logger.info("%s: the prefill instance's listener %s:%d does not answer; not releasing its blocks",
+                            remote.request_id, layout.host, layout.port)
+                return
+            try:
+                self._connect(layout)
+            except RuntimeError as error:
+                logger.warning("%s: could not release its blocks: %s", remote.request_id, error)
+                return
+        self._notify(remote)
+
     def _notify(self, remote: RemoteKV) -> None:
-        """Tell the prefill instance its blocks for `remote` may be freed (best effort: a
-        side that is gone frees them by its timeout)."""
+        """Tell the prefill instance its blocks for `remote` may be freed, read or not
+        (best effort: a side that is gone frees them by its timeout)."""
         if remote.layout.agent_name not in self._remote_agents:
             return
         try:

@@ -157,10 +157,11 @@ class Scheduler:
         return [RequestUpdate(r.req_id, finish_reason=r.finish_reason, stop_reason=r.stop_reason) for r in finished]
 
     @property
-    def keeps_transfer_blocks(self) -> bool:
-        """Whether finished requests' blocks wait for a remote instance to read them
-        (the engine keeps stepping, so the workers report the reads)."""
-        return bool(self._kept_blocks)
+    def awaits_transfers(self) -> bool:
+        """Whether finished requests' blocks wait for a remote instance to read them, or
+        the KV connector has a notification for the workers to send (the engine keeps
+        stepping, so the workers report the reads and send the notifications)."""
+        return bool(self._kept_blocks) or (self.kv_connector is not None and self.kv_connector.has_pending_metadata())
 
     def free_transferred(self, finished_sending: Collection[str]) -> None:
         """Free the kept blocks the KV connector lets go of: read by the remote

@@ -357,6 +357,9 @@ class ModelRunner:
         if step.is_empty:
             if step.dummy_batch:
                 self.dummy_run()
+            if connector is not None and step.kv_connector_metadata:
+                # Notifications with nothing to compute (vLLM's no-forward connector step).
+                connector.run_step(step.kv_connector_metadata, lambda: None)
             # An empty step still reports the reads remote instances finished.
             finished = set() if connector is None else connector.get_finished()
             return ModelRunnerOutput(kv_finished_sending=finished) if finished else None
