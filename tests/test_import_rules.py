@@ -33,19 +33,21 @@ ALLOWED: dict[str, set[str]] = {
     "_npu_autoload": set(),
     # _openmp_wait: standard-library only too; the benchmarks take its peer environment.
     "_openmp_wait": set(),
+    # client_disconnect: asyncio and the ASGI request only, for the server and the router.
+    "client_disconnect": set(),
     "backends": {"op_contracts", "_npu_autoload"},
     "core": {"op_contracts"},
     # core: the collective conformance runs ranks on core's distributed setup.
     "conformance": {"op_contracts", "backends", "core"},
     "demo": set(),
     "entrypoints": {"op_contracts", "backends", "core", "demo"},
-    "server": {"op_contracts", "core"},
+    "server": {"op_contracts", "core", "client_disconnect"},
     # The benchmarks run the offline LLM (entrypoints) and measure any OpenAI server over
     # HTTP: never the server's code, and the server never theirs.
     "bench": {"op_contracts", "backends", "core", "entrypoints", "demo", "_openmp_wait"},
     "gate": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server"},
     # The router speaks HTTP to instances: nothing of the engine.
-    "router": set(),
+    "router": {"client_disconnect"},
     "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo", "bench",
             "router"},
 }

@@ -13,10 +13,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .client_gone import unless_client_leaves
+from ..client_disconnect import cancel_on_disconnect
 from .config import RouterConfig
 from .metrics import render
-from .proxy import Router, error_body
+from .proxy import Router, error_body, logger
 
 
 def build_app(config: RouterConfig) -> FastAPI:
@@ -65,6 +65,6 @@ def build_app(config: RouterConfig) -> FastAPI:
             if not isinstance(body, dict):
                 return JSONResponse({"error": {"message": "the body must be a JSON object", "type":
                                      "invalid_request_error", "param": None, "code": 400}}, status_code=400)
-        return await unless_client_leaves(router.handle(request.method, "/" + path, body, request.headers), request)
+        return await cancel_on_disconnect(router.handle(request.method, "/" + path, body, request.headers), request, logger)
 
     return app

@@ -13,14 +13,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
+from ..client_disconnect import cancel_on_disconnect
 from ..core.engine.client import EngineClient
 from .auth import ApiKeyMiddleware
 from .body_limit import BodyLimitMiddleware
 from .chat import ChatService
 from .completions import CompletionService
-from .disconnect import cancel_on_disconnect
 from .drain import DrainDeadline
-from .errors import OpenAIError, install_error_handlers
+from .errors import OpenAIError, install_error_handlers, logger
 from .metrics import ServerMetrics
 from .options import ServerOptions
 from .reasoning import served_reasoning
@@ -152,7 +152,7 @@ def create_app(
     async def create_completion(request: CompletionRequest, raw: Request) -> CompletionResponse | StreamingResponse:
         """Complete prompts; `stream=true` answers with server-sent events."""
         apply_header_hints(request, raw.headers, options.api_keys)
-        return await cancel_on_disconnect(completions.create(request), raw)
+        return await cancel_on_disconnect(completions.create(request), raw, logger)
 
     @api.post("/chat/completions", response_model=ChatCompletionResponse, responses=_STREAM_RESPONSE)
     async def create_chat_completion(
@@ -160,14 +160,14 @@ def create_app(
     ) -> ChatCompletionResponse | StreamingResponse:
         """Answer a conversation; `stream=true` answers with server-sent events."""
         apply_header_hints(request, raw.headers, options.api_keys)
-        return await cancel_on_disconnect(chat.create(request), raw)
+        return await cancel_on_disconnect(chat.create(request), raw, logger)
 
     @api.post("/responses", response_model=ResponseObject, responses=_RESPONSES_STREAM)
     async def create_response(request: ResponsesRequest, raw: Request) -> ResponseObject | StreamingResponse:
         """Answer input items (the Responses API); `stream=true` answers with its events,
         `background=true` at once with the response in progress."""
         apply_header_hints(request, raw.headers, options.api_keys)
-        return await cancel_on_disconnect(responses.create(request), raw)
+        return await cancel_on_disconnect(responses.create(request), raw, logger)
 
     @api.get("/responses/{response_id}")
     async def retrieve_response(response_id: str) -> ResponseObject:
