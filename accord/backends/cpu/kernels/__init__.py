@@ -2,7 +2,7 @@
 compiles nothing: the backend starts the native builds when it loads its kernels)."""
 
 from ._registry import KERNELS
-from . import attention, cache, compressed, elementwise, fp8, linear, lora, moe, quant, rejection, sampling  # noqa: F401  (registers kernels)
+from . import attention, cache, compressed, elementwise, fp8, group_quant, linear, lora, moe, quant, rejection, sampling  # noqa: F401  (registers kernels)
 from . import batch_invariant  # noqa: F401  (registers the --batch-invariant variants)
 from . import _native, _native_attention, _native_elementwise, _native_gemm, _native_lora, _native_quant
 
