@@ -108,3 +108,26 @@ GROUP_QUANT_LINEAR = OpContract(
 )
 
 CONTRACTS = (GROUP_QUANT_LINEAR,)
+
+
+def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """Unsigned codes [rows, K] (any integer dtype, each < 2**bits) as the contract's
+    packed int32 rows [rows, cdiv(K*bits, 32)], padding bits zero."""
+    per_word = 32 // bits
+    rows, depth = codes.shape
+    padded = torch.nn.functional.pad(codes.long(), (0, packed_words(depth, bits) * per_word - depth))
+    shifts = torch.arange(per_word, device=codes.device) * bits
+    words = (padded.view(rows, -1, per_word) << shifts).sum(-1)
+    # Words are assembled as unsigned 32-bit values; int32 holds the same bits.
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def unpack_codes(words: torch.Tensor, bits: int, in_features: int) -> torch.Tensor:
+    """The unsigned codes [rows, K] (uint8) of packed int32 rows [rows, P], read through
+    a uint8 view of the words: a 4-bit code k is byte k // 2's low nibble for even k,
+    its high one for odd k, which is bit k * 4 of the row's little-endian bit stream
+    (every host torch's CPU build runs on is little-endian)."""
+    packed = words.contiguous().view(torch.uint8)
+    if bits == 8:
+        return packed[:, :in_features]
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).view(words.shape[0], -1)[:, :in_features]

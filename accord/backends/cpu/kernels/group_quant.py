@@ -3,11 +3,9 @@ words, dequantised in fp32 ((code - zero) * scale is exact there) and rounded on
 the GEMM's dtype, then multiplied by torch's GEMM (oneDNN; bf16 where the CPU has it).
 The GEMM runs in x's dtype, or in fp32 for an fp32 output (the LM head's logits).
 
-The codes are unpacked through a uint8 view of the words, so a 4-bit code is one nibble:
-code k of a row is byte k // 2's low nibble for even k, its high one for odd k, which is
-bit k * 4 of the row's little-endian bit stream (every host torch's CPU build runs on is
-little-endian). No native kernel yet: every call dequantises the whole weight, so decode
-is bound by that pass rather than by the packed bytes it streams.
+The codes are unpacked through a uint8 view of the words (op_contracts' unpack_codes).
+No native kernel yet: every call dequantises the whole weight, so decode is bound by
+that pass rather than by the packed bytes it streams.
 """
 
 from __future__ import annotations
@@ -15,20 +13,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ....op_contracts import PER_CHANNEL, group_count
+from ....op_contracts import PER_CHANNEL, group_count, unpack_codes
 from ._registry import KERNELS
 from ._workspace import WORKSPACE
 
 #: Weights dequantised per GEMM call (4 MiB of fp32): bounds the scratch memory.
 TILE_ELEMENTS = 1 << 20
-
-
-def unpack_codes(words: torch.Tensor, bits: int, in_features: int) -> torch.Tensor:
-    """The unsigned codes [rows, K] (uint8) of packed int32 rows [rows, P]."""
-    packed = words.contiguous().view(torch.uint8)
-    if bits == 8:
-        return packed[:, :in_features]
-    return torch.stack((packed & 0xF, packed >> 4), dim=-1).view(words.shape[0], -1)[:, :in_features]
 
 
 def dequantize_rows(
