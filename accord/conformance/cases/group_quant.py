@@ -16,11 +16,11 @@ from ...op_contracts import PER_CHANNEL, group_count, packed_words
 from ..case import Case, randn, seeded, uniform
 
 #: (rows T, K, output rows N, group_size): decode, a partial last group (and, at 4 bits,
-#: a partial last word), a few rows, many rows (past a GEMM's row tiles), K in the
-#: thousands, one group a row.
+#: a partial last word; odd K ends mid-byte), a few rows, many rows (past a GEMM's row
+#: tiles), K in the thousands, one group a row.
 GROUP_QUANT_SHAPES = (
-    (1, 256, 40, 128), (3, 200, 24, 64), (5, 100, 16, 32), (33, 96, 16, 32), (300, 128, 8, 128),
-    (2, 4096, 16, 128), (4, 192, 8, PER_CHANNEL),
+    (1, 256, 40, 128), (3, 200, 24, 64), (5, 100, 16, 32), (1, 101, 16, 32), (33, 96, 16, 32),
+    (300, 128, 8, 128), (2, 4096, 16, 128), (4, 192, 8, PER_CHANNEL),
 )
 #: Scale magnitudes: codes reach 2**bits - 1 away from their zero, so fp16 outputs at
 #: K = 4096 stay well inside fp16's range.
