@@ -41,3 +41,14 @@ def quantization_config(bits: int, symmetric: bool, group_size: int) -> dict:
         "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None,
                                       "output_activations": None, "format": "pack-quantized"}},
     }
+
+
+def quantiser(chosen: QuantizationScheme):
+    """A group_quant_models quantiser: a weight's pack-quantized tensors and the weight
+    compressed-tensors' decompressor makes of them."""
+
+    def quantise(weight: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        state = compress(weight, chosen)
+        return state, decompress(state, chosen)
+
+    return quantise

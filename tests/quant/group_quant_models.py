@@ -5,6 +5,7 @@ run by accord on the cpu backend in fp32."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,7 +40,8 @@ def is_quantised(name: str) -> bool:
 
 def write_pair(source: Path, packed: Path, dense: Path, quantiser: Quantiser, quant_config: dict[str, Any]) -> None:
     """`source` with each projection stored as `quantiser` packs it in `packed` (its
-    config.json declaring `quant_config`), and dequantised in `dense`."""
+    config.json declaring `quant_config`), and dequantised in `dense`; the source's
+    other files (tokenizer, generation config) copied to both."""
     packed_tensors, dense_tensors = {}, {}
     for name, tensor in load_file(source / "model.safetensors").items():
         if not is_quantised(name):
@@ -49,10 +51,13 @@ def write_pair(source: Path, packed: Path, dense: Path, quantiser: Quantiser, qu
         prefix = name.removesuffix(".weight")
         packed_tensors.update({f"{prefix}.{part}": value for part, value in stored.items()})
     config = json.loads((source / "config.json").read_text())
+    kept = [path for path in source.iterdir() if path.name not in ("model.safetensors", "config.json")]
     for directory, tensors, extra in (
         (packed, packed_tensors, {"quantization_config": quant_config}), (dense, dense_tensors, {}),
     ):
         directory.mkdir(exist_ok=True)
+        for path in kept:  # the tokenizer and generation config, where the source has them
+            shutil.copy(path, directory / path.name)
         save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
         (directory / "config.json").write_text(json.dumps({**config, **extra}))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from compressed_tensors_writer import compress, decompress, quantization_config, scheme
+from compressed_tensors_writer import quantization_config, quantiser, scheme
 from group_quant_models import generate, relative_gap, save_tiny_llama, write_pair
 
 from accord.core.quantization import GroupQuantLinear
@@ -30,12 +30,8 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_packed_load_matches_the_decompressed_checkpoint(tiny_llama, tmp_path, bits, symmetric, group_size) -> None:
     chosen = scheme(bits, symmetric, group_size)
 
-    def quantiser(weight):
-        state = compress(weight, chosen)
-        return state, decompress(state, chosen)
-
     packed, dense = tmp_path / "packed", tmp_path / "dense"
-    write_pair(tiny_llama, packed, dense, quantiser, quantization_config(bits, symmetric, group_size))
+    write_pair(tiny_llama, packed, dense, quantiser(chosen), quantization_config(bits, symmetric, group_size))
     packed_logits, packed_tokens, model = generate(packed)
     dense_logits, dense_tokens, _ = generate(dense)
     layer = model.layers[0]
