@@ -29,7 +29,6 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("bits", "symmetric", "group_size"), SCHEMES, ids=["w4a16 sym g128", "w4a16 asym g32"])
 def test_packed_load_matches_the_decompressed_checkpoint(tiny_llama, tmp_path, bits, symmetric, group_size) -> None:
     chosen = scheme(bits, symmetric, group_size)
-
     packed, dense = tmp_path / "packed", tmp_path / "dense"
     write_pair(tiny_llama, packed, dense, quantiser(chosen), quantization_config(bits, symmetric, group_size))
     packed_logits, packed_tokens, model = generate(packed)

@@ -1,14 +1,18 @@
 """Tensor-parallel shards of a packed GroupQuantWeight: output rows and input channels
 cut on whole words and groups dequantise to the same slice of the whole weight; a cut
-through a word or a group is refused; act-order weights keep every group's scales."""
+through a word or a group is refused; act-order weights keep every group's scales. A
+layer whose tensors disagree with its layout is named at load."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 
 from accord.backends.reference.kernels.group_quant import dequantize
 from accord.conformance.cases.group_quant import act_order, random_scales, random_words
+from accord.core.model_loader.group_quant.checkpoint import layout_problem
 from accord.core.quantization import GroupQuantWeight
 
 
@@ -44,3 +48,14 @@ def test_act_order_shards_keep_every_groups_scales() -> None:
 def test_a_cut_through_a_word_or_a_group_is_refused(start: int, stop: int, what: str) -> None:
     with pytest.raises(ValueError, match=what):
         weight(4, 64).columns(start, stop)
+
+
+def test_a_checkpoint_layer_of_the_wrong_layout_is_named() -> None:
+    good = weight(4, 64)
+    assert layout_problem(good, (16, 256)) is None
+    short = dataclasses.replace(good, scales=good.scales[:, :3])
+    assert "scales has shape (16, 3), the layout implies (16, 4)" in layout_problem(short, (16, 256))  # type: ignore[operator]
+    assert "qweight has shape (16, 32), the layout implies (16, 38)" in layout_problem(good, (16, 300))  # type: ignore[operator]
+    scattered = weight(4, 64, with_g_idx=True)
+    scattered.g_idx[3] = 4  # type: ignore[index]
+    assert "g_idx names groups outside [0, 4)" in layout_problem(scattered, (16, 256))  # type: ignore[operator]

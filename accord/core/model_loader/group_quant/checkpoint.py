@@ -9,6 +9,7 @@ from types import ModuleType
 
 import torch
 
+from ....op_contracts import group_count, packed_words
 from ...quantization import GroupQuantWeight
 from ..hf_checkpoint import CheckpointError, SafetensorsCheckpoint
 from . import awq, compressed_tensors, gptq
@@ -17,6 +18,30 @@ from .scheme import AWQ, COMPRESSED_TENSORS, GPTQ, GroupQuantScheme
 #: Each method's reader module: MARKER (the tensor suffix that marks a packed linear),
 #: shape(checkpoint, prefix, scheme) -> (N, K) and read(...) -> GroupQuantWeight.
 READERS: dict[str, ModuleType] = {COMPRESSED_TENSORS: compressed_tensors, AWQ: awq, GPTQ: gptq}
+
+
+def layout_problem(weight: GroupQuantWeight, shape: tuple[int, ...]) -> str | None:
+    """What is wrong with a weight read from a checkpoint, against its logical [N, K]
+    (None: nothing). The kernels index scales, zeros and g_idx by these shapes, and the
+    dispatcher checks a signature's shapes once, so every layer is checked here."""
+    rows, depth = shape
+    groups = weight.scales.shape[1]
+    expected = {
+        "qweight": (rows, packed_words(depth, weight.bits)),
+        "scales": (rows, groups if weight.g_idx is not None else group_count(depth, weight.group_size)),
+    }
+    if weight.zeros is not None:
+        expected["zeros"] = (rows, groups)
+    if weight.g_idx is not None:
+        expected["g_idx"] = (depth,)
+    for part, want in expected.items():
+        got = tuple(getattr(weight, part).shape)
+        if got != want:
+            return f"{part} has shape {got}, the layout implies {want}"
+    g_idx = weight.g_idx
+    if g_idx is not None and depth and (int(g_idx.min()) < 0 or int(g_idx.max()) >= groups):
+        return f"g_idx names groups outside [0, {groups})"
+    return None
 
 
 class GroupQuantCheckpoint:
@@ -69,6 +94,9 @@ class GroupQuantCheckpoint:
         if prefix is None:
             return None
         weight = self._reader.read(self.checkpoint, prefix, self.scheme)
+        problem = layout_problem(weight, self.shape(name))
+        if problem is not None:
+            raise CheckpointError(f"{self.model_dir}: {self.scheme.method} tensors of {prefix}: {problem}")
         if dim == 0:
             return weight.rows(start, stop)
         try:

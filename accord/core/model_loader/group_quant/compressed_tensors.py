@@ -28,9 +28,14 @@ def read(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantSchem
     """The linear's tensors as a GroupQuantWeight (the packed codes as stored)."""
     rows, depth = shape(checkpoint, prefix, scheme)
     zeros = None
+    stored_zeros = f"{prefix}.weight_zero_point"
+    if scheme.symmetric and stored_zeros in checkpoint:
+        # Older compressors kept a symmetric scheme's zero points (all 0, signed): read
+        # so the loader does not report them, and not used.
+        checkpoint.read(stored_zeros)
     if not scheme.symmetric:
         # Packed along N: unpack the transpose, whose rows are the groups.
-        packed = checkpoint.read(f"{prefix}.weight_zero_point")
+        packed = checkpoint.read(stored_zeros)
         zeros = unpack_codes(packed.t().contiguous(), scheme.bits, rows).t().contiguous()
     g_idx_name = f"{prefix}.weight_g_idx"
     g_idx = checkpoint.read(g_idx_name).to(torch.int32) if g_idx_name in checkpoint else None
