@@ -85,7 +85,10 @@ def gptq_tensors(
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     depth = weight.shape[1]
     # One permutation per input width: q/k/v (and gate/up) share their input, as GPTQ's do.
-    g_idx = act_order_groups(depth, group_size, depth) if act_order else (torch.arange(depth) // group_size).int()
+    if group_size == -1:  # per channel: every channel in group 0
+        g_idx = torch.zeros(depth, dtype=torch.int32)
+    else:
+        g_idx = act_order_groups(depth, group_size, depth) if act_order else (torch.arange(depth) // group_size).int()
     codes, zeros, scales = quantise(weight, bits, g_idx, zero_offset)
     stored = {
         "qweight": pack_gptq_rows(codes.t(), bits), "qzeros": pack_gptq_columns(zeros.t() - zero_offset, bits),
@@ -116,6 +119,9 @@ FORMATS = {
     "gptq int4 g32 act-order v1": (lambda w: gptq_tensors(w, 4, 32, True, 1),
                                    {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": True,
                                     "sym": False}),
+    "gptq int4 per-channel v1": (lambda w: gptq_tensors(w, 4, -1, False, 1),
+                                 {"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": False,
+                                  "sym": False}),
     "gptq int8 g64 v2": (lambda w: gptq_tensors(w, 8, 64, False, 0),
                          {"quant_method": "gptq", "bits": 8, "group_size": 64, "desc_act": False, "sym": False,
                           "checkpoint_format": "gptq_v2"}),

@@ -40,6 +40,8 @@ def read(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantSchem
 
 
 def _sequential(g_idx: torch.Tensor, group_size: int) -> bool:
-    """Whether g_idx is k // group_size (GPTQ without act-order stores it anyway)."""
-    channels = torch.arange(g_idx.shape[0])
-    return group_size != PER_CHANNEL and torch.equal(g_idx.long(), channels // group_size)
+    """Whether g_idx is k // group_size, or all 0 per channel (GPTQ without act-order
+    stores it anyway)."""
+    if group_size == PER_CHANNEL:
+        return bool((g_idx == 0).all())
+    return torch.equal(g_idx.long(), torch.arange(g_idx.shape[0]) // group_size)
