@@ -4,16 +4,20 @@
 storage is OCP e4m3fn, as the core keeps fp8, and block scales are DeepSeek's
 `weight_scale_inv` (dequantised value = stored * scale). GGUF: weights kept in their
 file's blocks (`GgufWeight`), computed through `ops.quant_linear` (`QuantLinear`).
+Group-quantised int4/int8 (`GroupQuantWeight`: one linear's codes, scales, zero
+points and g_idx in group_quant_linear's layout, whatever checkpoint format they were
+read from): through `ops.group_quant_linear` (`GroupQuantLinear`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from ..op_contracts import FP8_MAX, OpDispatcher
+from ..op_contracts import FP8_MAX, PER_CHANNEL, OpDispatcher
 from .models.layers.linear import Linear
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -92,13 +96,100 @@ class GgufWeight:
         """N, the weight's rows."""
         return self.qweight.shape[0]
 
+    def to(self, device: torch.device) -> GgufWeight:
+        """The same blocks on `device`."""
+        return GgufWeight(self.qweight.to(device), self.quant_type, self.in_features)
 
-class QuantLinear:
-    """y = x @ W^T (+ bias) with W kept packed (`GgufWeight`), through `ops.quant_linear`;
-    `out_dtype` fp32 for a head whose logits are kept in fp32, else x's dtype."""
+
+@dataclass(frozen=True)
+class GroupQuantWeight:
+    """A linear weight [N, in_features] as group_quant_linear takes it: `qweight` int32
+    [N, cdiv(K*bits, 32)] codes packed along K, `scales` [N, G], `zeros` uint8 [N, G]
+    (None: symmetric), `g_idx` int32 [K] (None: channel k in group k // group_size)."""
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor | None
+    g_idx: torch.Tensor | None
+    bits: int
+    group_size: int
+    in_features: int
+
+    @property
+    def out_features(self) -> int:
+        """N, the weight's rows."""
+        return self.qweight.shape[0]
+
+    def to(self, device: torch.device) -> GroupQuantWeight:
+        """The same weight with every tensor on `device`."""
+        moved = {
+            name: None if value is None else value.to(device)
+            for name, value in (("qweight", self.qweight), ("scales", self.scales), ("zeros", self.zeros),
+                                ("g_idx", self.g_idx))
+        }
+        return dataclasses.replace(self, **moved)
+
+    def rows(self, start: int, stop: int) -> GroupQuantWeight:
+        """Output rows [start, stop) (a column-parallel shard): every tensor but g_idx."""
+        zeros = None if self.zeros is None else self.zeros[start:stop].contiguous()
+        return dataclasses.replace(
+            self, qweight=self.qweight[start:stop].contiguous(), scales=self.scales[start:stop].contiguous(), zeros=zeros,
+        )
+
+    def columns(self, start: int, stop: int) -> GroupQuantWeight:
+        """Input channels [start, stop) (a row-parallel shard): whole words of codes, and
+        whole groups of scales and zeros (with g_idx every group stays, g_idx is cut).
+        Raises ValueError for a slice that would split a word or a group."""
+        per_word = 32 // self.bits
+        self._check_edges(start, stop, per_word, "a word of codes")
+        codes = self.qweight[:, start // per_word : -(-stop // per_word)].contiguous()
+        if self.g_idx is not None:
+            g_idx = self.g_idx[start:stop].contiguous()
+            return dataclasses.replace(self, qweight=codes, g_idx=g_idx, in_features=stop - start)
+        groups = slice(None)
+        if self.group_size != PER_CHANNEL:
+            self._check_edges(start, stop, self.group_size, "a group")
+            groups = slice(start // self.group_size, -(-stop // self.group_size))
+        zeros = None if self.zeros is None else self.zeros[:, groups].contiguous()
+        return dataclasses.replace(
+            self, qweight=codes, scales=self.scales[:, groups].contiguous(), zeros=zeros, in_features=stop - start,
+        )
+
+    def _check_edges(self, start: int, stop: int, step: int, what: str) -> None:
+        if start % step or (stop % step and stop != self.in_features):
+            raise ValueError(f"input channels [{start}:{stop}] of {self.in_features} split {what} ({step} channels)")
+
+    def stacks_with(self, other: GroupQuantWeight) -> bool:
+        """Whether `other`'s rows can follow this weight's in one packed weight (a fused
+        q/k/v or gate/up): same codes, groups, scales dtype, zero points and g_idx."""
+        same_zeros = (self.zeros is None) == (other.zeros is None)
+        same_groups = (self.g_idx is None and other.g_idx is None) or (
+            self.g_idx is not None and other.g_idx is not None and torch.equal(self.g_idx, other.g_idx)
+        )
+        return (
+            (self.bits, self.group_size, self.in_features, self.scales.dtype)
+            == (other.bits, other.group_size, other.in_features, other.scales.dtype)
+            and same_zeros and same_groups
+        )
+
+
+def stack_rows(parts: Sequence[GroupQuantWeight]) -> GroupQuantWeight:
+    """Weights whose rows stack (`stacks_with`) as one weight, rows in order."""
+    first = parts[0]
+    zeros = None if first.zeros is None else torch.cat([part.zeros for part in parts])  # type: ignore[misc]
+    return dataclasses.replace(
+        first, qweight=torch.cat([part.qweight for part in parts]), scales=torch.cat([part.scales for part in parts]),
+        zeros=zeros,
+    )
+
+
+class PackedLinear:
+    """What the linears over packed weights share: the dispatcher, the weight, an
+    optional bias and the output dtype (fp32 for a head whose logits stay fp32, else
+    x's)."""
 
     def __init__(
-        self, ops: OpDispatcher, weight: GgufWeight, bias: torch.Tensor | None = None,
+        self, ops: OpDispatcher, weight: GgufWeight | GroupQuantWeight, bias: torch.Tensor | None = None,
         out_dtype: torch.dtype | None = None,
     ) -> None:
         self.ops = ops
@@ -107,10 +198,32 @@ class QuantLinear:
         self.out_dtype = out_dtype
         self.out_features = weight.out_features
 
+
+class QuantLinear(PackedLinear):
+    """y = x @ W^T (+ bias) with W kept in its GGUF blocks (`GgufWeight`), through
+    `ops.quant_linear`."""
+
+    weight: GgufWeight
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, K] -> [T, N]."""
         weight = self.weight
         return self.ops.quant_linear(x, weight.qweight, self.bias, quant_type=weight.quant_type, out_dtype=self.out_dtype)
+
+
+class GroupQuantLinear(PackedLinear):
+    """y = x @ W^T (+ bias) with W kept as group-quantised codes (`GroupQuantWeight`),
+    through `ops.group_quant_linear`."""
+
+    weight: GroupQuantWeight
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, K] -> [T, N]."""
+        w = self.weight
+        return self.ops.group_quant_linear(
+            x, w.qweight, w.scales, w.zeros, w.g_idx, self.bias, bits=w.bits, group_size=w.group_size,
+            out_dtype=self.out_dtype,
+        )
 
 
 class ConcatenatedLinear:

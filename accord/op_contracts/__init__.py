@@ -1,6 +1,7 @@
 """Typed op contracts and the dispatcher that enforces them. Imports torch only."""
 
 from .contracts import CONTRACTS
+from .contracts.group_quant import GROUP_QUANT_BITS, PER_CHANNEL, group_count, pack_codes, packed_words, unpack_codes
 from .contracts.quant import GGUF_FORMATS, BlockFormat
 from .dispatcher import CallHook, CallPlan, OpDispatcher, empty_allocator, strict_from_env
 from .errors import ContractError
@@ -25,6 +26,8 @@ from .spec import (
 __all__ = [
     "CONTRACTS",
     "GGUF_FORMATS",
+    "GROUP_QUANT_BITS",
+    "PER_CHANNEL",
     "BlockFormat",
     "CallHook",
     "CallPlan",
@@ -49,5 +52,9 @@ __all__ = [
     "dtype_name",
     "dtype_named",
     "empty_allocator",
+    "group_count",
+    "pack_codes",
+    "packed_words",
+    "unpack_codes",
     "strict_from_env",
 ]

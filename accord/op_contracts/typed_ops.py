@@ -159,6 +159,40 @@ class Ops:
         """
         raise NotImplementedError  # served by OpDispatcher.__getattr__
 
+    def group_quant_linear(
+        self,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None = None,
+        g_idx: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        *,
+        bits: Literal[4, 8],
+        group_size: int,
+        out_dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """out = x @ W^T (+ bias), W[n, k] = (code[n, k] - zero[n, g]) * scale[n, g] with g = g_idx[k]
+        where given, else k // group_size (0 for group_size -1), accumulated in at least fp32 and
+        rounded once to out_dtype (x's dtype, or fp32 for the LM head). qweight [N, cdiv(K*bits,
+        32)] int32 packs each row's unsigned codes along K, code k at bit k*bits of the row
+        (compressed-tensors' pack_to_int32 layout); zeros absent means symmetric (zero 2**(bits-1)).
+        K need not be a multiple of group_size. A kernel may dequantise W to x's dtype: the
+        tolerance allows for it.
+
+        x: fp32/fp16/bf16 [T, K]: activations, one row per token
+        qweight: int32 [N, P]: each output row's codes, packed along K
+        scales: fp32/fp16/bf16 [N, G]: each group's scale
+        zeros: uint8 [N, G]: each group's zero point (asymmetric)
+        g_idx: int32 [K]: each input channel's group (act-order)
+        bias: fp32/fp16/bf16 [N]: per-output-channel bias
+        bits: bits per code
+        group_size: input channels per group; -1: one group a row
+        out_dtype: the output's, where not x's
+        returns out: param:out_dtype|like:x [T, N]
+        """
+        raise NotImplementedError  # served by OpDispatcher.__getattr__
+
     def reshape_and_cache(
         self,
         key: torch.Tensor,

@@ -60,9 +60,10 @@ def test_block_fp8_quantization_config_is_accepted():
     assert parse(quantization_config=quant).fp8_block == (128, 128)
 
 
-def test_other_quantization_methods_are_refused():
-    with pytest.raises(ModelConfigError, match="awq"):
-        parse(quantization_config={"quant_method": "awq", "bits": 4})
+@pytest.mark.parametrize("method", ["bitsandbytes", "hqq"])
+def test_other_quantization_methods_are_refused_by_name(method):
+    with pytest.raises(ModelConfigError, match=f"quant_method '{method}' is not supported"):
+        parse(quantization_config={"quant_method": method, "bits": 4})
 
 
 def test_config_without_architectures_is_refused():

@@ -40,8 +40,11 @@ class CpuBackend(Backend):
         # Grouping tokens by expert and torch's GEMMs pick their blocking by the number
         # of rows, so a row's rounding depends on its batch mates; routing scores go
         # through the same vectorised reductions; lora_linear groups rows by adapter slot;
-        # quant_linear picks packed dots or dequantised tiles by the number of rows.
-        return frozenset({"moe_route", "fused_moe", "scaled_mm", "linear", "lora_linear", "quant_linear"})
+        # quant_linear picks packed dots or dequantised tiles by the number of rows;
+        # group_quant_linear's dequantised tiles go through torch's GEMMs.
+        return frozenset({
+            "moe_route", "fused_moe", "scaled_mm", "linear", "lora_linear", "quant_linear", "group_quant_linear",
+        })
 
     def compute_dtype(self, requested: torch.dtype) -> torch.dtype:
         if requested in (torch.bfloat16, torch.float16) and not capability.cpu_has_native_bf16():

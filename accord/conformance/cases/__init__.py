@@ -8,7 +8,7 @@ from typing import Callable, Iterable
 
 from ..adversarial import adversarial_cases
 from ..case import Case
-from . import attention, cache, deepseek_v4, elementwise, fp8, linear, lora, moe, quant, rejection, sampling
+from . import attention, cache, deepseek_v4, elementwise, fp8, group_quant, linear, lora, moe, quant, rejection, sampling
 from .illegal import illegal_cases
 
 CaseGenerator = Callable[[int], Iterable[Case]]
@@ -19,6 +19,7 @@ GENERATORS: dict[str, CaseGenerator] = {
     **linear.CASES,
     **lora.CASES,
     **quant.CASES,
+    **group_quant.CASES,
     **cache.CASES,
     **attention.CASES,
     **moe.CASES,

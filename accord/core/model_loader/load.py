@@ -16,6 +16,7 @@ from ..distributed import ParallelContext
 from ..models.causal_lm import CausalLM
 from ..models.registry import check_supported, family, parse_model_config
 from ..models.weights import WeightLoader
+from .group_quant.checkpoint import GroupQuantCheckpoint
 from .model_config import DTYPES_BY_NAME, ModelConfig
 from .source import model_source
 
@@ -70,6 +71,8 @@ def load_model(
             f"{architecture} has no tensor-parallel graph yet; load it with tensor_parallel_size=1 "
             f"(got {parallel.tp_size})"
         )
+    if config.group_quant is not None:
+        checkpoint = GroupQuantCheckpoint(checkpoint, config.group_quant)  # type: ignore[arg-type]
     weights = WeightLoader(
         checkpoint, ops, run_dtype, torch.device(ops.backend.device_type),
         quantize_fp8=quantization == "fp8", parallel=parallel,

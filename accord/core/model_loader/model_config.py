@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
+from .group_quant.scheme import GroupQuantScheme, QuantizationConfigError, group_quant_scheme
+
 if TYPE_CHECKING:
     from ..models.deepseek_v4.config import DeepseekV4Config
 
@@ -101,6 +103,9 @@ class ModelConfig:
     moe: MoeConfig | None = None
     mla: MlaConfig | None = None
     fp8_block: tuple[int, int] | None = None
+    #: How the checkpoint stores int4/int8 group-quantised linears (AWQ, GPTQ,
+    #: compressed-tensors), when it does: they load packed, for group_quant_linear.
+    group_quant: GroupQuantScheme | None = None
     #: DeepSeek-V4's own fields, parsed beside its graph (models/deepseek_v4/config.py).
     v4: DeepseekV4Config | None = None
     #: Multi-token-prediction layers the checkpoint carries past num_layers (DeepSeek).
@@ -139,6 +144,7 @@ class ModelConfig:
             moe=_moe(raw, architecture, num_layers),
             mla=mla,
             fp8_block=_fp8_block(raw),
+            group_quant=_group_quant(raw),
         )
 
 
@@ -251,11 +257,12 @@ def _mla(raw: Mapping[str, Any]) -> MlaConfig:
 
 
 def _fp8_block(raw: Mapping[str, Any]) -> tuple[int, int] | None:
+    # Every other method is read, or refused by name, by _group_quant.
     quant = raw.get("quantization_config")
-    if not quant:
+    if not quant or quant.get("quant_method") != "fp8":
         return None
-    method, block = quant.get("quant_method"), quant.get("weight_block_size")
-    if method != "fp8" or block is None:
+    block = quant.get("weight_block_size")
+    if block is None:
         raise ModelConfigError(
             f"config.json: quantization_config {dict(quant)} is not supported; only DeepSeek-style block fp8 "
             "(quant_method 'fp8' with weight_block_size [128, 128]) is"
@@ -265,3 +272,10 @@ def _fp8_block(raw: Mapping[str, Any]) -> tuple[int, int] | None:
     if quant.get("activation_scheme", "dynamic") != "dynamic":
         raise ModelConfigError("config.json: only dynamic fp8 activation scales are supported")
     return (128, 128)
+
+
+def _group_quant(raw: Mapping[str, Any]) -> GroupQuantScheme | None:
+    try:
+        return group_quant_scheme(raw.get("quantization_config"))
+    except QuantizationConfigError as error:
+        raise ModelConfigError(str(error)) from None

@@ -25,12 +25,15 @@ MOE = frozenset({"moe_route", "fused_moe"})
 FP8_LINEAR = frozenset({"quantize_fp8", "scaled_mm"})
 #: Linears whose weights stay in a GGUF file's blocks.
 QUANT_LINEAR = frozenset({"quant_linear"})
+#: Linears of an AWQ / GPTQ / compressed-tensors checkpoint, kept as int4/int8 codes.
+GROUP_QUANT_LINEAR = frozenset({"group_quant_linear"})
 
 
 def decoder_ops(config: ModelConfig) -> frozenset[str]:
     """The decoder skeleton's ops for `config`: GQA or MLA attention, with routed
     experts where the config has them (and a gated MLP where a layer is dense or has a
-    shared expert), fp8 linears for a block-fp8 checkpoint."""
+    shared expert), fp8 linears for a block-fp8 checkpoint, group-quantised ones for an
+    AWQ / GPTQ / compressed-tensors one."""
     ops = DECODER | (MLA_ATTENTION if config.mla is not None else GQA_ATTENTION)
     moe = config.moe
     if moe is not None:
@@ -39,4 +42,6 @@ def decoder_ops(config: ModelConfig) -> frozenset[str]:
         ops |= GATED_MLP
     if config.fp8_block is not None:
         ops |= FP8_LINEAR
+    if config.group_quant is not None:
+        ops |= GROUP_QUANT_LINEAR
     return ops

@@ -13,13 +13,15 @@ rank reads its own experts whole and never opens the other ranks' experts.
 A checkpoint that can hand out packed blocks (a GGUF file's `read_packed`) gives its
 linear weights as `GgufWeight`s, computed by `QuantLinear`: whole rows of a
 column-parallel shard, and columns of a row-parallel one where they fall on block
-edges (else that shard is read dequantised, as every other tensor is).
+edges (else that shard is read dequantised, as every other tensor is). A
+group-quantised checkpoint (AWQ, GPTQ, compressed-tensors) gives `GroupQuantWeight`s,
+computed by `GroupQuantLinear`, sliced the same way (on whole words and groups).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -30,6 +32,27 @@ from ..distributed.sharding import WHOLE, Shard, expert_range, split_evenly
 from ..model_loader.hf_checkpoint import CheckpointError, SafetensorsCheckpoint
 from .layers.linear import DenseLinear, Linear
 from .layers.parallel import RowParallelLinear
+
+
+if TYPE_CHECKING:
+    #: A linear weight a checkpoint hands out packed: GGUF blocks or group-quantised codes.
+    PackedWeight = quantization.GgufWeight | quantization.GroupQuantWeight
+
+
+def _stacked_packed(parts: Sequence[PackedWeight | None]) -> PackedWeight | None:
+    """The parts of a fused linear as one packed weight, where every part is packed
+    alike (one GGUF format; group-quantised weights that `stacks_with` each other); else None."""
+    first = parts[0]
+    if isinstance(first, quantization.GgufWeight):
+        if all(isinstance(part, quantization.GgufWeight) and part.quant_type == first.quant_type for part in parts):
+            qweight = torch.cat([part.qweight for part in parts])  # type: ignore[union-attr]
+            return quantization.GgufWeight(qweight, first.quant_type, first.in_features)
+        return None
+    if isinstance(first, quantization.GroupQuantWeight) and all(
+        isinstance(part, quantization.GroupQuantWeight) and first.stacks_with(part) for part in parts
+    ):
+        return quantization.stack_rows(parts)  # type: ignore[arg-type]
+    return None
 
 
 @dataclass(frozen=True)
@@ -114,8 +137,8 @@ class WeightLoader:
         shard = columns or split_evenly(self.parallel, in_features, f"{prefix} input features", dim=1)
         packed = self._packed(f"{prefix}.weight", (out_features, in_features), shard)
         weight = packed or self._read(f"{prefix}.weight", (out_features, in_features), shard)
-        if isinstance(weight, quantization.GgufWeight):
-            local: Linear = quantization.QuantLinear(self.ops, weight)
+        if not isinstance(weight, torch.Tensor):
+            local: Linear = self._packed_layer(weight, None)
         elif weight.dtype in FP8_DTYPES:
             fp8_weight, scale = self._device_fp8(
                 weight.to(self.device).contiguous(), self._block_scale(prefix, (out_features, in_features), shard)
@@ -218,9 +241,10 @@ class WeightLoader:
             return quantization.Fp8Linear(self.ops, fp8_weight, scale, "row", bias)
         return DenseLinear(self.ops, weight, bias)
 
-    def _packed(self, name: str, shape: Sequence[int], shard: Shard = WHOLE) -> quantization.GgufWeight | None:
-        """This rank's `shard` of weight `name` as packed blocks on the device, where the
-        checkpoint keeps it packed; else None, and nothing is read."""
+    def _packed(self, name: str, shape: Sequence[int], shard: Shard = WHOLE) -> PackedWeight | None:
+        """This rank's `shard` of weight `name` packed (GGUF blocks or group-quantised
+        codes) on the device, where the checkpoint keeps it packed; else None, and
+        nothing is read."""
         read_packed = getattr(self.checkpoint, "read_packed", None)
         if read_packed is None:
             return None
@@ -228,31 +252,31 @@ class WeightLoader:
         dim = 0 if shard.whole else shard.dim
         start, stop = (0, shape[0]) if shard.whole else shard.bounds(shape[shard.dim])
         weight = read_packed(name, dim, start, stop)
-        if weight is None:
-            return None
-        return quantization.GgufWeight(weight.qweight.to(self.device), weight.quant_type, weight.in_features)
+        return None if weight is None else weight.to(self.device)
+
+    def _packed_layer(self, weight: PackedWeight, bias: torch.Tensor | None) -> Linear:
+        """The linear that computes a packed weight: quant_linear's or group_quant_linear's."""
+        if isinstance(weight, quantization.GroupQuantWeight):
+            return quantization.GroupQuantLinear(self.ops, weight, bias)
+        return quantization.QuantLinear(self.ops, weight, bias)
 
     def _packed_linear(
-        self, prefixes: Sequence[str], packed: Sequence[quantization.GgufWeight | None], in_features: int,
+        self, prefixes: Sequence[str], packed: Sequence[PackedWeight | None], in_features: int,
         out_features: Sequence[int], shards: Sequence[Shard], biases: torch.Tensor | None,
     ) -> Linear:
         """A fused linear some of whose parts are packed: one packed weight where every
-        part is in one format (rows of blocks stack), else each part its own linear."""
-        formats = {None if weight is None else weight.quant_type for weight in packed}
-        if len(formats) == 1:
-            stacked = torch.cat([weight.qweight for weight in packed if weight is not None])
-            return quantization.QuantLinear(
-                self.ops, quantization.GgufWeight(stacked, packed[0].quant_type, in_features), biases  # type: ignore[union-attr]
-            )
+        part is packed alike (rows stack), else each part its own linear."""
+        stacked = _stacked_packed(packed)
+        if stacked is not None:
+            return self._packed_layer(stacked, biases)
         weights = [
             weight if weight is not None else self._read(f"{prefix}.weight", (n, in_features), shard)
             for prefix, weight, n, shard in zip(prefixes, packed, out_features, shards)
         ]
-        rows = [weight.out_features if isinstance(weight, quantization.GgufWeight) else weight.shape[0] for weight in weights]
+        rows = [weight.shape[0] if isinstance(weight, torch.Tensor) else weight.out_features for weight in weights]
         part_biases = [None] * len(weights) if biases is None else list(biases.split(rows))
         return quantization.ConcatenatedLinear([
-            quantization.QuantLinear(self.ops, weight, bias) if isinstance(weight, quantization.GgufWeight)
-            else self._local_linear(weight, bias)
+            self._local_linear(weight, bias) if isinstance(weight, torch.Tensor) else self._packed_layer(weight, bias)
             for weight, bias in zip(weights, part_biases)
         ])
 

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import FLOAT_DTYPES, FP8_DTYPES, Rule, dtype_name
+from ..spec import FLOAT_DTYPES, FP8_DTYPES, OutputSpec, ParamSpec, Rule, TensorSpec, dtype_name
 
 #: NMSE bounds (sum((out-ref)^2) / sum(ref^2), as llama.cpp's test-backend-ops) for ops
 #: whose outputs are elementwise in their inputs: one rounding of the output dtype.
@@ -45,6 +45,17 @@ QUANTISED = {**{dtype: 1 for dtype in FP8_DTYPES}, torch.float32: 2}
 #: fp8 ulps. A round-to-nearest kernel differs only at midpoints, rarely and in both
 #: directions (cpu measured 0); round-toward-zero or truncation measures about 1/2.
 UNBIASED_CODES = {dtype: 1 / 16 for dtype in FP8_DTYPES}
+
+
+#: The parts every quantised linear shares (quant_linear, group_quant_linear): the
+#: activations, an optional bias in their dtype, and an output in x's dtype or fp32 (the
+#: LM head's logits).
+QUANT_ACTIVATIONS = TensorSpec("x", FLOAT_DTYPES, ("T", "K"), "activations, one row per token")
+QUANT_BIAS = TensorSpec("bias", FLOAT_DTYPES, ("N",), "per-output-channel bias", optional=True)
+QUANT_OUT_DTYPE = ParamSpec(
+    "out_dtype", torch.dtype, None, choices=(None, torch.float32), doc="the output's, where not x's"
+)
+QUANT_OUT = OutputSpec("out", ("T", "N"), "param:out_dtype|like:x")
 
 
 def cache_matches_input(cache: str, source: str) -> Rule:

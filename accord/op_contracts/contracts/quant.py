@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import FLOAT_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec
+from ..spec import OpContract, ParamSpec, Rule, TensorSpec
+from .common import QUANT_ACTIVATIONS, QUANT_BIAS, QUANT_OUT, QUANT_OUT_DTYPE
 
 
 @dataclass(frozen=True)
@@ -82,15 +83,15 @@ QUANT_LINEAR = OpContract(
         "Q8 activations): the tolerance allows for it."
     ),
     tensors=(
-        TensorSpec("x", FLOAT_DTYPES, ("T", "K"), "activations, one row per token"),
+        QUANT_ACTIVATIONS,
         TensorSpec("qweight", (torch.uint8,), ("N", "B"), "each output row's packed blocks"),
-        TensorSpec("bias", FLOAT_DTYPES, ("N",), "per-output-channel bias", optional=True),
+        QUANT_BIAS,
     ),
     params=(
         ParamSpec("quant_type", str, choices=tuple(GGUF_FORMATS), doc="the GGUF block format"),
-        ParamSpec("out_dtype", torch.dtype, None, choices=(None, torch.float32), doc="the output's, where not x's"),
+        QUANT_OUT_DTYPE,
     ),
-    outputs=(OutputSpec("out", ("T", "N"), "param:out_dtype|like:x"),),
+    outputs=(QUANT_OUT,),
     primary="x",
     tolerance=QUANTISED_ACTIVATIONS,
     tolerance_key="out",

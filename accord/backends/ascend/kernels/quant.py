@@ -1,16 +1,20 @@
-"""quant_linear has no torch-npu kernel yet (npu_weight_quant_batchmatmul takes other
-layouts than GGUF blocks): the backend serves it with the reference kernel (plain
-torch: the blocks dequantised in fp64, then an fp64 GEMM), which conformance reports as
-shared with the reference, never as passed."""
+"""quant_linear and group_quant_linear have no torch-npu kernels yet
+(npu_weight_quant_batchmatmul takes other layouts than GGUF blocks, and is not wired to
+the group-quantised one yet): the backend serves them with the reference kernels (plain
+torch: the weights dequantised in fp64, then an fp64 GEMM), which conformance reports
+as shared with the reference, never as passed."""
 
 from __future__ import annotations
 
 from ....op_contracts import KernelSet
 from ...reference.kernels import KERNELS as REFERENCE_KERNELS
 
+SHARED_OPS = ("quant_linear", "group_quant_linear")
+
 
 def register(kernels: KernelSet) -> None:
-    """Add the reference's quant_linear."""
-    reference = REFERENCE_KERNELS.get("quant_linear")
-    assert reference is not None, "the reference backend lost its quant_linear kernel"
-    kernels.add(reference)
+    """Add the reference's quantised linears."""
+    for op in SHARED_OPS:
+        reference = REFERENCE_KERNELS.get(op)
+        assert reference is not None, f"the reference backend lost its {op} kernel"
+        kernels.add(reference)

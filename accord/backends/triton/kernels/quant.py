@@ -1,13 +1,15 @@
-"""quant_linear has no Triton kernel yet: the GPU backends serve it with the reference
-kernel (plain, device-agnostic torch: the GGUF blocks dequantised in fp64, then an fp64
-GEMM), so a GGUF file loads packed there too. Conformance reports it as shared with the
-reference, never as passed, until a Triton kernel replaces it."""
+"""quant_linear and group_quant_linear have no Triton kernels yet: the GPU backends serve
+them with the reference kernels (plain, device-agnostic torch: the weights dequantised
+in fp64 from their format's definition, then an fp64 GEMM), so a GGUF file or an int4
+checkpoint loads packed there too. Conformance reports them as shared with the
+reference, never as passed, until Triton kernels replace them."""
 
 from __future__ import annotations
 
 from ...reference.kernels import KERNELS as REFERENCE_KERNELS
 from ._registry import KERNELS
 
-REFERENCE = REFERENCE_KERNELS.get("quant_linear")
-assert REFERENCE is not None, "the reference backend lost its quant_linear kernel"
-KERNELS.add(REFERENCE)
+for _op in ("quant_linear", "group_quant_linear"):
+    _reference = REFERENCE_KERNELS.get(_op)
+    assert _reference is not None, f"the reference backend lost its {_op} kernel"
+    KERNELS.add(_reference)
