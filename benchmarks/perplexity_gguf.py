@@ -14,8 +14,8 @@ context and chunks. Packed runs take steps of at most PACKED_STEP_TOKENS tokens:
 256 rows the packed kernels dequantise tiles into torch's GEMM (the dequantised path's
 arithmetic), while up to 256 they quantise activations to int8 per block as ggml does,
 which is what decoding runs and what the comparison is for. The BF16 file runs in its
-own dtype (bf16 compute and KV cache, accord's default for it), in fp32 compute
-(llama.cpp's activations) and with accord's fp8 KV cache. Each run is a process of its own; the load column is the
+own dtype (bf16 compute and KV cache, accord's default for it; ggml's bf16 dot products
+also round activations to bf16) and with accord's fp8 KV cache. Each run is a process of its own; the load column is the
 1-minute load average as the row ends. Without `--llama-bin` only accord runs.
 """
 
@@ -127,7 +127,6 @@ def main() -> None:
     for name, path in files.items():
         if name == "BF16":
             row(name, "accord (bf16 compute and KV cache)", accord_ppl(path, text, args, packed=False))
-            row(name, "accord, fp32 compute", accord_ppl(path, text, args, False, "--dtype", "float32"))
             row(name, "accord, fp8 KV cache", accord_ppl(path, text, args, False, "--kv-cache-dtype", "fp8"))
         else:
             row(name, "accord dequantised", accord_ppl(path, text, args, packed=False))
