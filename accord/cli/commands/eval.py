@@ -56,6 +56,8 @@ def run_perplexity(args: argparse.Namespace) -> int:
         return 2
     # The engine (and the default model's download) load only when the command runs.
     from ... import LLM
+    from ...backends.registry import BackendUnavailableError
+    from ...core.errors import WorkerStartupError
     from ...demo.default_model import DEFAULT_MODEL_NAME, ChecksumMismatch, DefaultModelUnavailable
 
     arguments = engine_arguments(args)
@@ -63,7 +65,8 @@ def run_perplexity(args: argparse.Namespace) -> int:
         arguments["max_model_len"] = args.ctx_size + 1  # a chunk and the one token the engine samples
     try:
         llm = LLM(args.model or DEFAULT_MODEL_NAME, **arguments)
-    except (ValueError, LookupError, OSError, ChecksumMismatch, DefaultModelUnavailable) as error:
+    except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError, ChecksumMismatch,
+            DefaultModelUnavailable) as error:
         print(f"accord eval perplexity: error: {error}", file=sys.stderr)
         return 1
     try:
