@@ -42,6 +42,8 @@ ALLOWED: dict[str, set[str]] = {
     "demo": set(),
     "entrypoints": {"op_contracts", "backends", "core", "demo"},
     "server": {"op_contracts", "core", "client_disconnect"},
+    # Quality measurements drive the offline LLM through core's API.
+    "eval": {"op_contracts", "core"},
     # The benchmarks run the offline LLM (entrypoints) and measure any OpenAI server over
     # HTTP: never the server's code, and the server never theirs.
     "bench": {"op_contracts", "backends", "core", "entrypoints", "demo", "_openmp_wait"},
@@ -49,7 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     # The router speaks HTTP to instances: nothing of the engine.
     "router": {"client_disconnect"},
     "cli": {"op_contracts", "backends", "core", "entrypoints", "conformance", "server", "gate", "demo", "bench",
-            "router"},
+            "router", "eval"},
 }
 
 def module_name(path: Path) -> str:

@@ -71,7 +71,12 @@ def json_object(text: str) -> dict:
     return value
 
 
+def engine_arguments(args: argparse.Namespace) -> dict[str, object]:
+    """The engine arguments the parsed flags give, by EngineConfig field name (the model
+    aside): what `accord.LLM(model, **arguments)` takes."""
+    return {setting.name: getattr(args, setting.name) for setting in engine_settings() if not setting.required}
+
+
 def engine_config(args: argparse.Namespace, model_dir: str) -> EngineConfig:
     """The engine configuration the parsed flags describe, for the model in `model_dir`."""
-    flags = {setting.name: getattr(args, setting.name) for setting in engine_settings() if not setting.required}
-    return EngineConfig(model=model_dir, **flags)
+    return EngineConfig(model=model_dir, **engine_arguments(args))

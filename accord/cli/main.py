@@ -12,7 +12,7 @@ import sys
 from .. import __version__
 
 #: Subcommand modules; each defines `add_parser(subparsers)` that sets `func`.
-COMMAND_MODULES = tuple(f"accord.cli.commands.{name}" for name in ("serve", "backends", "contracts", "conformance")) + (
+COMMAND_MODULES = tuple(f"accord.cli.commands.{name}" for name in ("serve", "backends", "contracts", "conformance", "eval")) + (
     "accord.bench.cli", "accord.router.cli",
 )
 
