@@ -14,8 +14,13 @@ weights and most do.
 its accepted drafts over its tested draft positions (from all requests' average at
 first); per batch size bucket (powers of two), a line of a decode step's seconds over
 its checked drafts, fitted to the bucket's recent steps (`_StepTimes`). A bucket measures
-a plain step, then one checking every proposal, before it chooses, and again after
-`REFRESH_STEPS` steps without either, so a changing load or acceptance is followed.
+a plain step, then a probe checking the first draft of every proposal, before it chooses,
+and again after `REFRESH_STEPS` steps without either, so a changing load or acceptance is
+followed. The probe checks one draft per request, not whole proposals: that is enough to
+test each request's acceptance and to place a point of the line away from zero drafts,
+and where a step is compute bound (32 decodes on a CPU: a draft costs about a decode's
+share) a step checking every draft of k = 8 proposals costs several plain steps, paid
+every REFRESH_STEPS steps exactly where the model has found drafts do not pay.
 Requests whose drafts the next step would not check are not proposed for at all
 (`worth_proposing`): proposing costs time too.
 """
@@ -34,8 +39,11 @@ ALL_ACCEPTANCE_DECAY = 0.98
 #: Tested draft positions' worth of all requests' average a request's own estimate
 #: starts from, so one check does not set it to 0 or 1.
 PRIOR_TRIALS = 2.0
-#: Steps of a bucket after which a plain step, or a step with every proposal, is measured again.
+#: Steps of a bucket after which a plain step, or a probe step, is measured again.
 REFRESH_STEPS = 16
+#: Drafts of each proposal a probe step checks (the step that measures acceptance and
+#: the per-draft cost where the choice has checked none for REFRESH_STEPS steps).
+PROBE_DRAFTS = 1
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,7 @@ class AdaptiveDrafting:
         if times.steps_since_plain is None or times.steps_since_plain >= REFRESH_STEPS:
             return dict.fromkeys(proposals, 0)  # measure a plain step
         if times.steps_since_verify is None or times.steps_since_verify >= REFRESH_STEPS:
-            return dict(proposals)  # measure a step checking every proposal
+            return {req_id: min(length, PROBE_DRAFTS) for req_id, length in proposals.items()}  # a probe
         req_ids = list(proposals)
         lengths = choose_draft_lengths(
             [self.acceptance(req_id) for req_id in req_ids],
@@ -171,8 +179,7 @@ class AdaptiveDrafting:
         """Of a step's requests, those whose drafts the next step (of as many decodes)
         may check: a request's drafts pay only if its first does on its own, which
         needs acceptance x plain seconds > decodes x seconds per draft (others' drafts
-        only raise the bar); all of them while the bucket is measuring, or measures
-        every proposal next. Proposing costs time too (suffix: a walk per request)."""
+        only raise the bar); all of them while the bucket is measuring, or probes next. Proposing costs time too (suffix: a walk per request)."""
         times = self._bucket(len(req_ids))
         plain, verify = times.steps_since_plain, times.steps_since_verify
         if plain is None or verify is None or verify + 1 >= REFRESH_STEPS:

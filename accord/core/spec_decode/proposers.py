@@ -18,60 +18,88 @@ import numpy as np
 
 from ..sampling_params import SamplingParams
 from .config import SpeculativeConfig
-from .matching import tail_matches
+from .matching import RequestTailIndexes
 
 
 class Proposer(Protocol):
     """Drafts up to `num_speculative_tokens` tokens after a token history."""
 
-    def propose(self, history: np.ndarray) -> list[int]:
-        """The drafted tokens after `history` (1-D token ids), possibly none."""
+    def propose(self, history: np.ndarray, req_id: str | None = None) -> list[int]:
+        """The drafted tokens after `history` (1-D token ids), possibly none; with the
+        request's id, from what the proposer kept of its history (which only grows)."""
+        ...
+
+    def forget(self, req_id: str) -> None:
+        """The request left the batch: drop what was kept of its history."""
         ...
 
 
-class NgramProposer:
+class _TailProposer:
+    """A proposer from where the request's tail occurred before: it keeps each request's
+    match lengths (`RequestTailIndexes`), updated with only the tokens new since."""
+
+    def __init__(self, k: int, max_match: int) -> None:
+        self.k = k
+        self._indexes = RequestTailIndexes(max_match)
+
+    def forget(self, req_id: str) -> None:
+        """The request left the batch: drop its match lengths."""
+        self._indexes.forget(req_id)
+
+    def _matches(self, history: np.ndarray, req_id: str | None) -> tuple[np.ndarray, int]:
+        """The history's match lengths (per earlier position) and the longest (0: none)."""
+        lengths = self._indexes.lengths(history, req_id)
+        return lengths, int(lengths.max()) if len(lengths) else 0
+
+
+class NgramProposer(_TailProposer):
     """Prompt lookup: continue the latest earlier copy of the longest matching n-gram."""
 
     def __init__(self, config: SpeculativeConfig) -> None:
-        self.k = config.num_speculative_tokens
-        self.min_n, self.max_n = config.prompt_lookup_min, config.prompt_lookup_max
+        super().__init__(config.num_speculative_tokens, config.prompt_lookup_max)
+        self.min_n = config.prompt_lookup_min
 
-    def propose(self, history: np.ndarray) -> list[int]:
-        ends, lengths = tail_matches(history, self.max_n)
-        usable = np.flatnonzero(lengths >= self.min_n)
-        if not len(usable):
+    def propose(self, history: np.ndarray, req_id: str | None = None) -> list[int]:
+        """The tokens after the latest of the longest copies, if at least prompt_lookup_min long."""
+        lengths, longest = self._matches(history, req_id)
+        if longest < self.min_n:
             return []
-        # The longest match; among equals the latest (np.argmax takes the first of the reversed).
-        best = usable[len(usable) - 1 - int(np.argmax(lengths[usable][::-1]))]
-        start = int(ends[best]) + 1
+        start = int(np.flatnonzero(lengths == longest)[-1]) + 1
         return history[start : start + self.k].tolist()
 
 
-class SuffixProposer:
+class SuffixProposer(_TailProposer):
     """Suffix decoding over the request's own tokens: the most common continuation of
     the longest earlier copy of its tail."""
 
     def __init__(self, config: SpeculativeConfig) -> None:
-        self.k = config.num_speculative_tokens
-        self.max_depth = config.suffix_decoding_max_tree_depth
+        super().__init__(config.num_speculative_tokens, config.suffix_decoding_max_tree_depth)
         self.min_token_prob = config.suffix_decoding_min_token_prob
 
-    def propose(self, history: np.ndarray) -> list[int]:
-        ends, lengths = tail_matches(history, self.max_depth)
-        if not len(ends):
+    def propose(self, history: np.ndarray, req_id: str | None = None) -> list[int]:
+        """The majority walk after the longest copies of the tail (see the module's doc)."""
+        lengths, longest = self._matches(history, req_id)
+        if not longest:
             return []
-        follow = ends[lengths == lengths.max()] + 1  # where each longest copy continues
+        follow = np.flatnonzero(lengths == longest) + 1  # where each longest copy continues
         drafted: list[int] = []
         for step in range(self.k):
             follow = follow[follow + step < len(history)]
+            if len(follow) == 1:
+                # One copy left: the walk copies it (a lone copy always agrees with itself).
+                return drafted + history[follow[0] + step : follow[0] + self.k].tolist()
             if not len(follow):
                 break
-            tokens, counts = np.unique(history[follow + step], return_counts=True)
+            following = history[follow + step]
+            if (following == following[0]).all():
+                drafted.append(int(following[0]))  # every copy agrees (np.unique's sort is the cost)
+                continue
+            tokens, counts = np.unique(following, return_counts=True)
             best = int(np.argmax(counts))
             if counts[best] < self.min_token_prob * len(follow):
                 break
             drafted.append(int(tokens[best]))
-            follow = follow[history[follow + step] == tokens[best]]
+            follow = follow[following == tokens[best]]
         return drafted
 
 

@@ -337,6 +337,8 @@ class ModelRunner:
         for req_id in step.finished_req_ids | step.preempted_req_ids:
             batch.remove(req_id)
             self._draft_probs.pop(req_id, None)
+            if self.proposer is not None:
+                self.proposer.forget(req_id)
         for new in step.scheduled_new_reqs:
             batch.add(new)
             if new.lora_request is not None and self.lora is not None:
@@ -525,7 +527,7 @@ class ModelRunner:
         for state in sampling:
             if not self._takes_drafts(state) or (self._propose_for is not None and state.req_id not in self._propose_for):
                 continue  # the next step would not check its drafts: proposing them is wasted
-            draft = self.proposer.propose(tokens[state.row, : state.num_tokens])  # type: ignore[union-attr]
+            draft = self.proposer.propose(tokens[state.row, : state.num_tokens], state.req_id)  # type: ignore[union-attr]
             if draft:
                 proposals[state.req_id] = draft
         return proposals
