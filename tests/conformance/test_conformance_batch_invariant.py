@@ -12,7 +12,7 @@ from accord.backends import get_backend
 from accord.conformance import ConformanceRunner, Status, cases_for
 
 #: The ops the cpu backend declares batch-variant, and so registers variants of.
-VARIANT_OPS = ("linear", "scaled_mm", "moe_route", "fused_moe")
+VARIANT_OPS = ("linear", "scaled_mm", "moe_route", "fused_moe", "group_quant_linear")
 
 
 def _row_cases(op: str, limit: int | None = 12) -> list:

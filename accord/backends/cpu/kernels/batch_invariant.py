@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from . import fp8, linear, lora, moe, quant
+from . import fp8, group_quant, linear, lora, moe, quant
 from ._registry import KERNELS
 
 #: Rows per tile of the GEMM-shaped kernels: past the bf16-weight path's few rows, so
@@ -91,6 +91,10 @@ TILINGS: dict[str, tuple[Callable[..., None], RowTiling]] = {
     # Tiles of 8 padded rows: each takes one path (the row dot or the token tile, by
     # format) whatever the batch, and both compute each token on its own.
     "quant_linear": (quant.quant_linear, RowTiling(8, ("out",), lambda call: ("x",))),
+    # Tiles of the row dot's most rows: every token takes the row dot, which computes
+    # each token on its own (without the C library, the same 4-row GEMM every call).
+    "group_quant_linear": (group_quant.group_quant_linear,
+                           RowTiling(group_quant.ROW_DOT_MAX_ROWS, ("out",), lambda call: ("x",))),
 }
 
 for _op, (_kernel, _tiling) in TILINGS.items():
