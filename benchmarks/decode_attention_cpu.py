@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -44,26 +44,16 @@ def _case(seqs: int, positions: int, dtype: torch.dtype) -> tuple[Any, ...]:
     return query, *caches, tables, seq_lens, query_start_loc, HEAD_DIM**-0.5, 0, out
 
 
-def _time(args: tuple[Any, ...], repeat: int, calls: int) -> float:
-    """Best of `repeat` runs, in us of this thread's CPU time per call."""
+def _time(args: tuple[Any, ...], repeat: int, calls: int, clock: Callable[[], float] = time.thread_time) -> float:
+    """Best of `repeat` runs, in seconds per call of `clock`: this thread's CPU time by
+    default; wall time (`time.perf_counter`) on long contexts, whose calls run the
+    kernel's threads beside the calling one."""
     best = float("inf")
     for _ in range(repeat):
-        start = time.thread_time()
+        start = clock()
         for _ in range(calls):
             _native_attention.attend_decodes(*args)
-        best = min(best, (time.thread_time() - start) / calls)
-    return best * 1e6
-
-
-def _wall_time(args: tuple[Any, ...], repeat: int, calls: int) -> float:
-    """Best of `repeat` runs, in seconds of wall time per call (the kernel's threads
-    run beside the calling one on long contexts, so thread time would miss them)."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(calls):
-            _native_attention.attend_decodes(*args)
-        best = min(best, (time.perf_counter() - start) / calls)
+        best = min(best, (clock() - start) / calls)
     return best
 
 
@@ -71,6 +61,7 @@ def _copy_bandwidth(repeat: int) -> float:
     """Best GB/s (read plus written) of torch copying 512 MiB on this process's threads."""
     source = torch.ones(2**27)
     target = torch.empty_like(source)
+    target.copy_(source)  # warm-up: the first copy also faults the target's pages in
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -88,8 +79,8 @@ def _long_contexts(repeat: int) -> None:
         for seqs, positions in ((8, 2048), (32, 1024)):
             args = _case(seqs, positions, dtype)
             kv_bytes = 2 * seqs * positions * KV_HEADS * HEAD_DIM * args[1].element_size()
-            _wall_time(args, 1, 2)  # warm-up
-            seconds = _wall_time(args, repeat, 5)
+            _time(args, 1, 2, time.perf_counter)  # warm-up
+            seconds = _time(args, repeat, 5, time.perf_counter)
             rate = kv_bytes / seconds / 1e9
             print(f"{seqs:>4} {positions:>5} {str(dtype)[6:]:>8} {kv_bytes / 1e6:7.1f} {seconds * 1e3:8.2f} "
                   f"{rate:6.1f} {rate / copy:7.0%}", flush=True)
@@ -119,7 +110,7 @@ def main() -> None:
                     # The benchmark swaps which built library the wrapper calls.
                     _native_attention._library = lambda library=library: library
                     _time(args, 1, opts.calls)  # warm-up
-                    times[name] = _time(args, opts.repeat, opts.calls)
+                    times[name] = _time(args, opts.repeat, opts.calls) * 1e6
                     outs[name] = args[-1].clone()
                 _native_attention._library = lambda: current
                 row = f"{seqs:>4} {positions:>4} {str(dtype)[6:]:>8} " + " ".join(f"{t:12.1f}" for t in times.values())
