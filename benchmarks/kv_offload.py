@@ -5,7 +5,15 @@ NixlConnector consumer READing from a producer engine of this process over UCX
 (loopback TCP unless UCX_TLS says otherwise; skipped without NIXL) — one engine per
 setting, the demo model on the cpu backend, side by side in one run.
 
+Then an agent-session trace: two sessions take turns, each turn appending
+`--turn-tokens` new tokens (a tool's output, the user's next message) to its whole
+context and asking for its next token, on a device pool that holds one session's final
+context: once the two contexts together outgrow the pool, each turn evicts the other
+session's prefix. Printed per turn: the time to first token without a tier (the evicted
+prefix recomputed) and with the CPU tier, on the same seeded sessions.
+
     PYTHONPATH=$PWD python3 benchmarks/kv_offload.py [--prompt-tokens 1536] [--rounds 3]
+        [--turns 8] [--turn-tokens 192]
 """
 
 from __future__ import annotations
@@ -49,6 +57,25 @@ def evicted_prefix_ttft(engine_args: dict, prompt_tokens: int, rounds: int) -> f
             _seconds(llm, prompt)
         times.append(_seconds(llm, target))
     return statistics.median(times)
+
+
+def agent_session_ttfts(engine_args: dict, turns: int, turn_tokens: int) -> list[float]:
+    """Seconds to the first token of each turn, both sessions' turns averaged, for two
+    sessions taking turns on one engine (see the module's docstring)."""
+    llm = LLM(str(demo_model_dir()), **engine_args)
+    rng = random.Random(7)
+    contexts: list[list[int]] = [[], []]
+    ttfts = []
+    for _ in range(turns):
+        turn = []
+        for context in contexts:
+            context.extend(rng.randrange(3, 800) for _ in range(turn_tokens))
+            start = time.perf_counter()
+            (output,) = llm.generate([{"prompt_token_ids": list(context)}], FIRST_TOKEN, use_tqdm=False)
+            turn.append(time.perf_counter() - start)
+            context.extend(output.outputs[0].token_ids)
+        ttfts.append(statistics.mean(turn))
+    return ttfts
 
 
 def shared_storage_ttft(engine_args: dict, prompt_tokens: int, rounds: int) -> float:
@@ -98,6 +125,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompt-tokens", type=int, default=1536)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--turns", type=int, default=8)
+    parser.add_argument("--turn-tokens", type=int, default=192)
     args = parser.parse_args()
     blocks = -(-(args.prompt_tokens + 1) // BLOCK)
     # Room for one request and a bit: each new prompt evicts the previous one's blocks.
@@ -113,6 +142,22 @@ def main() -> None:
     if importlib.util.find_spec("nixl_cu12") or importlib.util.find_spec("nixl"):
         read = nixl_ttft(engine_args, args.prompt_tokens, args.rounds)
         print(f"{'PD consumer, NIXL read (UCX ' + os.environ['UCX_TLS'] + ')':<40} {read * 1e3:8.1f} ms")
+    agent_session(args)
+
+
+def agent_session(args: argparse.Namespace) -> None:
+    """Print the agent-session trace's time to first token per turn, without and with the CPU tier."""
+    final = args.turns * (args.turn_tokens + 1)
+    # The pool holds one session's final context: two outgrow it halfway through.
+    engine_args = dict(backend="cpu", max_model_len=final + 16, num_gpu_blocks_override=-(-final // BLOCK) + 4,
+                       max_num_batched_tokens=final + 16, block_size=BLOCK, max_num_seqs=1, enable_prefix_caching=True)
+    recomputed = agent_session_ttfts(engine_args, args.turns, args.turn_tokens)
+    tiered = agent_session_ttfts({**engine_args, "kv_offloading_size": 0.25}, args.turns, args.turn_tokens)
+    print(f"\nagent sessions: 2 taking turns, {args.turn_tokens} new tokens a turn, a device pool of "
+          f"{engine_args['num_gpu_blocks_override']} blocks ({engine_args['num_gpu_blocks_override'] * BLOCK} tokens)")
+    print(f"{'turn':>4} {'context':>8} {'no tier ms':>11} {'CPU tier ms':>12}")
+    for turn, (plain, tier) in enumerate(zip(recomputed, tiered), start=1):
+        print(f"{turn:>4} {turn * (args.turn_tokens + 1):>8} {plain * 1e3:11.1f} {tier * 1e3:12.1f}")
 
 
 if __name__ == "__main__":
