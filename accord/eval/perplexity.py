@@ -48,14 +48,20 @@ class Perplexity:
     text_tokens: int
 
 
-def chunk_windows(tokens: Sequence[int], ctx_size: int, max_chunks: int | None, bos_id: int | None) -> list[list[int]]:
-    """The token windows llama-perplexity scores: consecutive `ctx_size`-token chunks
-    (at most `max_chunks`), each starting with `bos_id` in place of its first token when
-    given. PerplexityInputError when the text holds no whole chunk."""
+def check_window_settings(ctx_size: int, max_chunks: int | None) -> None:
+    """PerplexityInputError unless `ctx_size` is even and at least 4 (half of it is
+    context, half is scored) and `max_chunks` is None or at least 1."""
     if ctx_size < 4 or ctx_size % 2:
         raise PerplexityInputError(f"the context size must be an even number of at least 4 tokens, got {ctx_size}")
     if max_chunks is not None and max_chunks < 1:
         raise PerplexityInputError(f"the number of chunks must be at least 1, got {max_chunks}")
+
+
+def chunk_windows(tokens: Sequence[int], ctx_size: int, max_chunks: int | None, bos_id: int | None) -> list[list[int]]:
+    """The token windows llama-perplexity scores: consecutive `ctx_size`-token chunks
+    (at most `max_chunks`), each starting with `bos_id` in place of its first token when
+    given. PerplexityInputError when the text holds no whole chunk."""
+    check_window_settings(ctx_size, max_chunks)
     available = len(tokens) // ctx_size
     if available == 0:
         raise PerplexityInputError(

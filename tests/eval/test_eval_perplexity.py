@@ -109,6 +109,18 @@ def test_an_empty_text_is_refused_before_any_model_loads(tmp_path: Path, capsys)
     assert "is empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--ctx-size", "7"), "even number of at least 4 tokens, got 7"),
+    (("--chunks", "0"), "number of chunks must be at least 1, got 0"),
+])
+def test_bad_window_settings_are_refused_before_any_model_loads(tmp_path: Path, capsys, flags, message) -> None:
+    text = tmp_path / "text.txt"
+    text.write_text("some words to score")
+    # No model exists at the path: loading it would exit 1, not 2.
+    assert run_eval(tmp_path / "no-such-model", text, *flags) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_a_text_shorter_than_one_chunk_is_refused(tmp_path: Path, capsys) -> None:
     model_dir = write_model(tmp_path / "model", adds_bos=False)
     text = tmp_path / "short.txt"

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from ...eval.perplexity import DEFAULT_CTX_SIZE, PerplexityInputError, measure_perplexity
+from ...eval.perplexity import DEFAULT_CTX_SIZE, PerplexityInputError, check_window_settings, measure_perplexity
 from ..engine_flags import add_engine_flags, engine_arguments
 
 
@@ -53,6 +53,11 @@ def run_perplexity(args: argparse.Namespace) -> int:
         return 2
     if not text.strip():
         print(f"accord eval perplexity: error: --text {args.text} is empty", file=sys.stderr)
+        return 2
+    try:
+        check_window_settings(args.ctx_size, args.chunks)
+    except PerplexityInputError as error:  # refused before minutes of model loading
+        print(f"accord eval perplexity: error: {error}", file=sys.stderr)
         return 2
     # The engine (and the default model's download) load only when the command runs.
     from ... import LLM
