@@ -39,6 +39,13 @@ def _prompts(count: int, length: int, seed: int) -> list[dict]:
     return [{"prompt_token_ids": [rng.randrange(3, 800) for _ in range(length)]} for _ in range(count)]
 
 
+def _small_pool(max_tokens: int, pool_blocks: int) -> dict:
+    """Engine arguments for one request of up to `max_tokens` at a time, on a device pool
+    of `pool_blocks` blocks: the demo model on the cpu backend, one step per prompt."""
+    return dict(backend="cpu", max_model_len=max_tokens + 16, num_gpu_blocks_override=pool_blocks,
+                max_num_batched_tokens=max_tokens + 16, block_size=BLOCK, max_num_seqs=1)
+
+
 def _seconds(llm: LLM, prompt: dict) -> float:
     start = time.perf_counter()
     llm.generate([prompt], FIRST_TOKEN, use_tqdm=False)
@@ -130,8 +137,7 @@ def main() -> None:
     args = parser.parse_args()
     blocks = -(-(args.prompt_tokens + 1) // BLOCK)
     # Room for one request and a bit: each new prompt evicts the previous one's blocks.
-    engine_args = dict(backend="cpu", max_model_len=args.prompt_tokens + 16, num_gpu_blocks_override=blocks + 8,
-                       max_num_batched_tokens=args.prompt_tokens + 16, block_size=BLOCK, max_num_seqs=1)
+    engine_args = _small_pool(args.prompt_tokens, blocks + 8)
     recomputed = evicted_prefix_ttft(engine_args, args.prompt_tokens, args.rounds)
     tiered = evicted_prefix_ttft({**engine_args, "kv_offloading_size": 0.25}, args.prompt_tokens, args.rounds)
     loaded = shared_storage_ttft(engine_args, args.prompt_tokens, args.rounds)
@@ -149,8 +155,7 @@ def agent_session(args: argparse.Namespace) -> None:
     """Print the agent-session trace's time to first token per turn, without and with the CPU tier."""
     final = args.turns * (args.turn_tokens + 1)
     # The pool holds one session's final context: two outgrow it halfway through.
-    engine_args = dict(backend="cpu", max_model_len=final + 16, num_gpu_blocks_override=-(-final // BLOCK) + 4,
-                       max_num_batched_tokens=final + 16, block_size=BLOCK, max_num_seqs=1, enable_prefix_caching=True)
+    engine_args = _small_pool(final, -(-final // BLOCK) + 4)  # prefix caching is on by default
     recomputed = agent_session_ttfts(engine_args, args.turns, args.turn_tokens)
     tiered = agent_session_ttfts({**engine_args, "kv_offloading_size": 0.25}, args.turns, args.turn_tokens)
     print(f"\nagent sessions: 2 taking turns, {args.turn_tokens} new tokens a turn, a device pool of "
