@@ -43,21 +43,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     perplexity.set_defaults(func=run_perplexity)
 
 
+def _error(message: object) -> None:
+    print(f"accord eval perplexity: error: {message}", file=sys.stderr)
+
+
 def run_perplexity(args: argparse.Namespace) -> int:
     """Load the model, score the text, print the result; 2 for unusable input, 1 for a
     model that cannot load."""
     try:
         text = args.text.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        print(f"accord eval perplexity: error: cannot read --text {args.text}: {error}", file=sys.stderr)
+        _error(f"cannot read --text {args.text}: {error}")
         return 2
     if not text.strip():
-        print(f"accord eval perplexity: error: --text {args.text} is empty", file=sys.stderr)
+        _error(f"--text {args.text} is empty")
         return 2
     try:
         check_window_settings(args.ctx_size, args.chunks)
     except PerplexityInputError as error:  # refused before minutes of model loading
-        print(f"accord eval perplexity: error: {error}", file=sys.stderr)
+        _error(error)
         return 2
     # The engine (and the default model's download) load only when the command runs.
     from ... import LLM
@@ -72,12 +76,12 @@ def run_perplexity(args: argparse.Namespace) -> int:
         llm = LLM(args.model or DEFAULT_MODEL_NAME, **arguments)
     except (ValueError, LookupError, OSError, BackendUnavailableError, WorkerStartupError, ChecksumMismatch,
             DefaultModelUnavailable) as error:
-        print(f"accord eval perplexity: error: {error}", file=sys.stderr)
+        _error(error)
         return 1
     try:
         result = measure_perplexity(llm, text, args.ctx_size, args.chunks)
     except PerplexityInputError as error:
-        print(f"accord eval perplexity: error: {error}", file=sys.stderr)
+        _error(error)
         return 2
     finally:
         llm.llm_engine.shutdown()
