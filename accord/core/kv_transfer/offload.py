@@ -17,6 +17,13 @@ named by its key (the SHA-256 chain in hex, the same name on every instance), th
 disk's least recently used file is deleted when it is full, and a prefix hit on disk
 is read straight into the device blocks. Demotions are written before the forward,
 while the slot still holds the evicted block (the step's saves overwrite it after).
+
+Several instances may share one `disk_path` (shared_disk.py): each keeps its files in
+its own directory and deletes only those; a prefix that misses this instance's tiers
+is looked up in the others' directories, and a whole file found there is hard-linked
+into this instance's directory at lookup (then served as its own), so the writer's
+eviction cannot remove it before the load. Each instance's `disk_bytes_to_use` bounds
+the blocks its own directory names.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from safetensors.torch import load_file, save_file
 from ...op_contracts import OpDispatcher
 from .base import KVConnectorMetadata, KVConnectorScheduler, KVConnectorWorker, ScheduledChunk, TransferRequest
 from .config import DISK_PATH_KEY, KVTransferConfig, num_cpu_blocks, num_disk_blocks
+from .shared_disk import KEY_FIELD, WRITTEN, adopt, new_instance_dir
 
 @dataclass
 class BlockCopies(KVConnectorMetadata):
@@ -42,9 +50,10 @@ class BlockCopies(KVConnectorMetadata):
     to_host: list[tuple[int, int]] = field(default_factory=list)
     #: The key each `to_host` copy stores (the scheduler's, should the step fail).
     stored_keys: list[Hashable] = field(default_factory=list)
-    #: Disk tier: CPU slots written to disk before they are reused, as (slot, file
-    #: name); files read into device blocks, as (device block, file name); files deleted.
-    to_disk: list[tuple[int, str]] = field(default_factory=list)
+    #: Disk tier (file paths relative to each rank's root): CPU slots written to disk
+    #: before they are reused, as (slot, block name, path); files read into device
+    #: blocks, as (device block, path); files deleted.
+    to_disk: list[tuple[int, str, str]] = field(default_factory=list)
     from_disk: list[tuple[int, str]] = field(default_factory=list)
     disk_dropped: list[str] = field(default_factory=list)
 
@@ -72,16 +81,23 @@ class OffloadingScheduler(KVConnectorScheduler):
         self._slots: OrderedDict[Hashable, int] = OrderedDict()
         self._free_slots = list(range(self.num_slots - 1, -1, -1))
         self._to_device: list[tuple[int, int]] = []
-        #: The disk tier's directory: keys on disk, least recently used first.
+        #: The disk tier's directory: keys on disk (-> file path), least recently used
+        #: first; this instance's own directory's name, every rank's (root, block
+        #: bytes) once the workers tell them, and deletions for the next step.
         self.num_disk_slots = num_disk_blocks(config, bytes_per_block)
-        self._disk: OrderedDict[Hashable, None] = OrderedDict()
+        self._disk: OrderedDict[Hashable, str] = OrderedDict()
         self._from_disk: list[tuple[int, str]] = []
+        self.instance_dir = new_instance_dir()
+        self._disk_ranks: list[tuple[Path, int]] = []
+        self._disk_dropped: list[str] = []
         #: Blocks loaded back from the tier, and stored into it (counters); of them,
         #: blocks read from disk, and blocks the CPU tier evicted to disk.
         self.blocks_loaded = 0
         self.blocks_stored = 0
         self.blocks_loaded_from_disk = 0
         self.blocks_demoted = 0
+        #: Blocks hard-linked from another instance's directory (shared disk tier).
+        self.blocks_adopted = 0
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._slots or key in self._disk
@@ -89,14 +105,42 @@ class OffloadingScheduler(KVConnectorScheduler):
     def holds(self, key: Hashable) -> bool:
         return key in self._slots
 
+    def set_worker_metadata(self, metadata: Sequence[tuple[str, int] | None]) -> None:
+        if not self.num_disk_slots:
+            return
+        self._disk_ranks = [(Path(root), rank_bytes) for root, rank_bytes in metadata]
+        for root, _ in self._disk_ranks:
+            (root / self.instance_dir).mkdir(parents=True, exist_ok=True)
+
     def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
         # The keys are of full blocks of all tokens but the last.
-        hits = 0
+        hits: list[Hashable] = []
         for key in request.block_keys[num_computed_tokens // self.block_size :]:
-            if key not in self:
+            if key not in self and not self._adopt(key, hits):
                 break
-            hits += 1
-        return hits * self.block_size
+            hits.append(key)
+        return len(hits) * self.block_size
+
+    def _adopt(self, key: Hashable, keep: list[Hashable]) -> bool:
+        """Link `key`'s file from another instance's directory into this one's, making
+        room by deleting the least recently used file not in `keep` (this lookup's
+        earlier hits) nor loaded this step; False: no instance has it, or no room."""
+        if not self._disk_ranks:
+            return False
+        victim = None
+        if len(self._disk) >= self.num_disk_slots:
+            busy = set(keep) | {path for _, path in self._from_disk}
+            victim = next((k for k, path in self._disk.items() if k not in busy and path not in busy), None)
+            if victim is None:
+                return False
+        path = adopt(self._disk_ranks, self.instance_dir, disk_name(key))
+        if path is None:
+            return False
+        if victim is not None:
+            self._disk_dropped.append(self._disk.pop(victim))
+        self._disk[key] = path
+        self.blocks_adopted += 1
+        return True
 
     def update_state_after_alloc(
         self, request: TransferRequest, block_ids: Sequence[int], num_computed_tokens: int, num_external_tokens: int
@@ -109,13 +153,13 @@ class OffloadingScheduler(KVConnectorScheduler):
                 self._to_device.append((block_ids[index], self._slots[key]))
             else:
                 self._disk.move_to_end(key)
-                self._from_disk.append((block_ids[index], disk_name(key)))
+                self._from_disk.append((block_ids[index], self._disk[key]))
                 self.blocks_loaded_from_disk += 1
         self.blocks_loaded += num_external_tokens // self.block_size
 
     def build_connector_meta(self, chunks: Sequence[ScheduledChunk]) -> BlockCopies:
-        copies = BlockCopies(to_device=self._to_device, from_disk=self._from_disk)
-        self._to_device, self._from_disk = [], []
+        copies = BlockCopies(to_device=self._to_device, from_disk=self._from_disk, disk_dropped=self._disk_dropped)
+        self._to_device, self._from_disk, self._disk_dropped = [], [], []
         loading = {slot for _, slot in copies.to_device}
         for chunk in chunks:
             keys = chunk.request.block_keys
@@ -153,10 +197,11 @@ class OffloadingScheduler(KVConnectorScheduler):
         if not self.num_disk_slots or key in self._disk:
             return
         if len(self._disk) >= self.num_disk_slots:
-            dropped, _ = self._disk.popitem(last=False)
-            copies.disk_dropped.append(disk_name(dropped))
-        self._disk[key] = None
-        copies.to_disk.append((slot, disk_name(key)))
+            _, dropped = self._disk.popitem(last=False)
+            copies.disk_dropped.append(dropped)
+        name = disk_name(key)
+        self._disk[key] = f"{self.instance_dir}/{name}{WRITTEN}"
+        copies.to_disk.append((slot, name, self._disk[key]))
         self.blocks_demoted += 1
 
     def request_finished(self, request: TransferRequest) -> None:
@@ -171,8 +216,8 @@ class OffloadingScheduler(KVConnectorScheduler):
                 self._free_slots.append(slot)
                 self.blocks_stored -= 1
         # The step's demotions may not all be on disk: forget them (they are recomputed).
-        demoted = {name for _, name in metadata.to_disk}  # type: ignore[attr-defined]
-        for key in [key for key in self._disk if disk_name(key) in demoted]:
+        demoted = {path for _, _, path in metadata.to_disk}  # type: ignore[attr-defined]
+        for key in [key for key, path in self._disk.items() if path in demoted]:
             del self._disk[key]
 
 
@@ -184,7 +229,8 @@ class OffloadingWorker(KVConnectorWorker):
         super().__init__(config, block_size, rank, ops)
         self.host: list[tuple[torch.Tensor, ...]] = []
         disk_path = config.kv_connector_extra_config.get(DISK_PATH_KEY)
-        #: This rank's directory of the disk tier (None: no disk tier).
+        #: This rank's root of the disk tier (None: no disk tier); the instance
+        #: directories under it are the scheduler half's.
         self.disk_root: Path | None = None if not disk_path else Path(disk_path) / f"rank{rank}"
         if self.disk_root is not None:
             self.disk_root.mkdir(parents=True, exist_ok=True)
@@ -193,40 +239,52 @@ class OffloadingWorker(KVConnectorWorker):
         super().register_kv_caches(kv_caches)
         bytes_per_block = sum(t[0].numel() * t.element_size() for cache in kv_caches for t in cache)
         slots = num_cpu_blocks(self.config, bytes_per_block)
+        self._bytes_per_block = bytes_per_block
         pin = any(t.device.type == "cuda" for cache in kv_caches for t in cache)
         self.host = [
             tuple(torch.empty((slots, *t.shape[1:]), dtype=t.dtype, pin_memory=pin) for t in cache)
             for cache in kv_caches
         ]
 
+    def handshake_metadata(self) -> tuple[str, int] | None:
+        """The disk tier's root on this rank and its block bytes (None: no disk tier),
+        for the scheduler half's lookups in other instances' directories."""
+        return None if self.disk_root is None else (str(self.disk_root), self._bytes_per_block)
+
     @staticmethod
     def _indices(pairs: list[tuple[int, int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         blocks, slots = zip(*pairs)
         return torch.tensor(blocks, device=device), torch.tensor(slots)
 
-    def _disk_file(self, name: str) -> Path:
+    def _disk_file(self, path: str) -> Path:
         assert self.disk_root is not None, "a disk tier copy without a disk tier"
-        return self.disk_root / f"{name}.safetensors"
+        return self.disk_root / path
 
     def _sync_disk(self, copies: BlockCopies) -> None:
-        """The step's disk work, before its forward: evicted CPU slots written out
-        (under a temporary name, then renamed: a reader sees a whole file or none),
-        dropped files deleted, disk hits read into their device blocks."""
-        for slot, name in copies.to_disk:
+        """The step's disk work, before its forward: disk hits read into their device
+        blocks (first: a file this step deletes may be one it reads), evicted CPU
+        slots written out (under a temporary name in the same directory, then
+        renamed: a reader, of any instance, sees a whole file or none), dropped files
+        deleted."""
+        for block, path in copies.from_disk:
+            tensors = load_file(str(self._disk_file(path)))
+            for layer, cache in enumerate(self.kv_caches):
+                for index, tensor in enumerate(cache):
+                    stored = tensors[f"{layer}.{index}"]
+                    if stored.dtype != tensor.dtype or stored.shape != tensor.shape[1:]:
+                        raise ValueError(f"disk KV block {path} holds {stored.dtype} {tuple(stored.shape)}, this "
+                                         f"cache {tensor.dtype} {tuple(tensor.shape[1:])}")
+                    tensor[block] = stored.to(tensor.device)
+        for slot, name, path in copies.to_disk:
             # Clones: safetensors refuses tensors that share one storage (the slot views).
             tensors = {f"{layer}.{index}": stored[slot].clone() for layer, host in enumerate(self.host)
                        for index, stored in enumerate(host)}
-            path = self._disk_file(name)
-            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            save_file(tensors, str(temporary))
-            os.replace(temporary, path)
-        for name in copies.disk_dropped:
-            self._disk_file(name).unlink(missing_ok=True)
-        for block, name in copies.from_disk:
-            tensors = load_file(str(self._disk_file(name)))
-            for layer, cache in enumerate(self.kv_caches):
-                for index, tensor in enumerate(cache):
-                    tensor[block] = tensors[f"{layer}.{index}"].to(tensor.device)
+            file = self._disk_file(path)
+            temporary = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+            save_file(tensors, str(temporary), metadata={KEY_FIELD: name})
+            os.replace(temporary, file)
+        for path in copies.disk_dropped:
+            self._disk_file(path).unlink(missing_ok=True)
 
     def start_load_kv(self, metadata: KVConnectorMetadata) -> None:
         self._sync_disk(metadata)  # type: ignore[arg-type]
