@@ -2,7 +2,7 @@
 (OffloadingConnector, shared_disk.py): a prefix one engine computed and demoted to
 disk is served to another engine from the first one's files, with the greedy tokens
 of an engine with no tier and no prompt token recomputed; a file gone before the
-lookup, or truncated, or holding another block, is recomputed with the same tokens;
+lookup, truncated, holding another block or in another layout, is recomputed with the same tokens;
 a file adopted at lookup survives its writer deleting it before the load."""
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from accord import LLM
 from accord.core.kv_transfer import offload
@@ -105,7 +108,7 @@ def test_a_file_its_writer_deletes_after_the_lookup_is_still_loaded(
     assert (computed, adopted) == (1, 6)
 
 
-@pytest.mark.parametrize("damage", ["deleted", "truncated", "another block's file"])
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "another block's file", "another layout"])
 def test_a_missing_or_damaged_file_is_recomputed_with_the_same_tokens(
     llama_dir: Path, tmp_path: Path, expected: list[int], damage: str
 ) -> None:
@@ -116,8 +119,13 @@ def test_a_missing_or_damaged_file_is_recomputed_with_the_same_tokens(
         broken.unlink()
     elif damage == "truncated":
         broken.write_bytes(broken.read_bytes()[:-100])
-    else:
+    elif damage == "another block's file":
         shutil.copyfile(files[0], broken)
+    else:  # the same block and bytes, as a cache of another shape would write them
+        with safe_open(str(broken), "pt") as file:
+            metadata = file.metadata()
+            tensors = {name: file.get_tensor(name).flatten() for name in file.keys()}
+        save_file(tensors, str(broken), metadata=metadata)
     tokens, computed, adopted = _serve_on_b(llama_dir, tmp_path, first)
     assert tokens == expected
     # Blocks 0-2 came from A's files; from block 3 on the prompt is recomputed.

@@ -40,7 +40,7 @@ from safetensors.torch import load_file, save_file
 from ...op_contracts import OpDispatcher
 from .base import KVConnectorMetadata, KVConnectorScheduler, KVConnectorWorker, ScheduledChunk, TransferRequest
 from .config import DISK_PATH_KEY, KVTransferConfig, num_cpu_blocks, num_disk_blocks
-from .shared_disk import KEY_FIELD, WRITTEN, adopt, new_instance_dir
+from .shared_disk import KEY_FIELD, WRITTEN, BlockLayout, adopt, block_layout, new_instance_dir
 
 @dataclass
 class BlockCopies(KVConnectorMetadata):
@@ -83,12 +83,12 @@ class OffloadingScheduler(KVConnectorScheduler):
         self._to_device: list[tuple[int, int]] = []
         #: The disk tier's directory: keys on disk (-> file path), least recently used
         #: first; this instance's own directory's name, every rank's (root, block
-        #: bytes) once the workers tell them, and deletions for the next step.
+        #: file layout) once the workers tell them, and deletions for the next step.
         self.num_disk_slots = num_disk_blocks(config, bytes_per_block)
         self._disk: OrderedDict[Hashable, str] = OrderedDict()
         self._from_disk: list[tuple[int, str]] = []
         self.instance_dir = new_instance_dir()
-        self._disk_ranks: list[tuple[Path, int]] = []
+        self._disk_ranks: list[tuple[Path, BlockLayout]] = []
         self._disk_dropped: list[str] = []
         #: Blocks loaded back from the tier, and stored into it (counters); of them,
         #: blocks read from disk, and blocks the CPU tier evicted to disk.
@@ -105,10 +105,10 @@ class OffloadingScheduler(KVConnectorScheduler):
     def holds(self, key: Hashable) -> bool:
         return key in self._slots
 
-    def set_worker_metadata(self, metadata: Sequence[tuple[str, int] | None]) -> None:
+    def set_worker_metadata(self, metadata: Sequence[tuple[str, BlockLayout] | None]) -> None:
         if not self.num_disk_slots:
             return
-        self._disk_ranks = [(Path(root), rank_bytes) for root, rank_bytes in metadata]
+        self._disk_ranks = [(Path(root), layout) for root, layout in metadata]
         for root, _ in self._disk_ranks:
             (root / self.instance_dir).mkdir(parents=True, exist_ok=True)
 
@@ -239,17 +239,24 @@ class OffloadingWorker(KVConnectorWorker):
         super().register_kv_caches(kv_caches)
         bytes_per_block = sum(t[0].numel() * t.element_size() for cache in kv_caches for t in cache)
         slots = num_cpu_blocks(self.config, bytes_per_block)
-        self._bytes_per_block = bytes_per_block
         pin = any(t.device.type == "cuda" for cache in kv_caches for t in cache)
         self.host = [
             tuple(torch.empty((slots, *t.shape[1:]), dtype=t.dtype, pin_memory=pin) for t in cache)
             for cache in kv_caches
         ]
 
-    def handshake_metadata(self) -> tuple[str, int] | None:
-        """The disk tier's root on this rank and its block bytes (None: no disk tier),
-        for the scheduler half's lookups in other instances' directories."""
-        return None if self.disk_root is None else (str(self.disk_root), self._bytes_per_block)
+    def handshake_metadata(self) -> tuple[str, BlockLayout] | None:
+        """The disk tier's root on this rank and its files' layout (None: no disk
+        tier), for the scheduler half's lookups in other instances' directories."""
+        if self.disk_root is None:
+            return None
+        return str(self.disk_root), block_layout(self._block_tensors(0))
+
+    def _block_tensors(self, slot: int) -> dict[str, torch.Tensor]:
+        """CPU slot `slot`'s block as a disk file holds it, by tensor name."""
+        # Clones: safetensors refuses tensors that share one storage (the slot views).
+        return {f"{layer}.{index}": stored[slot].clone() for layer, host in enumerate(self.host)
+                for index, stored in enumerate(host)}
 
     @staticmethod
     def _indices(pairs: list[tuple[int, int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -276,9 +283,7 @@ class OffloadingWorker(KVConnectorWorker):
                                          f"cache {tensor.dtype} {tuple(tensor.shape[1:])}")
                     tensor[block] = stored.to(tensor.device)
         for slot, name, path in copies.to_disk:
-            # Clones: safetensors refuses tensors that share one storage (the slot views).
-            tensors = {f"{layer}.{index}": stored[slot].clone() for layer, host in enumerate(self.host)
-                       for index, stored in enumerate(host)}
+            tensors = self._block_tensors(slot)
             file = self._disk_file(path)
             temporary = file.with_name(f".{file.name}.{os.getpid()}.tmp")
             save_file(tensors, str(temporary), metadata={KEY_FIELD: name})
