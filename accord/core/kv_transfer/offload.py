@@ -172,6 +172,9 @@ class OffloadingScheduler(KVConnectorScheduler):
                 slot = self._take_slot(loading, copies)
                 if slot is None:
                     break
+                # Taken: a slot this step stores into holds its old block until the
+                # saves after the forward, so demoting it now would write the old one.
+                loading.add(slot)
                 self._slots[key] = slot
                 copies.to_host.append((chunk.block_ids[index], slot))
                 copies.stored_keys.append(key)
@@ -180,7 +183,8 @@ class OffloadingScheduler(KVConnectorScheduler):
 
     def _take_slot(self, loading: set[int], copies: BlockCopies) -> int | None:
         """A free slot, else the least recently used one's (not one this step loads
-        from: loads run first, but keeping them apart keeps the directory simple),
+        from or stores into: loads run first, but keeping them apart keeps the
+        directory simple; a stored slot is written after the demotions),
         its block demoted to the disk tier where there is one."""
         if self._free_slots:
             return self._free_slots.pop()
