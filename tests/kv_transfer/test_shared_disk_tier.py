@@ -34,9 +34,10 @@ def _prompts(count: int) -> list[dict]:
     return [{"prompt_token_ids": [rng.randrange(3, 200) for _ in range(6 * BLOCK + 1)]} for _ in range(count)]
 
 
-def _tiered(llama_dir: Path, disk: Path) -> LLM:
+def _tiered(llama_dir: Path, disk: Path, cpu_blocks: int = 8, disk_blocks: int = 64) -> LLM:
     tiers = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
-        "cpu_bytes_to_use": 8 * BLOCK_BYTES, "disk_path": str(disk), "disk_bytes_to_use": 64 * BLOCK_BYTES}}
+        "cpu_bytes_to_use": cpu_blocks * BLOCK_BYTES, "disk_path": str(disk),
+        "disk_bytes_to_use": disk_blocks * BLOCK_BYTES}}
     return LLM(str(llama_dir), kv_transfer_config=tiers, **ENGINE_ARGS)
 
 
@@ -59,11 +60,11 @@ def _files_of_a(llama_dir: Path, disk: Path, first: dict, others: list[dict]) ->
     return files
 
 
-def _serve_on_b(llama_dir: Path, disk: Path, prompt: dict) -> tuple[list[int], int, int]:
+def _serve_on_b(llama_dir: Path, disk: Path, prompt: dict, disk_blocks: int = 64) -> tuple[list[int], int, int]:
     """Engine B (a fresh instance on the same disk_path) serves `prompt`: its tokens,
     the prompt tokens it computed and the blocks it took from A's directory; its
     whole device pool is free after."""
-    b = _tiered(llama_dir, disk)
+    b = _tiered(llama_dir, disk, disk_blocks=disk_blocks)
     engine = b.llm_engine
     tokens = _tokens(b, prompt)
     manager = engine.scheduler.block_manager
@@ -130,3 +131,34 @@ def test_a_missing_or_damaged_file_is_recomputed_with_the_same_tokens(
     assert tokens == expected
     # Blocks 0-2 came from A's files; from block 3 on the prompt is recomputed.
     assert (computed, adopted) == (3 * BLOCK + 1, 3)
+
+
+def test_an_instance_adopts_no_more_than_its_own_disk_holds(llama_dir: Path, tmp_path: Path, expected: list[int]) -> None:
+    first, *others = _prompts(5)
+    _files_of_a(llama_dir, tmp_path, first, others)
+    # B's disk holds 4 blocks: it adopts the first four (deleting none of them to make
+    # room for the next) and computes the rest.
+    tokens, computed, adopted = _serve_on_b(llama_dir, tmp_path, first, disk_blocks=4)
+    assert tokens == expected
+    assert (computed, adopted) == (2 * BLOCK + 1, 4)
+
+
+def test_two_instances_evicting_and_adopting_on_one_small_disk_keep_every_answer(
+    llama_dir: Path, tmp_path: Path
+) -> None:
+    prompts = _prompts(6)
+    plain = LLM(str(llama_dir), **ENGINE_ARGS)
+    wanted = [_tokens(plain, prompt) for prompt in prompts]
+    # 36 blocks through two 4-block CPU tiers and two 10-block disk directories: each
+    # instance deletes its own files while the other adopts them, in turns.
+    engines = [_tiered(llama_dir, tmp_path, cpu_blocks=4, disk_blocks=10) for _ in range(2)]
+    order = list(range(6)) + list(range(5, -1, -1)) + list(range(0, 6, 2))
+    got = [_tokens(engines[turn % 2], prompts[index]) for turn, index in enumerate(order)]
+    assert got == [wanted[index] for index in order]
+    tiers = [engine.llm_engine.scheduler.kv_connector for engine in engines]
+    assert all(tier.blocks_adopted > 0 and tier.blocks_demoted > 10 for tier in tiers)
+    for engine in engines:
+        manager = engine.llm_engine.scheduler.block_manager
+        assert manager.num_free_blocks == manager.num_blocks
+    for tier in tiers:
+        assert len(list((tmp_path / "rank0" / tier.instance_dir).glob("*.safetensors"))) <= 10
