@@ -33,7 +33,7 @@ Dtype = Literal["auto", "float32", "bfloat16", "float16", "half", "float"]
 #: vLLM's other names for a dtype (its --dtype takes them), read as the canonical one.
 DTYPE_ALIASES = {"half": "float16", "float": "float32"}
 Quantization = Literal["fp8"]
-KVCacheDtype = Literal["auto", "fp8"]
+KVCacheDtype = Literal["auto", "fp8", "fp8_e4m3"]
 SchedulingPolicy = Literal["fcfs", "priority", "effort"]
 PrefixCachingHashAlgo = Literal["sha256", "builtin"]
 ExecutorBackend = Literal["uni", "mp", "ray"]
@@ -135,7 +135,13 @@ class EngineConfig:
         None, help="exact KV block count, bypassing the memory budget (tests, reproducible runs)",
         default_help="from the memory budget", at_least=1,
     )
-    kv_cache_dtype: KVCacheDtype = setting("auto", help="KV cache dtype")
+    kv_cache_dtype: KVCacheDtype = setting(
+        "auto", help="KV cache dtype: auto (the model's), or fp8 / fp8_e4m3 (the device's e4m3 format)"
+    )
+    calculate_kv_scales: bool = setting(
+        False, help="with an fp8 KV cache, calibrate each layer's k/v scales at start-up (amax / fp8 max over one "
+        "forward of random tokens) where the checkpoint has none; off: scales 1.0 unless the checkpoint has them",
+    )
     scheduling_policy: SchedulingPolicy = setting(
         "fcfs", help="order of waiting requests: fcfs, priority (the request's), or effort (lanes by expected decode "
         "length, the thinking budget plus max_tokens, each shortest remaining first)"

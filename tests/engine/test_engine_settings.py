@@ -36,6 +36,7 @@ VLLM_FLAGS = {
     "max_num_batched_tokens": "--max-num-batched-tokens", "enable_prefix_caching": "--enable-prefix-caching",
     "kv_cache_memory": "--kv-cache-memory-bytes", "gpu_memory_utilization": "--gpu-memory-utilization",
     "num_gpu_blocks_override": "--num-gpu-blocks-override", "kv_cache_dtype": "--kv-cache-dtype",
+    "calculate_kv_scales": "--calculate-kv-scales",
     "scheduling_policy": "--scheduling-policy", "seed": "--seed",
     "prefix_caching_hash_algo": "--prefix-caching-hash-algo", "tensor_parallel_size": "--tensor-parallel-size",
     "distributed_executor_backend": "--distributed-executor-backend",

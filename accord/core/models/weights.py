@@ -20,6 +20,7 @@ computed by `GroupQuantLinear`, sliced the same way (on whole words and groups).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -95,6 +96,19 @@ class WeightLoader:
         """One tensor (this rank's `shard` of it) as `dtype` (the model dtype by
         default), the whole checked against `shape`."""
         return self._read(name, shape, shard).to(device=self.device, dtype=dtype or self.dtype).contiguous()
+
+    def scalar(self, name: str) -> float | None:
+        """A one-element tensor's value (a per-tensor scale), None when the checkpoint
+        has no `name`; a tensor of more elements is refused."""
+        if name not in self.checkpoint:
+            return None
+        shape = self.checkpoint.shape(name)
+        if math.prod(shape) != 1:
+            raise CheckpointError(
+                f"{self.checkpoint.model_dir}: tensor {name!r} has shape {shape}; one value (a per-tensor scale) "
+                "is supported here"
+            )
+        return float(self.checkpoint.read(name).to(torch.float64).item())
 
     def dense_weight(self, prefix: str, shape: Sequence[int], shard: Shard = WHOLE) -> torch.Tensor:
         """`prefix.weight` (this rank's `shard`) in the model dtype, dequantised if the

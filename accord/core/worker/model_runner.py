@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...op_contracts import OpDispatcher
+from ...op_contracts import FP8_DTYPES, FP8_MAX, OpDispatcher
+from . import kv_calibration
 from .attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from .compilation import compile_forward
 from ..config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
@@ -81,7 +82,8 @@ class ModelRunner:
         self.block_size = config.block_size
         self.is_driver = is_driver
         self.specs: list[KVCacheSpec] = model.kv_cache_specs()
-        self.kv_cache_dtype = backend.fp8_dtype() if config.kv_cache_dtype == "fp8" else model_dtype
+        self.model_dtype = model_dtype
+        self.kv_cache_dtype = backend.fp8_dtype() if config.kv_cache_dtype != "auto" else model_dtype
         self.kv_caches: list[LayerKVCache] = []
         self.sampler = Sampler(ops, seed=config.seed)
         self.rejection_sampler = RejectionSampler(ops, self.sampler.rng)
@@ -138,12 +140,13 @@ class ModelRunner:
         self.capture_decode_graphs()
         return None if self.kv_connector is None else self.kv_connector.handshake_metadata()
 
-    def allocate_kv_cache(self, num_blocks: int) -> None:
-        """Allocate every layer's cache with `num_blocks` blocks, in the backend's layout."""
-        self.kv_caches = [self._layer_cache(spec, num_blocks) for spec in self.specs]
+    def allocate_kv_cache(self, num_blocks: int, dtype: torch.dtype | None = None) -> None:
+        """Allocate every layer's cache with `num_blocks` blocks, in the backend's layout
+        (of `dtype`, by default the KV cache dtype)."""
+        self.kv_caches = [self._layer_cache(spec, num_blocks, dtype) for spec in self.specs]
 
-    def _layer_cache(self, spec: KVCacheSpec, num_blocks: int) -> LayerKVCache:
-        dtype, device = self.kv_cache_dtype, self.device
+    def _layer_cache(self, spec: KVCacheSpec, num_blocks: int, dtype: torch.dtype | None = None) -> LayerKVCache:
+        dtype, device = dtype or self.kv_cache_dtype, self.device
         # Host caches are not zeroed: zeroing the CPU default of 4 GiB cost seconds of
         # start-up and committed all of it at once, while an allocation that size is
         # mapped fresh from the OS (zero pages, touched only as blocks are used), and the
@@ -196,14 +199,33 @@ class ModelRunner:
             lengths.append(num_tokens % self.max_model_len)
         return self._scratch_forward(lengths)
 
-    def _scratch_forward(self, lengths: list[int]) -> float:
+    def calibrate_kv_scales(self) -> None:
+        """Give each attention layer of an fp8 cache without the checkpoint's scales
+        amax / fp8_max of the keys and values of one forward over seeded random tokens,
+        computed on an unquantised scratch cache (accord.core.worker.kv_calibration)."""
+        layers = kv_calibration.gqa_layers(self.model.layers)
+        if self.kv_cache_dtype not in FP8_DTYPES or not kv_calibration.needs_calibration(layers):
+            return
+        tokens = kv_calibration.calibration_tokens(self.model.config.vocab_size, self.max_model_len)
+        with kv_calibration.calibrating(layers, FP8_MAX[self.kv_cache_dtype]):
+            self._scratch_forward([tokens.shape[1]], tokens.numpy(), self.model_dtype)
+        logger.info(
+            "fp8 KV cache scales calibrated on %d random tokens: k %s, v %s", tokens.shape[1],
+            [round(layer.kv_scales.k_scale, 4) for layer in layers],
+            [round(layer.kv_scales.v_scale, 4) for layer in layers],
+        )
+
+    def _scratch_forward(
+        self, lengths: list[int], token_ids: np.ndarray | None = None, cache_dtype: torch.dtype | None = None
+    ) -> float:
         """Seconds of one synchronised forward (and logits of each sequence's last row)
-        of fresh sequences of these lengths, on a scratch KV cache freed afterwards."""
+        of fresh sequences of these lengths (of `token_ids` [S, max length], zeros by
+        default), on a scratch KV cache (of `cache_dtype`) freed afterwards."""
         lengths = [min(max(1, n), self.max_model_len) for n in lengths]
         num_seqs = len(lengths)
         blocks_per_seq = -(-max(lengths) // self.block_size)
-        self.allocate_kv_cache(num_seqs * blocks_per_seq)
-        tokens = np.zeros((num_seqs, max(lengths)), dtype=np.int32)
+        self.allocate_kv_cache(num_seqs * blocks_per_seq, cache_dtype)
+        tokens = np.zeros((num_seqs, max(lengths)), dtype=np.int32) if token_ids is None else token_ids
         tables = np.arange(num_seqs * blocks_per_seq).reshape(num_seqs, blocks_per_seq)
         num_new = np.array(lengths, dtype=np.int64)
         start = time.perf_counter()

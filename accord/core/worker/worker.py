@@ -131,6 +131,8 @@ class Worker:
         self.runner.profile_run(
             self.config.max_num_seqs, min(max_num_batched_tokens, self.config.max_num_seqs * self.max_model_len)
         )
+        if self.config.calculate_kv_scales:
+            self.runner.calibrate_kv_scales()
         return self.runner.num_blocks_for_budget()
 
     def initialize_cache(self, num_blocks: int) -> Any:

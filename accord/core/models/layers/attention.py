@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -11,6 +12,7 @@ from ...worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ...distributed.sharding import head_shards
 from ...model_loader.model_config import ModelConfig
 from ..weights import WeightLoader
+from .kv_scales import KVScales, load_kv_scales
 from .linear import Linear
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
@@ -32,6 +34,7 @@ class GQAAttention:
         q_norm: RMSNorm | None = None,
         k_norm: RMSNorm | None = None,
         sliding_window: int = 0,
+        kv_scales: KVScales | None = None,
     ) -> None:
         self.ops = ops
         self.qkv = qkv
@@ -44,6 +47,11 @@ class GQAAttention:
         self.k_norm = k_norm
         self.sliding_window = sliding_window
         self.scale = head_dim**-0.5
+        #: The fp8 cache's scales (the checkpoint's, or calibrated at start-up).
+        self.kv_scales = kv_scales or KVScales()
+        #: Sees this layer's keys and values [T, Hk, D] before the cache write while a
+        #: calibration pass runs (accord.core.worker.kv_calibration); None otherwise.
+        self.kv_observer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
 
     @classmethod
     def load(
@@ -74,7 +82,7 @@ class GQAAttention:
         window = config.sliding_windows[layer] if config.sliding_windows else 0
         return cls(
             weights.ops, qkv, o_proj, rotary, q_shard.extent(heads), kv_shard.extent(kv_heads), head_dim,
-            q_norm, k_norm, window,
+            q_norm, k_norm, window, load_kv_scales(weights, prefix),
         )
 
     def kv_cache_spec(self) -> KVCacheSpec:
@@ -98,10 +106,15 @@ class GQAAttention:
             positions, q.view(tokens, self.num_heads, head_dim), k.view(tokens, self.num_kv_heads, head_dim)
         )
         v = v.view(tokens, self.num_kv_heads, head_dim)
+        if self.kv_observer is not None:
+            self.kv_observer(k, v)
         key_cache, value_cache = kv_cache
-        self.ops.reshape_and_cache(k, v, key_cache, value_cache, attn.slot_mapping)
+        scales = self.kv_scales
+        self.ops.reshape_and_cache(
+            k, v, key_cache, value_cache, attn.slot_mapping, k_scale=scales.k_scale, v_scale=scales.v_scale
+        )
         out = self.ops.paged_attention(
             q, key_cache, value_cache, attn.block_tables, attn.seq_lens, attn.query_start_loc,
-            scale=self.scale, sliding_window=self.sliding_window,
+            scale=self.scale, sliding_window=self.sliding_window, k_scale=scales.k_scale, v_scale=scales.v_scale,
         )
         return self.o_proj(out.view(tokens, q_size))
