@@ -13,7 +13,9 @@
  * channels at key_cache, its value value_dim channels at value_cache; MLA passes the
  * latent cache as both (the value is the key's first value_dim channels). Built by
  * _native.py with -march=native: the vector extensions below become AVX512 or AVX2
- * code. */
+ * code. A bf16 query and cache may instead take the AVX512-BF16 path (`isa`, see
+ * attend_head_bf16: single pass, vdpbf16ps for both products), whose functions carry
+ * their own target. */
 
 #include <stdint.h>
 #include <stdlib.h>
