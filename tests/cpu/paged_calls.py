@@ -4,14 +4,37 @@ NaN in every cache slot no sequence owns, padding query rows past the last seque
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
+
+from accord.backends.cpu.kernels._native_attention import Isa
 
 BLOCK_SIZE = 4
 #: (cached length, new query rows): a whole prefill, a decode, a chunk of a longer
 #: prefill, a decode with a much longer context, a one-token sequence.
 MIXED = ((6, 6), (9, 1), (11, 4), (37, 1), (1, 1))
 PADDING_ROWS = 2
+
+
+def _cpu_has_avx512_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return "avx512_bf16" in cpuinfo.read()
+    except OSError:
+        return False
+
+
+def forced_isa(isa: Isa, kernel: str, built: bool) -> Isa:
+    """`isa` for a test that forces a C attention kernel's path, or a skip with the
+    reason: the kernel (named for the message) is not `built`, or the path is
+    AVX512-BF16 and this CPU itself lacks it (the kernel checks the same, and the
+    simulated CPUs of ACCORD_TEST_CPU cannot lend it: it would run fp32 lanes instead)."""
+    if not built:
+        pytest.skip(f"no C compiler on this host: the C {kernel} kernel cannot be built")
+    if isa is Isa.AVX512_BF16 and not _cpu_has_avx512_bf16():
+        pytest.skip("this CPU has no AVX512-BF16: the kernel would run its fp32 path instead")
+    return isa
 
 
 def metadata(lengths: tuple[tuple[int, int], ...], index_dtype: torch.dtype) -> tuple[torch.Tensor, ...]:

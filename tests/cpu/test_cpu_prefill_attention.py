@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_calls import paged_call
+from paged_calls import forced_isa, paged_call
 
 from accord.backends.cpu import capability
 from accord.backends.cpu.kernels import _native_attention
@@ -16,22 +16,10 @@ from accord.backends.cpu.kernels._native_attention import Isa
 from accord.op_contracts import CONTRACTS
 
 
-def _cpu_has_avx512_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return "avx512_bf16" in cpuinfo.read()
-    except OSError:
-        return False
-
-
 @pytest.fixture(params=list(Isa), ids=lambda isa: isa.name)
 def isa(request: pytest.FixtureRequest) -> Isa:
     """The query . key path the kernel is told to take."""
-    if _native_attention._prefill_library() is None:
-        pytest.skip("no C compiler on this host: the C prefill-attention kernel cannot be built")
-    if request.param is Isa.AVX512_BF16 and not _cpu_has_avx512_bf16():
-        pytest.skip("this CPU has no AVX512-BF16: the kernel would run its fp32 path instead")
-    return request.param
+    return forced_isa(request.param, "prefill-attention", _native_attention._prefill_library() is not None)
 
 
 #: (cached length, new query rows): a whole prompt of two query tiles (32 positions per
@@ -41,9 +29,9 @@ LENGTHS = ((45, 45), (9, 1), (93, 23), (6, 6), (40, 2), (120, 1))
 
 
 def _attend(call: tuple[torch.Tensor, ...], scale: float, window: int, isa: Isa) -> torch.Tensor:
-    """The decode kernel, then the prefill kernel on `isa`; both must take the call."""
+    """The decode kernel, then the prefill kernel, both on `isa`; both must take the call."""
     out = torch.full_like(call[0], float("nan"))
-    assert _native_attention.attend_decodes(*call, scale=scale, sliding_window=window, out=out) is not None
+    assert _native_attention.attend_decodes(*call, scale=scale, sliding_window=window, out=out, isa=isa) is not None
     assert _native_attention.attend_prefills(*call, scale=scale, sliding_window=window, out=out, isa=isa)
     return out
 

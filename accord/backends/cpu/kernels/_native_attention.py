@@ -32,10 +32,10 @@ PAGED_CALL = _native.Int64Struct("paged_call", (
 #: Its `struct` format, taken once (a decode step packs it per attention call).
 CALL_LAYOUT = PAGED_CALL.layout
 #: What `_native.load` builds and loads (and `_native.build_ahead` starts building): the
-#: decode kernel, and the prefill kernel (which also takes the query . key path, `Isa`).
+#: decode kernel and the prefill kernel (each also takes its path, `Isa`).
 LIBRARY = (
     "paged_decode_attention.c",
-    (("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float)),),
+    (("accord_paged_decode_attention", ctypes.c_long, (ctypes.c_void_p, ctypes.c_float, ctypes.c_long)),),
     _native.DEFAULT_OPTIMIZATION,
     (PAGED_CALL,),
 )
@@ -48,15 +48,20 @@ PREFILL_LIBRARY = (
 
 
 class Isa(enum.IntEnum):
-    """How the prefill kernel computes query . key products (its `enum isa`)."""
+    """How the kernels compute their products (`enum isa`, paged_attention_bf16.h): the
+    prefill kernel its query . key products, the decode kernel its query . key and
+    weight . value products."""
 
     FP32 = 0  #: fp32 lanes, bf16 widened exactly (AVX512F or AVX2 code, as the host builds it)
-    AVX512_BF16 = 1  #: vdpbf16ps on bf16 pairs (bf16 query and cache; the kernel checks the CPU has it)
+    #: vdpbf16ps on bf16 pairs (bf16 query and cache; the kernel checks the CPU has it).
+    #: The decode kernel also rounds the softmax weights to bf16 for the values.
+    AVX512_BF16 = 1
 
 
 def prefill_isa() -> Isa:
-    """The prefill kernel's path on this host: AVX512-BF16 where the cpu backend computes
-    bf16 natively (`ACCORD_CPU_BF16_PATH` forces either answer), else fp32 lanes."""
+    """The paged kernels' path on this host (decode and prefill): AVX512-BF16 where the
+    cpu backend computes bf16 natively (`ACCORD_CPU_BF16_PATH` forces either answer),
+    else fp32 lanes."""
     return Isa.AVX512_BF16 if capability.cpu_has_native_bf16() else Isa.FP32
 
 
@@ -122,6 +127,7 @@ def attend_decodes(
     scale: float,
     sliding_window: int,
     out: torch.Tensor,
+    isa: Isa | None = None,
 ) -> int | None:
     """Attend every single-row sequence of the step in place and zero the rows no
     sequence owns. query is [T, Hq, Dk], out [T, Hq, Dv], the caches [NB, BS, Hk, D]
@@ -130,14 +136,16 @@ def attend_decodes(
     query rows are left to the caller, or None when the C kernel does not take this
     call (dtypes other than fp32/bf16, channels not contiguous, no compiler, metadata
     pointing outside the caches, no memory for its scratch): then the caller's torch
-    path does the whole call (and reports bad metadata)."""
+    path does the whole call (and reports bad metadata). `isa` forces the path (default:
+    `prefill_isa()`); AVX512_BF16 runs only for a bf16 query and cache with key and value
+    widths that are multiples of 32 on a CPU with the instruction, else fp32 lanes do."""
     library = _library()
     call = None if library is None else _pack_call(
         query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, sliding_window, out
     )
     if call is None:
         return None
-    left = library.accord_paged_decode_attention(call, scale)
+    left = library.accord_paged_decode_attention(call, scale, prefill_isa() if isa is None else isa)
     return None if left < 0 else left
 
 

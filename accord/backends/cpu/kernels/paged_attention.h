@@ -1,6 +1,7 @@
 /* What the paged attention kernels (paged_decode_attention.c, paged_prefill_attention.c)
- * share beside lanes.h's vectors, row loaders and lane sum: a vector exp, and the
- * addressing of a position's row in the paged cache through a block table. */
+ * share beside lanes.h's vectors, row loaders and lane sum: a vector exp, the online
+ * softmax of a tile of scores, and the addressing of a position's row in the paged cache
+ * through a block table. */
 
 #ifndef ACCORD_PAGED_ATTENTION_H
 #define ACCORD_PAGED_ATTENTION_H
@@ -51,6 +52,57 @@ static inline vfloat max_lanes(vfloat x, vfloat y) {
     return x;
 }
 
+/* Unaligned fp32 vector loads and stores the compiler keeps in registers (a memcpy into
+ * an array of vectors made GCC copy every value row through the stack). */
+typedef float vfloat_u __attribute__((vector_size(LANES * 4), aligned(4), may_alias));
+static inline vfloat loadv(const float *p) { return *(const vfloat_u *)p; }
+static inline void storev(float *p, vfloat v) { *(vfloat_u *)p = v; }
+
+/* The online softmax of one row's tile of scores: positions p0 + j visible to a query at
+ * position `pos` (causal, and inside the window when there is one) keep their score,
+ * the others weigh 0; the running maximum, sum and accumulator are updated and the
+ * scores replaced by their weights e^(score - maximum). */
+static void softmax_tile(float *scores, long p0, long pos, long window, float *top, float *total, float *acc,
+                         long vd) {
+    const vint iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const vint p = iota + (int32_t)p0;
+    const long first = window > 0 ? pos - window + 1 : 0;
+    const vint seen = (p <= (int32_t)pos) & (p >= (int32_t)first);
+    vfloat x;
+    memcpy(&x, scores, sizeof x);
+    const vfloat none = (vfloat){0} - __builtin_inff();
+    vint xi, ni;
+    memcpy(&xi, &x, sizeof xi);
+    memcpy(&ni, &none, sizeof ni);
+    xi = (xi & seen) | (ni & ~seen);
+    memcpy(&x, &xi, sizeof x);
+    /* The tile's maximum as a halving tree of lane maxima (lane 0 ends with it). */
+    vfloat m = max_lanes(x, __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    m = max_lanes(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    m = max_lanes(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    m = max_lanes(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+    const float tile_top = m[0];
+    if (tile_top == -__builtin_inff()) { /* nothing of this tile is visible to the row */
+        memset(scores, 0, sizeof x);
+        return;
+    }
+    /* The accumulator's rescale e^(old - new maximum): 1 (no exp, no pass over it) while
+     * the maximum stays, 0 before the row's first visible position. */
+    const float new_top = tile_top > *top ? tile_top : *top;
+    const float scale = *top == -__builtin_inff() ? 0.0f
+                        : new_top == *top          ? 1.0f
+                                                   : exp_lanes((vfloat){0} + (*top - new_top))[0];
+    vfloat e = exp_lanes(x - new_top);
+    vint ei;
+    memcpy(&ei, &e, sizeof ei);
+    ei &= seen; /* exp_lanes clamps far below the maximum instead of reaching 0: hidden is 0 */
+    memcpy(&e, &ei, sizeof e);
+    storev(total, loadv(total) * scale + e);
+    *top = new_top;
+    memcpy(scores, &e, sizeof e);
+    if (scale != 1.0f)
+        for (long i = 0; i < vd; ++i) acc[i] *= scale;
+}
 
 static inline long read_index(const void *p, long i, int index_bytes) {
     return index_bytes == 8 ? (long)((const int64_t *)p)[i] : (long)((const int32_t *)p)[i];

@@ -13,12 +13,15 @@
  * channels at key_cache, its value value_dim channels at value_cache; MLA passes the
  * latent cache as both (the value is the key's first value_dim channels). Built by
  * _native.py with -march=native: the vector extensions below become AVX512 or AVX2
- * code. */
+ * code. A bf16 query and cache may instead take the AVX512-BF16 path (`isa`, see
+ * attend_head_bf16: single pass, vdpbf16ps for both products), whose functions carry
+ * their own target. */
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "paged_attention.h"
+#include "paged_attention_bf16.h"
 
 /* w[0, n) = e^(w - top) / their sum, in place (n >= 1). */
 static void softmax(float *w, long n) {
@@ -343,26 +346,164 @@ static inline __attribute__((always_inline)) void attend_head_chunked(const stru
         attend_group(c, kv_dtype, c->key_dim, offsets, n, stride, q, group, scale, scores, acc);
 }
 
+/* The AVX512-BF16 path (`isa`), for a bf16 query and cache whose key and value widths
+ * are multiples of 32: single pass over the visible positions, LANES at a time from the
+ * sequence's first visible one, flash-style. A tile's keys are transposed to bf16 pairs
+ * (pair-major, in registers) and scored by score_bf16 (vdpbf16ps, exact products, fp32
+ * sums) for the whole query group; softmax_tile keeps each query's running maximum, sum
+ * and accumulator; then the weights e^(score - maximum) are rounded to bf16 (nearest
+ * even, relative error at most 2^-9 each) and the values weighed by vdpbf16ps over pairs
+ * of positions, summed in fp32. The sum the output is divided by is that of the fp32
+ * weights. Padding positions of the last tile repeat a real position (finite values)
+ * and weigh exactly 0. */
+
+/* kt[i][j] = pair i0 + i of key j's row (16 pairs of each of the tile's LANES keys at
+ * offsets), a 16 x 16 transpose of 32-bit pairs in registers: unpacks of 32 and 64 bits
+ * within 128-bit lanes, then a 4 x 4 transpose of the lanes. */
+static inline __attribute__((always_inline, target("avx512f,avx512bf16"))) void transpose_pairs(
+    const uint16_t *keys, const long *offsets, long i0, uint32_t *kt) {
+    __m512i r[LANES], t[LANES];
+    for (int j = 0; j < LANES; ++j) r[j] = _mm512_loadu_si512(keys + offsets[j] + 2 * i0);
+    for (int k = 0; k < LANES; k += 2) {
+        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
+    }
+    /* r[4k + e], lane L: pair 4L + e of keys 4k .. 4k + 3. */
+    for (int k = 0; k < LANES; k += 4) {
+        r[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+        r[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        r[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+        r[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int e = 0; e < 4; ++e) {
+        const __m512i low01 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44), high01 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
+        const __m512i low23 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44),
+                      high23 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
+        _mm512_storeu_si512(kt + (0 + e) * LANES, _mm512_shuffle_i32x4(low01, low23, 0x88));
+        _mm512_storeu_si512(kt + (4 + e) * LANES, _mm512_shuffle_i32x4(low01, low23, 0xdd));
+        _mm512_storeu_si512(kt + (8 + e) * LANES, _mm512_shuffle_i32x4(high01, high23, 0x88));
+        _mm512_storeu_si512(kt + (12 + e) * LANES, _mm512_shuffle_i32x4(high01, high23, 0xdd));
+    }
+}
+
+/* Queries whose value sums are held in registers together (two vectors each). */
+#define PAIR_QUERIES 8
+
+/* acc[g] += the tile's weighted value rows for nb queries (a constant where this is
+ * inlined), w[g][m] the bf16 pair of weights of positions 2m and 2m + 1. Per 32 channels
+ * at i, the two rows' halves interleaved by unpacks of 16 bits hold one position pair
+ * per lane: acc[g][i + l] is channel 8 (l / 4) + l % 4 of the block, acc[g][i + 16 + l]
+ * channel 8 (l / 4) + 4 + l % 4 (`unpermute_values` restores the order). */
+static inline __attribute__((always_inline, target("avx512f,avx512bf16"))) void weigh_pairs(
+    const uint16_t *values, const long *offsets, long vd, const uint32_t *w, const int nb, float *acc) {
+    for (long i = 0; i < vd; i += 32) {
+        __m512 a[PAIR_QUERIES][2];
+        for (int g = 0; g < nb; ++g) a[g][0] = _mm512_loadu_ps(acc + g * vd + i), a[g][1] = _mm512_loadu_ps(acc + g * vd + i + 16);
+        for (int m = 0; m < LANES / 2; ++m) {
+            const __m512i x = _mm512_loadu_si512(values + offsets[2 * m] + i),
+                          y = _mm512_loadu_si512(values + offsets[2 * m + 1] + i);
+            const __m512bh low = (__m512bh)_mm512_unpacklo_epi16(x, y), high = (__m512bh)_mm512_unpackhi_epi16(x, y);
+            for (int g = 0; g < nb; ++g) {
+                const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)w[g * (LANES / 2) + m]);
+                a[g][0] = _mm512_dpbf16_ps(a[g][0], low, weights);
+                a[g][1] = _mm512_dpbf16_ps(a[g][1], high, weights);
+            }
+        }
+        for (int g = 0; g < nb; ++g) _mm512_storeu_ps(acc + g * vd + i, a[g][0]), _mm512_storeu_ps(acc + g * vd + i + 16, a[g][1]);
+    }
+}
+
+/* weigh_pairs for a group's queries, PAIR_QUERIES at a time, then one at a time. */
+__attribute__((target("avx512f,avx512bf16"))) static void weigh_group(const uint16_t *values, const long *offsets,
+                                                                      long vd, const uint32_t *w, long group,
+                                                                      float *acc) {
+    long g = 0;
+    for (; g + PAIR_QUERIES <= group; g += PAIR_QUERIES)
+        weigh_pairs(values, offsets, vd, w + g * (LANES / 2), PAIR_QUERIES, acc + g * vd);
+    for (; g < group; ++g) weigh_pairs(values, offsets, vd, w + g * (LANES / 2), 1, acc + g * vd);
+}
+
+/* w[g][.] = the tile's LANES fp32 weights of query g as bf16, nearest even (pairs of
+ * consecutive positions in each 32-bit word). */
+__attribute__((target("avx512f,avx512bf16"))) static void round_weights(const float *weights, long group,
+                                                                        uint32_t *w) {
+    for (long g = 0; g < group; ++g)
+        _mm256_storeu_si256((__m256i *)(w + g * (LANES / 2)), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(weights + g * LANES)));
+}
+
+/* A value accumulator row back from weigh_pairs' order to channel order, divided by the
+ * softmax sum, into the fp32 row `out`. */
+static void unpermute_values(const float *acc, long vd, float inv, float *out) {
+    for (long i = 0; i < vd; i += 32)
+        for (int l = 0; l < 16; ++l) {
+            out[i + 8 * (l / 4) + l % 4] = acc[i + l] * inv;
+            out[i + 8 * (l / 4) + 4 + l % 4] = acc[i + 16 + l] * inv;
+        }
+}
+
+/* attend_task's work on the AVX512-BF16 path: q the group's query rows as bf16 pairs,
+ * offsets the n visible positions (first at `first`) padded to `stride`, a multiple of
+ * LANES; writes the group's normalised fp32 output rows to out. scratch holds
+ * (kd / 2 + 2 * group) * LANES + group * (vd + LANES / 2 + 1) 32-bit words. */
+static void attend_head_bf16(const struct cache *c, const long *offsets, long first, long n, long stride,
+                             long window, const uint32_t *q, long group, float scale, uint32_t *scratch,
+                             float *out) {
+    const long kd = c->key_dim, vd = c->value_dim, pairs = kd / 2;
+    uint32_t *kt = scratch, *w = kt + pairs * LANES;
+    float *scores = (float *)(w + group * (LANES / 2)), *total = scores + group * LANES, *top = total + group * LANES,
+          *acc = top + group;
+    for (long g = 0; g < group; ++g) top[g] = -__builtin_inff();
+    memset(total, 0, group * LANES * sizeof(float));
+    memset(acc, 0, group * vd * sizeof(float));
+    const long last = first + n - 1;
+    for (long t = 0; t < stride; t += LANES) {
+        if (t + LANES < stride)
+            for (int j = 0; j < LANES; ++j) {
+                prefetch_row((const char *)c->keys + offsets[t + LANES + j] * 2, kd * 2);
+                prefetch_row((const char *)c->values + offsets[t + LANES + j] * 2, vd * 2);
+            }
+        for (long i = 0; i < pairs; i += LANES) transpose_pairs(c->keys, offsets + t, i, kt + i * LANES);
+        score_bf16(q, group, pairs, kt, scale, scores);
+        for (long g = 0; g < group; ++g)
+            softmax_tile(scores + g * LANES, first + t, last, window, top + g, total + g * LANES, acc + g * vd, vd);
+        round_weights(scores, group, w);
+        weigh_group(c->values, offsets + t, vd, w, group, acc);
+    }
+    for (long g = 0; g < group; ++g)
+        unpermute_values(acc + g * vd, vd, 1.0f / lane_sum(loadv(total + g * LANES)), out + g * vd);
+}
+
 /* Query row `row`'s attention over kv head `head`, visible positions [first, len), into
- * its output row; 0, or -1 when its scratch could not be allocated. */
+ * its output row, on the AVX512-BF16 path where `bf16` is set (see attend_head_bf16);
+ * 0, or -1 when its scratch could not be allocated. */
 static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
-                       int index_bytes, long row, long head, long first, long len, long group, float scale) {
+                       int index_bytes, long row, long head, long first, long len, long group, float scale,
+                       int bf16, long window) {
     const long kd = c->key_dim, vd = c->value_dim, n = len - first;
     const int chunked = kd % CHUNK == 0 && vd % CHUNK == 0;
-    /* The chunked path reads whole tiles of LANES positions: the padding repeats the last. */
+    /* The chunked and bf16 paths read whole tiles of LANES positions: the padding repeats the last. */
     const long stride = chunked ? (n + LANES - 1) / LANES * LANES : n;
     const long q_size = r->q_dtype == BF16 ? 2 : 4, out_size = r->out_dtype == BF16 ? 2 : 4;
-    long *offsets = malloc(sizeof(long) * stride + sizeof(float) * group * (kd + vd + stride));
+    const long bf16_scratch = (kd / 2 + 2 * group) * LANES + group * (vd + LANES / 2 + 1);
+    const long scratch = bf16 ? bf16_scratch : group * stride;
+    long *offsets = malloc(sizeof(long) * stride + sizeof(float) * (group * (kd + vd) + scratch));
     if (offsets == NULL) return -1;
     float *q = (float *)(offsets + stride), *acc = q + group * kd, *scores = acc + group * vd;
     position_offsets(c, table, index_bytes, head, first, len, offsets);
     for (long t = n; t < stride; ++t) offsets[t] = offsets[n - 1];
     for (long g = 0; g < group; ++g) {
         const char *src = (const char *)r->query + (row * r->q_row_stride + (head * group + g) * r->q_head_stride) * q_size;
+        if (bf16) {
+            memcpy((uint32_t *)q + g * (kd / 2), src, kd * 2);
+            continue;
+        }
         for (long i = 0; i < kd; ++i) q[g * kd + i] = load_one(src, i, r->q_dtype);
         if (chunked) reorder_chunks(q + g * kd, kd, kv_dtype, 0);
     }
-    if (chunked && kv_dtype == BF16)
+    if (bf16)
+        attend_head_bf16(c, offsets, first, n, stride, window, (const uint32_t *)q, group, scale, (uint32_t *)scores,
+                         acc);
+    else if (chunked && kv_dtype == BF16)
         attend_head_chunked(c, BF16, offsets, n, stride, q, group, scale, scores, acc);
     else if (chunked)
         attend_head_chunked(c, FP32, offsets, n, stride, q, group, scale, scores, acc);
@@ -372,7 +513,7 @@ static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r
         attend_head(c, FP32, offsets, n, q, group, scale, scores, acc);
     for (long g = 0; g < group; ++g) {
         char *dst = (char *)r->out + (row * r->out_row_stride + (head * group + g) * r->out_head_stride) * out_size;
-        if (chunked) reorder_chunks(acc + g * vd, vd, kv_dtype, 1);
+        if (chunked && !bf16) reorder_chunks(acc + g * vd, vd, kv_dtype, 1);
         for (long i = 0; i < vd; ++i) {
             if (r->out_dtype == BF16)
                 ((uint16_t *)dst)[i] = float_to_bf16(acc[g * vd + i]);
@@ -402,8 +543,9 @@ struct decode_tasks {
     const void *seq_lens, *block_tables;
     long table_stride;
     int index_bytes;
-    long group;
+    long group, window;
     float scale;
+    int bf16;
 };
 
 /* attend_task for task number `task` (sequence task / kv_heads, kv head task % kv_heads). */
@@ -413,7 +555,7 @@ static int run_decode_task(const void *tasks, long task) {
     const long len = read_index(w->seq_lens, d[0], w->index_bytes);
     const void *table = (const char *)w->block_tables + d[0] * w->table_stride * w->index_bytes;
     return attend_task(w->cache, w->kv_dtype, w->rows, table, w->index_bytes, d[1], task % w->kv_heads, d[2], len,
-                       w->group, w->scale) != 0;
+                       w->group, w->scale, w->bf16, w->window) != 0;
 }
 
 /* Below this many (position x kv head) pairs in a step, waking a second thread costs
@@ -429,8 +571,9 @@ static int run_decode_task(const void *tasks, long task) {
  * query rows no sequence owns. Returns how many sequences have more than one new row
  * (left to the caller), or -1 when the metadata points outside the tensors (having
  * written nothing: the caller's checked path then reports it) or memory ran out (the
- * caller's path then redoes the whole call). */
-long accord_paged_decode_attention(const struct paged_call *call, float scale) {
+ * caller's path then redoes the whole call). `isa` picks the path: ISA_AVX512_BF16 (where
+ * the call and the CPU allow it, else the fp32 lanes) or ISA_FP32. */
+long accord_paged_decode_attention(const struct paged_call *call, float scale, long isa) {
     const void *query = (const void *)call->query, *key_cache = (const void *)call->key_cache,
                *value_cache = (const void *)call->value_cache, *block_tables = (const void *)call->block_tables,
                *seq_lens = (const void *)call->seq_lens, *query_start_loc = (const void *)call->query_start_loc;
@@ -475,8 +618,11 @@ long accord_paged_decode_attention(const struct paged_call *call, float scale) {
     if (wanted > threads) wanted = threads;
     if (wanted > tasks) wanted = tasks;
     if (wanted < 1) wanted = 1;
+    /* The AVX512-BF16 path takes bf16 query and caches of widths in whole vectors of pairs. */
+    const int bf16 = isa == ISA_AVX512_BF16 && call->q_dtype == BF16 && kv_dtype == BF16 && call->key_dim % 32 == 0 &&
+                     value_dim % 32 == 0 && __builtin_cpu_supports("avx512bf16");
     const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, seq_lens, block_tables, table_stride,
-                                      index_bytes, group, scale};
+                                      index_bytes, group, sliding_window, scale, bf16};
     const int failed = run_tasks(run_decode_task, &work, tasks, wanted);
     free(decodes);
     return failed ? -1 : prefills;

@@ -28,16 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "paged_attention.h"
-
-enum isa { ISA_FP32 = 0, ISA_AVX512_BF16 = 1 };
+#include "paged_attention_bf16.h"
 
 /* Key positions per tile: one vector of scores per query row. */
 #define KEY_TILE LANES
 /* Query rows (positions times the group's heads) per task: enough rows to share each
  * key tile's read among, few enough that the task's state stays in L2. */
 #define ROWS_PER_TASK 128
-/* Query rows whose scores are accumulated side by side in registers. */
-#define SCORE_ROWS 8
 /* Below this many (query row, visible key) pairs in a call, a second thread costs
  * more than it saves. */
 #define PAIRS_PER_THREAD 32768
@@ -92,27 +89,6 @@ static void score_fp32(const float *q, long rows, long kd, const float *keys, fl
     for (; r < rows; ++r) score_rows_fp32(q + r * kd, kd, keys, 1, scale, scores + r * KEY_TILE);
 }
 
-/* score_rows_fp32 with each pair of channels in one vdpbf16ps (q and keys as bf16 pairs). */
-static inline __attribute__((always_inline, target("avx512f,avx512bf16"))) void score_rows_bf16(
-    const uint32_t *q, long pairs, const uint32_t *keys, const int nb, float scale, float *scores) {
-    __m512 acc[SCORE_ROWS];
-    for (int r = 0; r < nb; ++r) acc[r] = _mm512_setzero_ps();
-    for (long i = 0; i < pairs; ++i) {
-        const __m512bh k = (__m512bh)_mm512_loadu_si512(keys + i * KEY_TILE);
-        for (int r = 0; r < nb; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], k, (__m512bh)_mm512_set1_epi32((int)q[r * pairs + i]));
-    }
-    for (int r = 0; r < nb; ++r) _mm512_storeu_ps(scores + r * KEY_TILE, _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static void score_bf16(const uint32_t *q, long rows, long pairs,
-                                                                     const uint32_t *keys, float scale,
-                                                                     float *scores) {
-    long r = 0;
-    for (; r + SCORE_ROWS <= rows; r += SCORE_ROWS)
-        score_rows_bf16(q + r * pairs, pairs, keys, SCORE_ROWS, scale, scores + r * KEY_TILE);
-    for (; r < rows; ++r) score_rows_bf16(q + r * pairs, pairs, keys, 1, scale, scores + r * KEY_TILE);
-}
-
 /* The tile of positions [p0, p0 + KEY_TILE) into the state, channel-major keys and
  * widened values; positions outside [lo, hi) (not visible to any row of the task) are
  * not read and hold zeros. */
@@ -141,58 +117,6 @@ static void load_tile(const struct cache *c, int kv_dtype, int isa, const void *
         }
         for (; i < vd; ++i) row[i] = load_one(value, i, kv_dtype);
     }
-}
-
-/* Unaligned fp32 vector loads and stores the compiler keeps in registers (a memcpy into
- * an array of vectors made GCC copy every value row through the stack). */
-typedef float vfloat_u __attribute__((vector_size(LANES * 4), aligned(4), may_alias));
-static inline vfloat loadv(const float *p) { return *(const vfloat_u *)p; }
-static inline void storev(float *p, vfloat v) { *(vfloat_u *)p = v; }
-
-/* The online softmax of one row's tile of scores: positions p0 + j visible to a query at
- * position `pos` (causal, and inside the window when there is one) keep their score,
- * the others weigh 0; the running maximum, sum and accumulator are updated and the
- * scores replaced by their weights e^(score - maximum). */
-static void softmax_tile(float *scores, long p0, long pos, long window, float *top, float *total, float *acc,
-                         long vd) {
-    const vint iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const vint p = iota + (int32_t)p0;
-    const long first = window > 0 ? pos - window + 1 : 0;
-    const vint seen = (p <= (int32_t)pos) & (p >= (int32_t)first);
-    vfloat x;
-    memcpy(&x, scores, sizeof x);
-    const vfloat none = (vfloat){0} - __builtin_inff();
-    vint xi, ni;
-    memcpy(&xi, &x, sizeof xi);
-    memcpy(&ni, &none, sizeof ni);
-    xi = (xi & seen) | (ni & ~seen);
-    memcpy(&x, &xi, sizeof x);
-    /* The tile's maximum as a halving tree of lane maxima (lane 0 ends with it). */
-    vfloat m = max_lanes(x, __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-    m = max_lanes(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-    m = max_lanes(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-    m = max_lanes(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
-    const float tile_top = m[0];
-    if (tile_top == -__builtin_inff()) { /* nothing of this tile is visible to the row */
-        memset(scores, 0, sizeof x);
-        return;
-    }
-    /* The accumulator's rescale e^(old - new maximum): 1 (no exp, no pass over it) while
-     * the maximum stays, 0 before the row's first visible position. */
-    const float new_top = tile_top > *top ? tile_top : *top;
-    const float scale = *top == -__builtin_inff() ? 0.0f
-                        : new_top == *top          ? 1.0f
-                                                   : exp_lanes((vfloat){0} + (*top - new_top))[0];
-    vfloat e = exp_lanes(x - new_top);
-    vint ei;
-    memcpy(&ei, &e, sizeof ei);
-    ei &= seen; /* exp_lanes clamps far below the maximum instead of reaching 0: hidden is 0 */
-    memcpy(&e, &ei, sizeof e);
-    storev(total, loadv(total) * scale + e);
-    *top = new_top;
-    memcpy(scores, &e, sizeof e);
-    if (scale != 1.0f)
-        for (long i = 0; i < vd; ++i) acc[i] *= scale;
 }
 
 /* acc[r] += sum over the tile's positions j (ascending) of w[r][j] * value row j, for
