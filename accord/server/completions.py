@@ -15,7 +15,7 @@ from .logprobs import LogprobFormat, completion_logprobs
 from .protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, random_id
 from .request_stream import RequestStream, abort_all
 from .serving import OpenAIServing, prompt_logprobs_of, refuse_unsupported, usage_of
-from .streaming import DONE_EVENT, DeltaTracker, SampleDelta, error_event, merge_streams, sse_event, whole
+from .streaming import DeltaTracker, SampleDelta, merge_streams, sse_stream, whole
 
 #: Fields OpenAI defines that accord does not implement (refused, never ignored).
 UNSUPPORTED_FIELDS = ("suffix", "best_of", "modalities")
@@ -63,8 +63,8 @@ class CompletionService:
                                       lora_request, serving.affinity(request))
         formatter = serving.logprob_format(request.return_tokens_as_token_ids)
         if request.stream:
-            events = self._stream(request, request_id, streams, prompts, formatter, echo_only)
-            return StreamingResponse(events, media_type="text/event-stream")
+            chunks = self._chunks(request, request_id, streams, prompts, formatter, echo_only)
+            return StreamingResponse(sse_stream(chunks), media_type="text/event-stream")
         try:
             finals = [await stream.final() for stream in streams]
         finally:
@@ -140,7 +140,7 @@ class CompletionService:
             choice.prompt_token_ids = list(output.prompt_token_ids) if first else None
         return choice
 
-    async def _stream(
+    async def _chunks(
         self,
         request: CompletionRequest,
         request_id: str,
@@ -148,7 +148,9 @@ class CompletionService:
         prompts: list[_Prompt],
         formatter: LogprobFormat,
         echo_only: bool,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[CompletionResponse]:
+        """The streamed response's chunks (`sse_stream` frames them); closing them, or a
+        failure, aborts the engine requests."""
         model = self.serving.model.name
         tracker = DeltaTracker()
         started: set[int] = set()
@@ -163,12 +165,8 @@ class CompletionService:
                     first = index not in started
                     started.add(index)
                     choice = self._choice(delta, request, formatter, prompts[p], output, echo_only, first)
-                    chunk = CompletionResponse(id=request_id, model=model, choices=[choice], usage=usage.running())
-                    yield sse_event(chunk)
+                    yield CompletionResponse(id=request_id, model=model, choices=[choice], usage=usage.running())
             if usage.at_end:
-                yield sse_event(CompletionResponse(id=request_id, model=model, choices=[], usage=usage.final()))
-        except Exception as error:  # the response has begun: report the failure in-band
-            yield error_event(error)
+                yield CompletionResponse(id=request_id, model=model, choices=[], usage=usage.final())
         finally:
             await abort_all(streams)
-        yield DONE_EVENT

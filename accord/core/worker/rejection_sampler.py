@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from ...op_contracts import OpDispatcher
+from ...op_contracts.workspace import Workspace
 from .sampler import SampledTokens, SamplingRow, draw_seed, prompt_logprobs
 
 
@@ -27,7 +28,7 @@ class RejectionSampler:
         #: Shared with the sampler: unseeded requests draw their per-step seeds from it.
         self._rng = rng
         #: The padded logits' memory, kept from step to step (`_padded_logits`).
-        self._buffer: torch.Tensor | None = None
+        self._workspace = Workspace()
 
     def __call__(
         self,
@@ -88,11 +89,7 @@ class RejectionSampler:
         32 requests, k = 8 and a 49k vocabulary) cost about ten times the copies in page
         faults on this project's CPU hosts (the allocator maps it anew every time)."""
         shape = (len(starts) - 1, width + 1, logits.shape[1])
-        size = shape[0] * shape[1] * shape[2]
-        buffer = self._buffer
-        if buffer is None or buffer.numel() < size or buffer.dtype != logits.dtype or buffer.device != logits.device:
-            buffer = self._buffer = logits.new_empty(size)
-        padded = buffer[:size].view(shape)
+        padded = self._workspace.take("padded logits", shape, logits.dtype, logits.device)
         for b, (start, end) in enumerate(zip(starts, starts[1:])):
             padded[b, : end - start] = logits[start:end]
             padded[b, end - start :] = 0
