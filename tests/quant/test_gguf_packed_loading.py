@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gguf
 import gguf_files
+import numpy as np
 import pytest
 import torch
 from gguf_files import Q, build_model, write_gguf
@@ -25,6 +26,7 @@ from accord.core.model_loader.load import load_model
 from accord.core.quantization import ConcatenatedLinear, QuantLinear
 from accord.core.worker.contract_ops import worker_contract_ops
 from accord.op_contracts import OpDispatcher
+from accord.op_contracts.contracts.quant import QUANTISED_ACTIVATIONS
 
 PROMPT = [256, 257, 10, 70, 71, 72, 73, 100, 101, 3, 4, 5]
 NEW_TOKENS = 8
@@ -147,3 +149,25 @@ def test_a_column_shard_off_the_block_edges_is_left_to_dequantisation(matrices: 
     # Q4_K's blocks are 256 wide: a 128-column shard cuts one.
     assert matrices.read_packed(f"{DOWN}.weight", 1, 128, 256) is None
     assert f"{DOWN}.weight" in matrices.unread()
+
+
+@pytest.mark.parametrize("arch,table", [("llama", "output.weight"), ("qwen2", "token_embd.weight")],
+                         ids=["own-head", "tied-head"])
+def test_the_lm_head_computes_the_file_s_blocks(arch: str, table: str, tmp_path: Path) -> None:
+    # The head streams every vocabulary row each decode step: kept packed (a tied head
+    # over the embedding's table), its bytes are the file's, and its fp32 logits are
+    # the table gguf-py dequantises, times the hidden states, within the int8
+    # activations' error.
+    path = write_gguf(tmp_path / f"{arch}.gguf", build_model(arch), arch, Q.Q8_0)
+    model = load_model(path, OpDispatcher(get_backend("cpu")), dtype="float32").model
+    head = model.head.local
+    stored = next(t for t in open_gguf(path).tensors() if t.name == table)
+    assert isinstance(head, QuantLinear) and head.weight.quant_type == "Q8_0"
+    assert torch.equal(head.weight.qweight, torch.from_numpy(np.array(stored.data, dtype=np.uint8)))
+    rows = torch.from_numpy(gguf.quants.dequantize(np.array(stored.data), Q.Q8_0))
+    hidden = torch.randn(3, rows.shape[1], generator=torch.Generator().manual_seed(0))
+    logits = head(hidden)
+    want = hidden.double() @ rows.double().T
+    assert logits.dtype == torch.float32
+    nmse = (logits.double() - want).square().mean() / want.square().mean()
+    assert nmse.item() < QUANTISED_ACTIVATIONS[torch.float32]

@@ -13,7 +13,7 @@ from ...op_contracts import OpDispatcher
 from ..worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ..distributed.sharding import rank_shard
 from ..model_loader.model_config import ModelConfig
-from .layers import DenseLinear, RMSNorm, RotaryEmbedding
+from .layers import RMSNorm, RotaryEmbedding
 from .layers.mlp import RoutedExperts, SparseMoE
 from .layers.parallel import ParallelLMHead, VocabParallelEmbedding
 from .weights import WeightLoader
@@ -89,13 +89,13 @@ class CausalLM:
         embed = weights.tensor("model.embed_tokens.weight", (vocab, hidden), shard=rows)
         layers = [build_layer(weights, config, i, rotary) for i in range(config.num_layers)]
         norm = RMSNorm(weights.ops, weights.tensor("model.norm.weight", (hidden,)), config.rms_norm_eps)
-        if config.tie_word_embeddings:
-            lm_head = embed
-        else:
-            lm_head = weights.tensor("lm_head.weight", (vocab, hidden), shard=rows)
+        tied = config.tie_word_embeddings
+        local_head = weights.lm_head(
+            "model.embed_tokens.weight" if tied else "lm_head.weight", (vocab, hidden), rows, embed if tied else None
+        )
         comm = parallel.tp_comm()
         embedding = VocabParallelEmbedding(embed, rows.bounds(vocab)[0], comm)
-        head = ParallelLMHead(DenseLinear(weights.ops, lm_head, out_dtype=torch.float32), rows.extents(vocab), comm)
+        head = ParallelLMHead(local_head, rows.extents(vocab), comm)
         return cls(config, weights.ops, embedding, layers, norm, head)
 
     def moe_blocks(self) -> list[RoutedExperts]:

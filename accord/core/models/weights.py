@@ -141,6 +141,18 @@ class WeightLoader:
             return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
         return self._local_linear(self._stacked(parts), biases)
 
+    def lm_head(self, name: str, shape: Sequence[int], shard: Shard, dense: torch.Tensor | None = None) -> Linear:
+        """The LM head over this rank's `shard` of vocabulary rows of `name`, with fp32
+        logits: kept packed where the checkpoint keeps it packed (a GGUF file's Q8_0 or
+        Q6_K table, which then streams a quarter of the fp32 bytes each decode step), else
+        dense over `dense` (rows already read: the embedding a tied head shares) or over
+        the rows read here."""
+        packed = self._packed(name, shape, shard)
+        if packed is not None:
+            return self._packed_layer(packed, None, out_dtype=torch.float32)
+        weight = dense if dense is not None else self.tensor(name, shape, shard=shard)
+        return DenseLinear(self.ops, weight, out_dtype=torch.float32)
+
     def row_parallel_linear(
         self, prefix: str, in_features: int, out_features: int, reduce: bool = True, columns: Shard | None = None
     ) -> Linear:
@@ -268,11 +280,13 @@ class WeightLoader:
         weight = read_packed(name, dim, start, stop)
         return None if weight is None else weight.to(self.device)
 
-    def _packed_layer(self, weight: PackedWeight, bias: torch.Tensor | None) -> Linear:
+    def _packed_layer(
+        self, weight: PackedWeight, bias: torch.Tensor | None, out_dtype: torch.dtype | None = None
+    ) -> Linear:
         """The linear that computes a packed weight: quant_linear's or group_quant_linear's."""
         if isinstance(weight, quantization.GroupQuantWeight):
-            return quantization.GroupQuantLinear(self.ops, weight, bias)
-        return quantization.QuantLinear(self.ops, weight, bias)
+            return quantization.GroupQuantLinear(self.ops, weight, bias, out_dtype)
+        return quantization.QuantLinear(self.ops, weight, bias, out_dtype)
 
     def _packed_linear(
         self, prefixes: Sequence[str], packed: Sequence[PackedWeight | None], in_features: int,

@@ -19,6 +19,9 @@ from .reader import open_gguf
 #: rows up (docs/quantization.md, benchmarks/quant_gguf_cpu.py), and batching is where
 #: accord serves.
 PACKED_ENV = "ACCORD_GGUF_PACKED"
+#: The first part of the names of the tensors that load packed: the decoder layers'
+#: matrices, and the LM head's (`output`, or `token_embd` for a head tied to it).
+PACKED_TABLES = frozenset({"blk", "output", "token_embd"})
 
 
 def keeps_packed() -> bool:
@@ -48,11 +51,11 @@ def open_gguf_model(path: str | Path) -> GgufSource:
 
 
 def packs_linears(path: str | Path) -> bool:
-    """Whether loading the GGUF file at `path` keeps some layer's linear weight packed
-    (a matrix inside the decoder layers in a format quant_linear computes)."""
+    """Whether loading the GGUF file at `path` keeps some linear weight packed (a matrix
+    inside the decoder layers, or the LM head's table, in a format quant_linear computes)."""
     if not keeps_packed():
         return False
     return any(
-        t.name.startswith("blk.") and len(t.shape) == 2 and t.tensor_type.name in GGUF_FORMATS
+        t.name.split(".")[0] in PACKED_TABLES and len(t.shape) == 2 and t.tensor_type.name in GGUF_FORMATS
         for t in open_gguf(path).tensors()
     )
