@@ -140,24 +140,21 @@ class GroupQuantWeight:
         """Input channels [start, stop) (a row-parallel shard): whole words of codes, and
         whole groups of scales and zeros (with g_idx every group stays, g_idx is cut).
         Raises ValueError for a slice that would split a word or a group."""
+        problem = column_split_problem(start, stop, self.in_features, self.bits, self.group_size, self.g_idx is not None)
+        if problem is not None:
+            raise ValueError(problem)
         per_word = 32 // self.bits
-        self._check_edges(start, stop, per_word, "a word of codes")
         codes = self.qweight[:, start // per_word : -(-stop // per_word)].contiguous()
         if self.g_idx is not None:
             g_idx = self.g_idx[start:stop].contiguous()
             return dataclasses.replace(self, qweight=codes, g_idx=g_idx, in_features=stop - start)
         groups = slice(None)
         if self.group_size != PER_CHANNEL:
-            self._check_edges(start, stop, self.group_size, "a group")
             groups = slice(start // self.group_size, -(-stop // self.group_size))
         zeros = None if self.zeros is None else self.zeros[:, groups].contiguous()
         return dataclasses.replace(
             self, qweight=codes, scales=self.scales[:, groups].contiguous(), zeros=zeros, in_features=stop - start,
         )
-
-    def _check_edges(self, start: int, stop: int, step: int, what: str) -> None:
-        if start % step or (stop % step and stop != self.in_features):
-            raise ValueError(f"input channels [{start}:{stop}] of {self.in_features} split {what} ({step} channels)")
 
     def stacks_with(self, other: GroupQuantWeight) -> bool:
         """Whether `other`'s rows can follow this weight's in one packed weight (a fused
@@ -171,6 +168,22 @@ class GroupQuantWeight:
             == (other.bits, other.group_size, other.in_features, other.scales.dtype)
             and same_zeros and same_groups
         )
+
+
+def column_split_problem(
+    start: int, stop: int, in_features: int, bits: int, group_size: int, act_order: bool
+) -> str | None:
+    """Why input channels [start, stop) of a group-quantised weight cannot be its own
+    weight (None: they can): the codes are packed along K in 32-bit words, and without
+    act-order's g_idx each channel's group is k // group_size, so a cut must fall on a
+    word edge and, without g_idx, on a group edge (the last channel counts as both)."""
+    edges = [(32 // bits, "a word of codes")]
+    if not act_order and group_size != PER_CHANNEL:
+        edges.append((group_size, "a group"))
+    for step, what in edges:
+        if start % step or (stop % step and stop != in_features):
+            return f"input channels [{start}:{stop}] of {in_features} split {what} ({step} channels)"
+    return None
 
 
 def stack_rows(parts: Sequence[GroupQuantWeight]) -> GroupQuantWeight:
