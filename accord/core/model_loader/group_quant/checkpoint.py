@@ -1,7 +1,9 @@
 """The checkpoint view the weight loader reads a group-quantised checkpoint through:
 every tensor as the safetensors hold it, plus each quantised linear under its Hugging
 Face name (`prefix.weight`, shape [N, K]) handed out packed by `read_packed`, converted
-from the checkpoint's format to group_quant_linear's layout (formats: one module each)."""
+from the checkpoint's format to group_quant_linear's layout (formats: one module each).
+A tensor-parallel shard reads and converts only its own part of the stored tensors
+(stored.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from ...quantization import GroupQuantWeight
 from ..hf_checkpoint import CheckpointError, SafetensorsCheckpoint
 from . import awq, compressed_tensors, gptq
 from .scheme import AWQ, COMPRESSED_TENSORS, GPTQ, GroupQuantScheme
+from .stored import StoredLinear, Window
 
 #: Each method's reader module: MARKER (the tensor suffix that marks a packed linear),
-#: shape(checkpoint, prefix, scheme) -> (N, K) and read(...) -> GroupQuantWeight.
+#: PARTS (where rows and input channels run in each stored tensor), G_IDX (act-order's
+#: g_idx suffix, None: the format has none), shape(checkpoint, prefix, scheme) -> (N, K)
+#: and read(StoredLinear, scheme) -> GroupQuantWeight (the StoredLinear's window).
 READERS: dict[str, ModuleType] = {COMPRESSED_TENSORS: compressed_tensors, AWQ: awq, GPTQ: gptq}
 
 
@@ -89,22 +94,21 @@ class GroupQuantCheckpoint:
 
     def read_packed(self, name: str, dim: int, start: int, stop: int) -> GroupQuantWeight | None:
         """Output rows (dim 0) or input channels (dim 1) [start, stop) of linear `name`,
-        packed; None where the checkpoint stores it unquantised."""
+        packed, read from the stored slices that cover them; None where the checkpoint
+        stores it unquantised. CheckpointError for a slice outside the linear, or input
+        channels that split a word of codes or (without act-order) a group."""
         prefix = self._prefix(name)
         if prefix is None:
             return None
-        weight = self._reader.read(self.checkpoint, prefix, self.scheme)
-        problem = layout_problem(weight, self.shape(name))
+        reader = self._reader
+        stored = StoredLinear(
+            self.checkpoint, prefix, reader.PARTS, reader.G_IDX, self.scheme, Window(dim, start, stop, *self.shape(name))
+        )
+        weight = reader.read(stored, self.scheme)
+        problem = layout_problem(weight, stored.shape)
         if problem is not None:
             raise CheckpointError(f"{self.model_dir}: {self.scheme.method} tensors of {prefix}: {problem}")
-        if dim == 0:
-            return weight.rows(start, stop)
-        try:
-            return weight.columns(start, stop)
-        except ValueError as error:
-            raise CheckpointError(
-                f"{self.model_dir}: {self.scheme.method} tensor {name} cannot be split for tensor parallel: {error}"
-            ) from None
+        return stored.cut(weight)
 
     def _refuse_dense(self, name: str) -> None:
         if self._prefix(name) is not None:

@@ -3,19 +3,27 @@ layout: `weight_packed` int32 [N, cdiv(K*bits, 32)] (pack_to_int32: codes offset
 2**(bits-1), code k at bit k*bits), `weight_scale` [N, G], `weight_shape` [N, K], and
 for asymmetric schemes `weight_zero_point` int32 [cdiv(N*bits, 32), G], the offset zero
 points packed the same way along N; `weight_g_idx` [K] in checkpoints written with
-activation ordering."""
+activation ordering (dropped where it is k // group_size, stored.py)."""
 
 from __future__ import annotations
-
-import torch
 
 from ....op_contracts import unpack_codes
 from ...quantization import GroupQuantWeight
 from ..hf_checkpoint import SafetensorsCheckpoint
 from .scheme import GroupQuantScheme
+from .stored import GROUP, WORD, StoredLinear, StoredPart
 
 #: The tensor that marks a linear stored this way (`prefix.weight_packed`).
 MARKER = "weight_packed"
+ZEROS = "weight_zero_point"
+#: Where the rows and input channels run in each stored tensor (weight_shape is read
+#: whole, by `shape`).
+PARTS = (
+    StoredPart(MARKER, n_dim=0, k_dim=1, k_unit=WORD),
+    StoredPart("weight_scale", n_dim=0, k_dim=1, k_unit=GROUP),
+    StoredPart(ZEROS, n_dim=0, k_dim=1, n_unit=WORD, k_unit=GROUP),
+)
+G_IDX = "weight_g_idx"
 
 
 def shape(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantScheme) -> tuple[int, int]:
@@ -24,22 +32,17 @@ def shape(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantSche
     return int(rows), int(depth)
 
 
-def read(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantScheme) -> GroupQuantWeight:
-    """The linear's tensors as a GroupQuantWeight (the packed codes as stored)."""
-    rows, depth = shape(checkpoint, prefix, scheme)
+def read(stored: StoredLinear, scheme: GroupQuantScheme) -> GroupQuantWeight:
+    """The window read of the linear as a GroupQuantWeight (the packed codes as stored)."""
+    rows, depth = stored.shape
     zeros = None
-    stored_zeros = f"{prefix}.weight_zero_point"
-    if scheme.symmetric and stored_zeros in checkpoint:
-        # Older compressors kept a symmetric scheme's zero points (all 0, signed): read
-        # so the loader does not report them, and not used.
-        checkpoint.read(stored_zeros)
+    if scheme.symmetric and ZEROS in stored:
+        # Older compressors kept a symmetric scheme's zero points (all 0, signed): marked
+        # read so the loader does not report them, and not used.
+        stored.skip(ZEROS)
     if not scheme.symmetric:
         # Packed along N: unpack the transpose, whose rows are the groups.
-        packed = checkpoint.read(stored_zeros)
-        zeros = unpack_codes(packed.t().contiguous(), scheme.bits, rows).t().contiguous()
-    g_idx_name = f"{prefix}.weight_g_idx"
-    g_idx = checkpoint.read(g_idx_name).to(torch.int32) if g_idx_name in checkpoint else None
+        zeros = unpack_codes(stored.read(ZEROS).t().contiguous(), scheme.bits, rows).t().contiguous()
     return GroupQuantWeight(
-        checkpoint.read(f"{prefix}.{MARKER}"), checkpoint.read(f"{prefix}.weight_scale"), zeros, g_idx,
-        scheme.bits, scheme.group_size, depth,
+        stored.read(MARKER), stored.read("weight_scale"), zeros, stored.g_idx, scheme.bits, scheme.group_size, depth,
     )

@@ -4,18 +4,27 @@ column at bit (k*bits) % 32 of word k*bits // 32: transposed, exactly the canoni
 rows. `qzeros` int32 [G, N*bits/32] packs the zero points along N the same way; v1
 checkpoints (checkpoint_format gptq) store each zero point minus one. `scales` [G, N];
 `g_idx` [K] the group of each input channel (act-order), dropped where it is k //
-group_size."""
+group_size (stored.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from ....op_contracts import PER_CHANNEL, unpack_codes
+from ....op_contracts import unpack_codes
 from ...quantization import GroupQuantWeight
 from ..hf_checkpoint import SafetensorsCheckpoint
 from .scheme import GroupQuantScheme
+from .stored import GROUP, WORD, StoredLinear, StoredPart
 
 MARKER = "qweight"
+#: Where the rows and input channels run in each stored tensor: codes packed along K,
+#: zero points along N.
+PARTS = (
+    StoredPart(MARKER, n_dim=1, k_dim=0, k_unit=WORD),
+    StoredPart("qzeros", n_dim=1, k_dim=0, n_unit=WORD, k_unit=GROUP),
+    StoredPart("scales", n_dim=1, k_dim=0, k_unit=GROUP),
+)
+G_IDX = "g_idx"
 
 
 def shape(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantScheme) -> tuple[int, int]:
@@ -24,24 +33,12 @@ def shape(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantSche
     return rows, words * 32 // scheme.bits
 
 
-def read(checkpoint: SafetensorsCheckpoint, prefix: str, scheme: GroupQuantScheme) -> GroupQuantWeight:
-    """The linear, its codes and scales transposed, zero points unpacked (plus v1's one)."""
-    rows, depth = shape(checkpoint, prefix, scheme)
-    packed_zeros = checkpoint.read(f"{prefix}.qzeros")
-    zeros = unpack_codes(packed_zeros, scheme.bits, rows).to(torch.int16) + scheme.zero_offset
-    g_idx_name = f"{prefix}.g_idx"
-    g_idx = checkpoint.read(g_idx_name).to(torch.int32) if g_idx_name in checkpoint else None
-    if g_idx is not None and _sequential(g_idx, scheme.group_size):
-        g_idx = None
+def read(stored: StoredLinear, scheme: GroupQuantScheme) -> GroupQuantWeight:
+    """The window read of the linear, its codes and scales transposed, zero points
+    unpacked (plus v1's one)."""
+    rows, depth = stored.shape
+    zeros = unpack_codes(stored.read("qzeros"), scheme.bits, rows).to(torch.int16) + scheme.zero_offset
     return GroupQuantWeight(
-        checkpoint.read(f"{prefix}.{MARKER}").t().contiguous(), checkpoint.read(f"{prefix}.scales").t().contiguous(),
-        zeros.t().to(torch.uint8).contiguous(), g_idx, scheme.bits, scheme.group_size, depth,
+        stored.read(MARKER).t().contiguous(), stored.read("scales").t().contiguous(),
+        zeros.t().to(torch.uint8).contiguous(), stored.g_idx, scheme.bits, scheme.group_size, depth,
     )
-
-
-def _sequential(g_idx: torch.Tensor, group_size: int) -> bool:
-    """Whether g_idx is k // group_size, or all 0 per channel (GPTQ without act-order
-    stores it anyway)."""
-    if group_size == PER_CHANNEL:
-        return bool((g_idx == 0).all())
-    return torch.equal(g_idx.long(), torch.arange(g_idx.shape[0]) // group_size)
