@@ -259,3 +259,22 @@ def test_a_live_instances_directory_is_never_reclaimed_until_its_process_is_kill
     a.kill()
     assert _tokens(b, prompts[0]) == wanted[0]
     assert not a_dir.exists() and tier.instances_reclaimed == 1
+
+
+def test_a_prefix_one_engine_process_computed_is_served_by_another_process_from_the_shared_disk(
+    tmp_path: Path, expected: list[int], tier_process: Callable[..., TierProcess]
+) -> None:
+    first, *others = _prompts(5)
+    a, tokens_of_a = _run_a(tier_process, [first, *others])
+    assert tokens_of_a[0] == expected
+    b = tier_process()
+    before = b.call("counters")
+    assert b.call("generate", first, GREEDY.max_tokens) == expected
+    after = b.call("counters")
+    # Process B read the six full blocks from A's files (adopted at lookup, A being
+    # live): only the last prompt token was computed, the one whose logits sample.
+    assert after["computed_prompt_tokens"] - before["computed_prompt_tokens"] == 1
+    assert after["blocks_adopted"] == after["blocks_loaded_from_disk"] == 6
+    # No block leaks on either side: both device pools are whole again.
+    for counters in (after, a.call("counters")):
+        assert counters["free_blocks"] == counters["num_blocks"]
