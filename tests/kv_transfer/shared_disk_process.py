@@ -3,13 +3,13 @@ for the shared disk tier's tests, answering its parent over a pipe."""
 
 from __future__ import annotations
 
-import multiprocessing
 from multiprocessing.connection import Connection
 
 import torch
 
 from accord import LLM
 from accord.core.sampling_params import SamplingParams
+from pipe_process import PipeProcess  # (this directory is on sys.path)
 
 
 def _counters(llm: LLM) -> dict:
@@ -39,33 +39,9 @@ def serve_tier(model_dir: str, engine_args: dict, kv_transfer_config: dict, conn
             conn.send(llm.generate([prompt], greedy)[0].outputs[0].token_ids)
 
 
-class TierProcess:
-    """`serve_tier` in a spawned process, driven over a pipe."""
+class TierProcess(PipeProcess):
+    """`serve_tier` in a spawned process; `instance_dir` is its disk directory."""
 
     def __init__(self, model_dir: str, engine_args: dict, kv_transfer_config: dict) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=serve_tier, args=(model_dir, engine_args, kv_transfer_config, child))
-        self.process.start()
-        if not self.conn.poll(120):
-            self.kill()
-            raise RuntimeError("the tier process did not start")
-        self.instance_dir: str = self.conn.recv()
-
-    def call(self, *command: object) -> object:
-        """Send `command`, return the process's answer."""
-        self.conn.send(command)
-        return self.conn.recv()
-
-    def kill(self) -> None:
-        """SIGKILL the process (a crash: nothing of its own runs on the way out)."""
-        self.process.kill()
-        self.process.join()
-
-    def stop(self) -> None:
-        """Let the process return, killing it if it does not within 30 s."""
-        if self.process.is_alive():
-            self.conn.send(("stop",))
-            self.process.join(30)
-        if self.process.is_alive():
-            self.kill()
+        super().__init__(serve_tier, model_dir, engine_args, kv_transfer_config)
+        self.instance_dir: str = self.ready
