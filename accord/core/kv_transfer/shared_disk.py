@@ -131,7 +131,7 @@ def _lock_if_dead(directory: Path) -> IO[bytes] | None:
 
 
 def _block_names(directory: Path) -> list[str]:
-    """The blocks `directory` holds files of, newest file first."""
+    """The blocks `directory` holds files of (once each), newest file first."""
     found = []
     for entry in os.scandir(directory):
         for suffix in (ADOPTED, WRITTEN):
@@ -145,7 +145,7 @@ def _block_names(directory: Path) -> list[str]:
             found.append((entry.stat().st_mtime_ns, name))
         except (ValueError, OSError):
             continue
-    return [name for _, name in sorted(found, reverse=True)]
+    return list(dict.fromkeys(name for _, name in sorted(found, reverse=True)))
 
 
 def _remove(directory: Path) -> None:
@@ -170,7 +170,7 @@ def reclaim(
     each rank's root and block layout): adopt their newest whole blocks that `held`
     (this instance has them) does not name, at most `room`, then delete the
     directories. Returns the adopted blocks as (name, path relative to the roots),
-    newest first, and how many directories were reclaimed."""
+    each directory's newest first, and how many directories were reclaimed."""
     adopted: list[tuple[str, str]] = []
     reclaimed = 0
     for other in sorted({name for root, _ in ranks for name in _instances(root, own)}):
