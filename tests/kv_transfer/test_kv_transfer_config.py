@@ -66,3 +66,15 @@ def test_the_nixl_connector_refuses_more_than_one_rank() -> None:
     nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
     with pytest.raises(ValueError, match="NixlConnector runs one rank per instance"):
         EngineConfig(model="m", kv_transfer_config=nixl, tensor_parallel_size=2, distributed_executor_backend="mp")
+
+
+@pytest.mark.parametrize("interval", [-1, "soon", None])
+def test_the_disk_tier_refuses_a_reclaim_interval_that_is_not_seconds(tmp_path, interval) -> None:
+    from accord.core.kv_transfer.factory import make_scheduler_connector
+
+    config = KVTransferConfig.parse({"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                                     "kv_connector_extra_config": {
+                                         "cpu_bytes_to_use": 1024, "disk_path": str(tmp_path),
+                                         "disk_bytes_to_use": 1024, "disk_reclaim_interval_s": interval}})
+    with pytest.raises(ValueError, match="disk_reclaim_interval_s must be a number of seconds >= 0"):
+        make_scheduler_connector(config, block_size=16, bytes_per_block=1024)

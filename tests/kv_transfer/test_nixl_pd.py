@@ -5,7 +5,6 @@ prompt token. The reference is an engine of this process with no connector."""
 
 from __future__ import annotations
 
-import multiprocessing
 import socket
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from accord.core.sampling_params import SamplingParams
 pytest.importorskip("nixl_cu12", reason="NixlConnector needs NIXL: pip install --no-deps nixl-cu12")
 
 from nixl_prefill_process import serve_prefill  # noqa: E402 (this directory is on sys.path)
+from pipe_process import PipeProcess  # noqa: E402
 
 ENGINE_ARGS = dict(backend="cpu", max_model_len=256, num_gpu_blocks_override=48, max_num_batched_tokens=256,
                    block_size=16)
@@ -49,31 +49,12 @@ def _free_blocks(llm: LLM) -> int:
     return llm.llm_engine.scheduler.block_manager.num_free_blocks
 
 
-class PrefillProcess:
+class PrefillProcess(PipeProcess):
     """The prefill instance in its own process, driven over a pipe."""
 
     def __init__(self, model_dir: str, engine_args: dict) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(
-            target=serve_prefill, args=(model_dir, engine_args, _connector("kv_producer", _free_port()), child)
-        )
-        self.process.start()
-        if not self.conn.poll(120):
-            raise RuntimeError("the prefill process did not start")
-        self.start_free_blocks: int = self.conn.recv()
-
-    def call(self, *command: object) -> object:
-        self.conn.send(command)
-        return self.conn.recv()
-
-    def stop(self) -> None:
-        if self.process.is_alive():
-            self.conn.send(("stop",))
-            self.process.join(30)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        super().__init__(serve_prefill, model_dir, engine_args, _connector("kv_producer", _free_port()))
+        self.start_free_blocks: int = self.ready
 
 
 @pytest.fixture

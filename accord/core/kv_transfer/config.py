@@ -74,6 +74,9 @@ def offloading_config(size_gib: float) -> KVTransferConfig:
 #: its directory, and its size in bytes (named like the CPU tier's).
 DISK_PATH_KEY = "disk_path"
 DISK_BYTES_KEY = "disk_bytes_to_use"
+#: How often (seconds) an instance looks for stopped instances' directories on a
+#: shared disk tier to reclaim (it also does once at start-up).
+DISK_RECLAIM_INTERVAL_KEY = "disk_reclaim_interval_s"
 
 
 def num_disk_blocks(config: KVTransferConfig, bytes_per_block: int) -> int:
@@ -86,6 +89,19 @@ def num_disk_blocks(config: KVTransferConfig, bytes_per_block: int) -> int:
     if blocks < 1:
         raise ValueError(f"the disk KV tier of {size} bytes ({DISK_BYTES_KEY}) holds no block of {bytes_per_block} bytes")
     return blocks
+
+
+def disk_reclaim_interval_s(config: KVTransferConfig) -> float:
+    """Seconds between two looks for stopped instances' disk directories (60 unless
+    set; 0: every step)."""
+    raw = config.kv_connector_extra_config.get(DISK_RECLAIM_INTERVAL_KEY, 60)
+    try:
+        interval = float(raw)
+    except (TypeError, ValueError):
+        interval = -1.0
+    if not interval >= 0:
+        raise ValueError(f"{DISK_RECLAIM_INTERVAL_KEY} must be a number of seconds >= 0, got {raw!r}")
+    return interval
 
 
 def num_cpu_blocks(config: KVTransferConfig, bytes_per_block: int) -> int:

@@ -23,24 +23,29 @@ its own directory and deletes only those; a prefix that misses this instance's t
 is looked up in the others' directories, and a whole file found there is hard-linked
 into this instance's directory at lookup (then served as its own), so the writer's
 eviction cannot remove it before the load. Each instance's `disk_bytes_to_use` bounds
-the blocks its own directory names.
+the blocks its own directory names. Each instance marks its directory live while it
+runs, and reclaims the directories of stopped ones (at start-up, then every
+`disk_reclaim_interval_s`): their newest blocks are adopted, as its least recently
+used ones, while its own disk has room, and the rest deleted.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from ...op_contracts import OpDispatcher
 from .base import KVConnectorMetadata, KVConnectorScheduler, KVConnectorWorker, ScheduledChunk, TransferRequest
-from .config import DISK_PATH_KEY, KVTransferConfig, num_cpu_blocks, num_disk_blocks
-from .shared_disk import KEY_FIELD, WRITTEN, BlockLayout, adopt, block_layout, new_instance_dir
+from .config import DISK_PATH_KEY, KVTransferConfig, disk_reclaim_interval_s, num_cpu_blocks, num_disk_blocks
+from .shared_disk import KEY_FIELD, WRITTEN, BlockLayout, adopt, block_layout, claim, new_instance_dir, reclaim
 
 @dataclass
 class BlockCopies(KVConnectorMetadata):
@@ -90,14 +95,22 @@ class OffloadingScheduler(KVConnectorScheduler):
         self.instance_dir = new_instance_dir()
         self._disk_ranks: list[tuple[Path, BlockLayout]] = []
         self._disk_dropped: list[str] = []
+        #: The flocks that mark this instance's directories live (held while it is),
+        #: and when it next looks for stopped instances' directories to reclaim.
+        self._liveness: list[IO[bytes]] = []
+        self.reclaim_interval_s = disk_reclaim_interval_s(config)
+        self._next_reclaim = 0.0
         #: Blocks loaded back from the tier, and stored into it (counters); of them,
         #: blocks read from disk, and blocks the CPU tier evicted to disk.
         self.blocks_loaded = 0
         self.blocks_stored = 0
         self.blocks_loaded_from_disk = 0
         self.blocks_demoted = 0
-        #: Blocks hard-linked from another instance's directory (shared disk tier).
+        #: Blocks hard-linked from another instance's directory at lookup (shared disk
+        #: tier); blocks kept from stopped instances' directories, and those directories.
         self.blocks_adopted = 0
+        self.blocks_reclaimed = 0
+        self.instances_reclaimed = 0
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._slots or key in self._disk
@@ -109,8 +122,21 @@ class OffloadingScheduler(KVConnectorScheduler):
         if not self.num_disk_slots:
             return
         self._disk_ranks = [(Path(root), layout) for root, layout in metadata]
-        for root, _ in self._disk_ranks:
-            (root / self.instance_dir).mkdir(parents=True, exist_ok=True)
+        self._liveness = claim([root for root, _ in self._disk_ranks], self.instance_dir)
+        self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Reclaim stopped instances' directories: their newest blocks join this
+        instance's disk as its least recently used ones, while it has room."""
+        self._next_reclaim = time.monotonic() + self.reclaim_interval_s
+        adopted, reclaimed = reclaim(self._disk_ranks, self.instance_dir, lambda name: bytes.fromhex(name) in self._disk,
+                                     self.num_disk_slots - len(self._disk))
+        for name, path in adopted:  # newest first: each goes before the one before it
+            key = bytes.fromhex(name)
+            self._disk[key] = path
+            self._disk.move_to_end(key, last=False)
+        self.blocks_reclaimed += len(adopted)
+        self.instances_reclaimed += reclaimed
 
     def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
         # The keys are of full blocks of all tokens but the last.
@@ -158,6 +184,8 @@ class OffloadingScheduler(KVConnectorScheduler):
         self.blocks_loaded += num_external_tokens // self.block_size
 
     def build_connector_meta(self, chunks: Sequence[ScheduledChunk]) -> BlockCopies:
+        if self._disk_ranks and time.monotonic() >= self._next_reclaim:
+            self._reclaim()
         copies = BlockCopies(to_device=self._to_device, from_disk=self._from_disk, disk_dropped=self._disk_dropped)
         self._to_device, self._from_disk, self._disk_dropped = [], [], []
         loading = {slot for _, slot in copies.to_device}

@@ -5,15 +5,27 @@ instance wrote is adopted before it is used: hard-linked into this instance's
 directory (one atomic step that fails if the file is gone), so its writer deleting
 its own name later never removes the data under a reader. A file is adopted only
 if its safetensors header names the block and its size is the header's (a truncated
-or foreign file is a miss, recomputed)."""
+or foreign file is a miss, recomputed).
+
+An instance marks each of its directories live with an flock on the directory's
+`.live.lock`, held as long as the instance's scheduler half lives (the kernel drops
+it when the process exits or is killed; over NFS Linux emulates flock with byte-range
+locks). A directory whose mark no process holds belongs to a
+stopped instance: a live one reclaims it, adopting its newest blocks into its own
+directory while its own budget has room and deleting the directory. Its names are
+the only ones deleted, so a block a live instance adopted from it (a link of its
+own) survives, as when its writer evicts it."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import struct
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 import torch
 from safetensors.torch import save
@@ -23,6 +35,10 @@ from safetensors.torch import save
 WRITTEN, ADOPTED = ".safetensors", ".adopted.safetensors"
 #: The safetensors metadata field that names the block a file holds.
 KEY_FIELD = "key"
+#: The file in an instance directory whose flock marks its instance live, and the
+#: prefix of a directory being made (ignored by the others until it is marked).
+LIVENESS = ".live.lock"
+_CLAIMING = ".claiming-"
 
 
 def new_instance_dir() -> str:
@@ -69,26 +85,146 @@ def holds_block(path: Path, name: str, layout: BlockLayout) -> bool:
         return False
 
 
+def claim(roots: Sequence[Path], own: str) -> list[IO[bytes]]:
+    """Make directory `own` under every root, each marked live: the returned files
+    hold the marks' flocks, which last until they are closed (or this process ends).
+    Each directory is made and marked under a name the others ignore, then renamed
+    into place, so no instance ever sees it unmarked and takes it for a dead one's."""
+    marks = []
+    for root in roots:
+        claiming = root / f"{_CLAIMING}{own}"
+        claiming.mkdir(parents=True)
+        mark = (claiming / LIVENESS).open("wb")
+        fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        claiming.rename(root / own)
+        marks.append(mark)
+    return marks
+
+
+def _instances(root: Path, own: str) -> list[str]:
+    """The other instances' directories under `root`, by name."""
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    return sorted(entry.name for entry in entries
+                  if entry.is_dir() and entry.name != own and not entry.name.startswith("."))
+
+
+def _lock_if_dead(directory: Path) -> IO[bytes] | None:
+    """`directory`'s liveness mark, locked by this process, if no other holds it (its
+    instance stopped); None if its instance lives, if it has no mark (an instance of
+    an accord before marks: left alone), or if another instance is reclaiming it."""
+    try:
+        mark = (directory / LIVENESS).open("rb")
+    except OSError:
+        return None
+    try:
+        fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Another reclaimer may have removed the mark between the open and the lock.
+        if os.fstat(mark.fileno()).st_nlink:
+            return mark
+    except OSError:
+        pass
+    mark.close()
+    return None
+
+
+def _block_names(directory: Path) -> list[str]:
+    """The blocks `directory` holds files of (once each), newest file first."""
+    found = []
+    for entry in os.scandir(directory):
+        for suffix in (ADOPTED, WRITTEN):
+            name = entry.name.removesuffix(suffix)
+            if name != entry.name:
+                break
+        else:
+            continue
+        try:
+            bytes.fromhex(name)
+            found.append((entry.stat().st_mtime_ns, name))
+        except (ValueError, OSError):
+            continue
+    return list(dict.fromkeys(name for _, name in sorted(found, reverse=True)))
+
+
+def _remove(directory: Path) -> None:
+    """Delete `directory`: its files, its liveness mark last (while it exists no
+    other instance starts reclaiming it), then the directory."""
+    try:
+        entries = [entry.name for entry in os.scandir(directory)]
+    except FileNotFoundError:
+        return
+    for name in sorted(entries, key=lambda name: name == LIVENESS):
+        (directory / name).unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:
+        pass  # a file appeared (written by hand?): left for the next reclaim
+
+
+def reclaim(
+    ranks: list[tuple[Path, BlockLayout]], own: str, held: Callable[[str], bool], room: int
+) -> tuple[list[tuple[str, str]], int]:
+    """Reclaim the directories of stopped instances under every rank's root (`ranks`:
+    each rank's root and block layout): adopt their newest whole blocks that `held`
+    (this instance has them) does not name, at most `room`, then delete the
+    directories. Returns the adopted blocks as (name, path relative to the roots),
+    each directory's newest first, and how many directories were reclaimed."""
+    adopted: list[tuple[str, str]] = []
+    reclaimed = 0
+    for other in sorted({name for root, _ in ranks for name in _instances(root, own)}):
+        present = [root / other for root, _ in ranks if (root / other).is_dir()]
+        marks = []
+        for directory in present:
+            mark = _lock_if_dead(directory)
+            if mark is None:
+                break
+            marks.append(mark)
+        if len(marks) == len(present):
+            for name in _block_names(present[0]) if len(present) == len(ranks) else []:
+                if len(adopted) >= room:
+                    break
+                path = None if held(name) else _link(ranks, other, own, name)
+                if path is not None:
+                    adopted.append((name, path))
+            for directory in present:
+                _remove(directory)
+            reclaimed += 1
+        for mark in marks:
+            mark.close()
+    return adopted, reclaimed
+
+
+def _link(ranks: list[tuple[Path, BlockLayout]], other: str, own: str, name: str) -> str | None:
+    """Link block `name` from instance `other`'s directory into `own` under every
+    rank's root; its path relative to the roots, or None (no whole copy on every
+    rank, or a name of `own` in the way)."""
+    target = f"{own}/{name}{ADOPTED}"
+    for suffix in (WRITTEN, ADOPTED):
+        linked = []
+        for root, layout in ranks:
+            try:
+                os.link(root / other / f"{name}{suffix}", root / target)
+            except OSError:
+                break
+            linked.append(root / target)
+            if not holds_block(root / target, name, layout):
+                break
+        else:
+            return target
+        for path in linked:  # only this instance knew these links
+            path.unlink(missing_ok=True)
+    return None
+
+
 def adopt(ranks: list[tuple[Path, BlockLayout]], own: str, name: str) -> str | None:
     """Link block `name` from another instance's directory into `own` under every
-    rank's root (`ranks`: each rank's root and block layout); returns the adopted file's path relative to the roots, or None (no
-    instance holds a whole copy on every rank, or this instance has a name pending
-    deletion in the way: a miss)."""
-    target = f"{own}/{name}{ADOPTED}"
-    first = ranks[0][0]
-    for other in sorted(entry.name for entry in os.scandir(first) if entry.is_dir() and entry.name != own):
-        for suffix in (WRITTEN, ADOPTED):
-            linked = []
-            for root, layout in ranks:
-                try:
-                    os.link(root / other / f"{name}{suffix}", root / target)
-                except OSError:
-                    break
-                linked.append(root / target)
-                if not holds_block(root / target, name, layout):
-                    break
-            else:
-                return target
-            for path in linked:  # only this instance knew these links
-                path.unlink(missing_ok=True)
+    rank's root (`ranks`: each rank's root and block layout); returns the adopted
+    file's path relative to the roots, or None (no instance holds a whole copy on
+    every rank, or this instance has a name pending deletion in the way: a miss)."""
+    for other in _instances(ranks[0][0], own):
+        path = _link(ranks, other, own, name)
+        if path is not None:
+            return path
     return None
