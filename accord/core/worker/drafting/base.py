@@ -110,6 +110,14 @@ class ModelDrafter:
         """One drafting forward: the newest token of each request at `flat`'s positions."""
         raise NotImplementedError
 
+    def profile(self, flat: FlatBatch, target_hidden: torch.Tensor, last_rows: torch.Tensor) -> None:
+        """The drafter's heaviest forward of a step, for profile_run: over every token of
+        the target's step `flat` (what `observe` runs at most: each position of a prompt
+        chunk), from the target's hidden states (or features) `target_hidden` of its rows,
+        with the logits of each sequence's last row (`last_rows`), into `kv_caches`. A
+        drafting forward (one token per request) is never larger."""
+        raise NotImplementedError
+
     def propose(
         self, step: TargetStep, drafting: Sequence[CachedRequestState], batch: InputBatch, block_size: int
     ) -> dict[str, Draft]:

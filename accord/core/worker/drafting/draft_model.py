@@ -41,3 +41,7 @@ class DraftModelProposer(ModelDrafter):
     def forward(self, input_ids: torch.Tensor, flat: FlatBatch, hidden: torch.Tensor | None) -> DraftLogits:
         out = self.model.forward(input_ids, flat.positions, flat.attn, self.kv_caches)
         return DraftLogits(self.model.compute_logits(out), None)
+
+    def profile(self, flat: FlatBatch, target_hidden: torch.Tensor, last_rows: torch.Tensor) -> None:
+        out = self.model.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches)
+        self.model.compute_logits(out[last_rows])

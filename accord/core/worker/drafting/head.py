@@ -105,3 +105,8 @@ class HeadProposer(ModelDrafter):
         assert hidden is not None, "a head's forward continues from the previous hidden states"
         out = self.layer.forward(input_ids, flat.positions, hidden, flat.attn, self.kv_caches)
         return DraftLogits(self.layer.compute_logits(out), out)
+
+    def profile(self, flat: FlatBatch, target_hidden: torch.Tensor, last_rows: torch.Tensor) -> None:
+        previous = self.layer.target_features(target_hidden)
+        out = self.layer.forward(flat.input_ids, flat.positions, previous, flat.attn, self.kv_caches)
+        self.layer.compute_logits(out[last_rows])
