@@ -149,3 +149,18 @@ def test_profile_run_runs_the_mtp_layer_over_every_profiled_token(deepseek_mtp_d
     hidden_size = json.loads((deepseek_mtp_dir / "config.json").read_text())["hidden_size"]
     assert calls.shapes(0) == [(48,)]  # input_ids
     assert calls.shapes(2) == [(48, hidden_size)]  # previous_hidden: the target's
+
+
+def test_profile_run_routes_the_mtp_layers_experts_by_their_worst_case(deepseek_mtp_dir):
+    worker = profile_worker(deepseek_mtp_dir, MTP, max_num_seqs=4, token_budget=48)
+    routed = worker.runner.drafter.layer.layer.feed_forward.routed  # the MTP block's routed experts
+    routing = []
+    local = routed.local
+
+    def recording(*args):
+        routing.append(routed.worst_case_load)
+        return local(*args)
+
+    routed.local = recording
+    worker.determine_num_blocks(48)
+    assert routing == [True]

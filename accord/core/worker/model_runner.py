@@ -243,7 +243,8 @@ class ModelRunner:
         start = time.perf_counter()
         rows = np.arange(num_seqs)
         batch = self.step_inputs.flatten(tokens, tables, rows, np.zeros(num_seqs, dtype=np.int64), num_new)
-        with torch.inference_mode(), worst_case_expert_load(self.model.moe_blocks()):
+        moe_blocks = self.model.moe_blocks() + (drafter.moe_blocks() if drafter is not None else [])
+        with torch.inference_mode(), worst_case_expert_load(moe_blocks):
             if drafter is not None and drafter.feature_layers:
                 hidden = self._forward_features(batch)
             else:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...models.layers.mlp import RoutedExperts
 from ..attention import KVCacheSpec, LayerKVCache
 from ..input_batch import CachedRequestState, InputBatch
 from ...sampling_params import SamplingParams
@@ -99,6 +100,10 @@ class ModelDrafter:
     @property
     def specs(self) -> list[KVCacheSpec]:
         """The drafter's layers' cache specs (their bytes count in every block)."""
+        raise NotImplementedError
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        """The drafter's routed-expert blocks (profile_run routes them by their worst case)."""
         raise NotImplementedError
 
     def observe(self, step: TargetStep, drafting: Sequence[CachedRequestState], batch: InputBatch) -> DraftLogits | None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from ...models import CausalLM
+from ...models.layers.mlp import RoutedExperts
 from ..attention import KVCacheSpec
 from ..input_batch import CachedRequestState, InputBatch
 from ..step_inputs import FlatBatch, StepInputs
@@ -31,6 +32,9 @@ class DraftModelProposer(ModelDrafter):
     @property
     def specs(self) -> list[KVCacheSpec]:
         return self.model.kv_cache_specs()
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        return self.model.moe_blocks()
 
     def observe(self, step: TargetStep, drafting: Sequence[CachedRequestState], batch: InputBatch) -> DraftLogits | None:
         """Run the draft over the step's tokens, writing its KV where the target wrote its own."""
