@@ -3,7 +3,8 @@ drafts for the two-layer one (tests/spec_decode/conftest.py, both written by
 transformers, same vocabulary). Greedy outputs equal those without speculation, plainly,
 under chunked prefill, with prefix-cache hits and under forced preemption; drafts are
 both accepted and rejected; seeded sampling (n = 2) reproduces alone and batched; a
-draft of another vocabulary is refused at start; and every test ends with every KV
+draft of another vocabulary is refused at start; adaptive speculation stops the draft
+model drafting where drafts do not pay; and every test ends with every KV
 block back in the pool (the conftest's check). The sampled distribution with a draft
 model is checked in test_spec_sampling_distribution.py."""
 
@@ -106,3 +107,27 @@ def test_seeded_sampling_with_a_draft_model_reproduces_alone_and_batched(countin
     alone, batched = outputs(PROMPTS[:1]), outputs(PROMPTS)
     assert alone[0] == batched[0] and alone == outputs(PROMPTS[:1])
     assert alone[0][0] != alone[0][1]  # the siblings' seeds differ
+
+
+def test_adaptive_speculation_stops_drafting_where_drafts_do_not_pay(counting_llama_dir, counting_draft_dir,
+                                                                     make_llm, baseline_tokens, monkeypatch):
+    from accord.core.spec_decode.adaptive import REFRESH_STEPS
+
+    llm = make_llm(counting_llama_dir, speculative_config={**spec(counting_draft_dir),
+                                                           "adaptive_num_speculative_tokens": True}, **ENGINE)
+    scheduler = llm.llm_engine.scheduler
+    # Step times as if each draft cost a plain step (never worth it), whatever the host's.
+    observe = scheduler._adaptive.observe_step
+    monkeypatch.setattr(scheduler._adaptive, "observe_step", lambda n, drafts, _: observe(n, drafts, 1.0 + drafts))
+    drafted: list[bool] = []
+    apply = scheduler.update_from_output
+
+    def recording(step, result, seconds=None):
+        drafted.append(bool(result.draft_token_ids))
+        return apply(step, result, seconds)
+
+    monkeypatch.setattr(scheduler, "update_from_output", recording)
+    assert token_ids(generate(llm)) == baseline_tokens
+    # The draft model drafts only for the measurements: the first decode steps, then at
+    # most two steps in REFRESH_STEPS (the plain step and the probe measured again).
+    assert len(drafted) > 30 and sum(drafted) <= 3 + 2 * (len(drafted) // REFRESH_STEPS)

@@ -563,20 +563,22 @@ class ModelRunner:
         return {req_id: draft.token_ids for req_id, draft in drafts.items()}
 
     def _takes_drafts(self, state: CachedRequestState) -> bool:
-        """Whether to draft for `state`: it takes drafts, and the batch is below
-        disable_by_batch_size (the scheduler would not check them: drafting them, a draft
-        model's k forwards, would be wasted)."""
+        """Whether to draft for `state`: it takes drafts, the batch is below
+        disable_by_batch_size and adaptive speculation has it among the requests worth
+        proposing for (else the next step would not check them: drafting them, a draft
+        model's k forwards or a suffix walk, would be wasted)."""
         limit = self.config.speculative.disable_by_batch_size  # type: ignore[union-attr]
-        return (limit is None or len(self.input_batch.requests) < limit) and speculates(
-            state.params, state.num_output_tokens)
+        return ((limit is None or len(self.input_batch.requests) < limit)
+                and (self._propose_for is None or state.req_id in self._propose_for)
+                and speculates(state.params, state.num_output_tokens))
 
     def _propose(self, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
         """The drafts of the requests that sampled this step and take proposals."""
         proposals = {}
         tokens = self.input_batch.token_ids_np
         for state in sampling:
-            if not self._takes_drafts(state) or (self._propose_for is not None and state.req_id not in self._propose_for):
-                continue  # the next step would not check its drafts: proposing them is wasted
+            if not self._takes_drafts(state):
+                continue
             draft = self.proposer.propose(tokens[state.row, : state.num_tokens], state.req_id)  # type: ignore[union-attr]
             if draft:
                 proposals[state.req_id] = draft
