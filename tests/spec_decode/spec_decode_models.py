@@ -68,3 +68,20 @@ class Calls:
     def shapes(self, index: int) -> list[tuple[int, ...]]:
         """The shape of argument `index` (a tensor) in each call."""
         return [tuple(args[index].shape) for args in self.args]
+
+
+def drafts_never_pay(scheduler, monkeypatch) -> list[bool]:
+    """Make adaptive speculation see each draft cost a plain step (never worth it),
+    whatever the host's step times; returns the list each step's result appends to:
+    whether it brought drafts."""
+    observe = scheduler._adaptive.observe_step
+    monkeypatch.setattr(scheduler._adaptive, "observe_step", lambda n, drafts, _: observe(n, drafts, 1.0 + drafts))
+    drafted: list[bool] = []
+    apply = scheduler.update_from_output
+
+    def recording(step, result, seconds=None):
+        drafted.append(bool(result.draft_token_ids))
+        return apply(step, result, seconds)
+
+    monkeypatch.setattr(scheduler, "update_from_output", recording)
+    return drafted

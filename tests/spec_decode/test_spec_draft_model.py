@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from accord.core.sampling_params import SamplingParams
-from spec_decode_models import write_counting_llama
+from spec_decode_models import drafts_never_pay, write_counting_llama
 
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
 pytestmark = pytest.mark.slow
@@ -115,18 +115,7 @@ def test_adaptive_speculation_stops_drafting_where_drafts_do_not_pay(counting_ll
 
     llm = make_llm(counting_llama_dir, speculative_config={**spec(counting_draft_dir),
                                                            "adaptive_num_speculative_tokens": True}, **ENGINE)
-    scheduler = llm.llm_engine.scheduler
-    # Step times as if each draft cost a plain step (never worth it), whatever the host's.
-    observe = scheduler._adaptive.observe_step
-    monkeypatch.setattr(scheduler._adaptive, "observe_step", lambda n, drafts, _: observe(n, drafts, 1.0 + drafts))
-    drafted: list[bool] = []
-    apply = scheduler.update_from_output
-
-    def recording(step, result, seconds=None):
-        drafted.append(bool(result.draft_token_ids))
-        return apply(step, result, seconds)
-
-    monkeypatch.setattr(scheduler, "update_from_output", recording)
+    drafted = drafts_never_pay(llm.llm_engine.scheduler, monkeypatch)
     assert token_ids(generate(llm)) == baseline_tokens
     # The draft model drafts only for the measurements: the first decode steps, then at
     # most two steps in REFRESH_STEPS (the plain step and the probe measured again).
