@@ -37,3 +37,51 @@ def write_counting_llama(directory: Path, num_layers: int, seed: int, extra_voca
             layer.mlp.down_proj.weight.mul_(LAYER_SCALE)
     model.save_pretrained(directory)
     return directory
+
+
+def profile_worker(model_dir: Path, speculative: dict | None, max_num_seqs: int, token_budget: int):
+    """A cpu-backend worker of `model_dir` (with `speculative`'s drafter) whose
+    profile_run batch is `token_budget` tokens over `max_num_seqs` sequences."""
+    from accord.backends import get_backend
+    from accord.core.config import EngineConfig
+    from accord.core.worker.worker import Worker
+
+    config = EngineConfig(model=str(model_dir), max_model_len=64, max_num_seqs=max_num_seqs,
+                          max_num_batched_tokens=token_budget, speculative_config=speculative)
+    return Worker(config, lambda: get_backend("cpu"))
+
+
+class Calls:
+    """Records the positional arguments of every call of `owner.<method>` (patched on
+    the instance, still calling the original)."""
+
+    def __init__(self, owner: object, method: str = "forward") -> None:
+        self.args: list[tuple] = []
+        original = getattr(owner, method)
+
+        def recording(*args, **kwargs):
+            self.args.append(args)
+            return original(*args, **kwargs)
+
+        setattr(owner, method, recording)
+
+    def shapes(self, index: int) -> list[tuple[int, ...]]:
+        """The shape of argument `index` (a tensor) in each call."""
+        return [tuple(args[index].shape) for args in self.args]
+
+
+def drafts_never_pay(scheduler, monkeypatch) -> list[bool]:
+    """Make adaptive speculation see each draft cost a plain step (never worth it),
+    whatever the host's step times; returns the list each step's result appends to:
+    whether it brought drafts."""
+    observe = scheduler._adaptive.observe_step
+    monkeypatch.setattr(scheduler._adaptive, "observe_step", lambda n, drafts, _: observe(n, drafts, 1.0 + drafts))
+    drafted: list[bool] = []
+    apply = scheduler.update_from_output
+
+    def recording(step, result, seconds=None):
+        drafted.append(bool(result.draft_token_ids))
+        return apply(step, result, seconds)
+
+    monkeypatch.setattr(scheduler, "update_from_output", recording)
+    return drafted

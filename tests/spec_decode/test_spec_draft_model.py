@@ -3,7 +3,8 @@ drafts for the two-layer one (tests/spec_decode/conftest.py, both written by
 transformers, same vocabulary). Greedy outputs equal those without speculation, plainly,
 under chunked prefill, with prefix-cache hits and under forced preemption; drafts are
 both accepted and rejected; seeded sampling (n = 2) reproduces alone and batched; a
-draft of another vocabulary is refused at start; and every test ends with every KV
+draft of another vocabulary is refused at start; adaptive speculation stops the draft
+model drafting where drafts do not pay; and every test ends with every KV
 block back in the pool (the conftest's check). The sampled distribution with a draft
 model is checked in test_spec_sampling_distribution.py."""
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from accord.core.sampling_params import SamplingParams
-from spec_decode_models import write_counting_llama
+from spec_decode_models import drafts_never_pay, write_counting_llama
 
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
 pytestmark = pytest.mark.slow
@@ -106,3 +107,16 @@ def test_seeded_sampling_with_a_draft_model_reproduces_alone_and_batched(countin
     alone, batched = outputs(PROMPTS[:1]), outputs(PROMPTS)
     assert alone[0] == batched[0] and alone == outputs(PROMPTS[:1])
     assert alone[0][0] != alone[0][1]  # the siblings' seeds differ
+
+
+def test_adaptive_speculation_stops_drafting_where_drafts_do_not_pay(counting_llama_dir, counting_draft_dir,
+                                                                     make_llm, baseline_tokens, monkeypatch):
+    from accord.core.spec_decode.adaptive import REFRESH_STEPS
+
+    llm = make_llm(counting_llama_dir, speculative_config={**spec(counting_draft_dir),
+                                                           "adaptive_num_speculative_tokens": True}, **ENGINE)
+    drafted = drafts_never_pay(llm.llm_engine.scheduler, monkeypatch)
+    assert token_ids(generate(llm)) == baseline_tokens
+    # The draft model drafts only for the measurements: the first decode steps, then at
+    # most two steps in REFRESH_STEPS (the plain step and the probe measured again).
+    assert len(drafted) > 30 and sum(drafted) <= 3 + 2 * (len(drafted) // REFRESH_STEPS)

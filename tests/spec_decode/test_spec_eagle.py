@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from accord.core.sampling_params import SamplingParams
-from spec_decode_models import write_counting_llama
+from spec_decode_models import Calls, profile_worker, write_counting_llama
 
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
 pytestmark = pytest.mark.slow
@@ -216,6 +216,17 @@ def test_the_first_eagle3_drafts_are_the_formula_of_the_checkpoint(eagle_target_
     expected = [reference_eagle3_first_draft(eagle_target_dir, eagle3_dir, prompt) for prompt in PROMPTS]
     # Only ids of the draft vocabulary (odd ones here) can be drafted.
     assert drafts == expected and all(token % 2 == 1 for token in expected)
+
+
+def test_profile_run_runs_the_eagle3_head_over_every_profiled_tokens_features(eagle_target_dir, eagle3_dir):
+    # profile_run's batch: 48 tokens over 4 sequences; the head reads three layers' features of each.
+    config = {"method": "eagle3", "model": str(eagle3_dir), "num_speculative_tokens": 3}
+    worker = profile_worker(eagle_target_dir, config, max_num_seqs=4, token_budget=48)
+    head = worker.runner.drafter.layer
+    features, calls = Calls(head, "target_features"), Calls(head)
+    worker.determine_num_blocks(48)
+    assert features.shapes(0) == [(48, 3 * HIDDEN)]
+    assert calls.shapes(0) == [(48,)]  # input_ids
 
 
 class _NotATensor:

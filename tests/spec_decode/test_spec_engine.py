@@ -12,6 +12,7 @@ import pytest
 from accord.core.sampling_params import SamplingParams
 from accord.core.spec_decode.adaptive import REFRESH_STEPS
 from accord.core.structured_output.params import StructuredOutputsParams
+from spec_decode_models import drafts_never_pay
 
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
 pytestmark = pytest.mark.slow
@@ -68,18 +69,7 @@ def test_adaptive_speculation_stops_proposing_where_drafts_do_not_pay(
 ):
     spec = {"method": "suffix", "num_speculative_tokens": 2, "adaptive_num_speculative_tokens": True}
     llm = make_llm(counting_llama_dir, speculative_config=spec, **ENGINE)
-    scheduler = llm.llm_engine.scheduler
-    # Step times as if each draft cost a plain step (never worth it), whatever the host's.
-    observe = scheduler._adaptive.observe_step
-    monkeypatch.setattr(scheduler._adaptive, "observe_step", lambda n, drafts, _: observe(n, drafts, 1.0 + drafts))
-    proposed: list[bool] = []
-    apply = scheduler.update_from_output
-
-    def recording(step, result, seconds=None):
-        proposed.append(bool(result.draft_token_ids))
-        return apply(step, result, seconds)
-
-    monkeypatch.setattr(scheduler, "update_from_output", recording)
+    proposed = drafts_never_pay(llm.llm_engine.scheduler, monkeypatch)
     assert token_ids(generate(llm)) == token_ids(generate(baseline))
     # Proposals come only for the measurements: the first decode steps and one step in REFRESH_STEPS.
     assert len(proposed) > 30 and sum(proposed) <= 3 + len(proposed) // REFRESH_STEPS

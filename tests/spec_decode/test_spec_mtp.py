@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from accord.core.sampling_params import SamplingParams
 from engine_models import build_model_dir
+from spec_decode_models import Calls, profile_worker
 
 #: Each test generates through a model (seconds on a 2-core host): the slow tier.
 pytestmark = pytest.mark.slow
@@ -138,3 +139,28 @@ def test_mtp_on_a_checkpoint_without_mtp_layers_is_refused(counting_llama_dir):
 
     with pytest.raises(ValueError, match="'mtp' needs a checkpoint with MTP layers; LlamaForCausalLM"):
         LLM(model=str(counting_llama_dir), backend="cpu", speculative_config=MTP, **ENGINE)
+
+
+def test_profile_run_runs_the_mtp_layer_over_every_profiled_token(deepseek_mtp_dir):
+    # profile_run's batch: 48 tokens over 4 sequences; the layer reads the target's hidden state of each.
+    worker = profile_worker(deepseek_mtp_dir, MTP, max_num_seqs=4, token_budget=48)
+    calls = Calls(worker.runner.drafter.layer)
+    worker.determine_num_blocks(48)
+    hidden_size = json.loads((deepseek_mtp_dir / "config.json").read_text())["hidden_size"]
+    assert calls.shapes(0) == [(48,)]  # input_ids
+    assert calls.shapes(2) == [(48, hidden_size)]  # previous_hidden: the target's
+
+
+def test_profile_run_routes_the_mtp_layers_experts_by_their_worst_case(deepseek_mtp_dir):
+    worker = profile_worker(deepseek_mtp_dir, MTP, max_num_seqs=4, token_budget=48)
+    routed = worker.runner.drafter.layer.layer.feed_forward.routed  # the MTP block's routed experts
+    routing = []
+    local = routed.local
+
+    def recording(*args):
+        routing.append(routed.worst_case_load)
+        return local(*args)
+
+    routed.local = recording
+    worker.determine_num_blocks(48)
+    assert routing == [True]

@@ -5,7 +5,7 @@ this rank's vocabulary rows."""
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import torch
 
@@ -100,7 +100,7 @@ class CausalLM:
 
     def moe_blocks(self) -> list[RoutedExperts]:
         """The routed-expert blocks, for profile_run's worst-case routing."""
-        return [layer.feed_forward.routed for layer in self.layers if isinstance(layer.feed_forward, SparseMoE)]
+        return routed_experts(self.layers)
 
     def kv_cache_specs(self) -> list[KVCacheSpec]:
         """One cache spec per decoder layer, in layer order."""
@@ -141,3 +141,9 @@ def layer_norms(weights: WeightLoader, config: ModelConfig, prefix: str) -> tupl
         RMSNorm(weights.ops, weights.tensor(f"{prefix}.input_layernorm.weight", shape), eps),
         RMSNorm(weights.ops, weights.tensor(f"{prefix}.post_attention_layernorm.weight", shape), eps),
     )
+
+
+def routed_experts(layers: Iterable[DecoderLayer]) -> list[RoutedExperts]:
+    """The routed-expert blocks of `layers`' sparse feed-forwards (profile_run routes
+    them by their worst case)."""
+    return [layer.feed_forward.routed for layer in layers if isinstance(layer.feed_forward, SparseMoE)]

@@ -21,9 +21,10 @@ import torch
 
 from ..model_loader.model_config import ModelConfig
 from ..worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
-from .causal_lm import CausalLM, DecoderLayer
+from .causal_lm import CausalLM, DecoderLayer, routed_experts
 from .deepseek_v3 import build_layer
 from .layers import Linear, RMSNorm, RotaryEmbedding
+from .layers.mlp import RoutedExperts
 from .weights import WeightLoader
 
 
@@ -67,6 +68,10 @@ class MtpLayer:
     def target_features(self, hidden: torch.Tensor) -> torch.Tensor:
         """The h_i it reads: the target's final hidden states, as they are."""
         return hidden
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        """Its decoder block's routed experts."""
+        return routed_experts([self.layer])
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, previous_hidden: torch.Tensor,
                 attn: AttentionMetadata, kv_caches: Sequence[LayerKVCache]) -> torch.Tensor:

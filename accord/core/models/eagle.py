@@ -35,8 +35,9 @@ from ..model_loader.hf_checkpoint import CheckpointError, read_json
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.torch_bin import head_checkpoint
 from ..worker.attention import AttentionMetadata, KVCacheSpec, LayerKVCache
-from .causal_lm import CausalLM, DecoderLayer
+from .causal_lm import CausalLM, DecoderLayer, routed_experts
 from .layers import DenseLinear, GatedMLP, GQAAttention, Linear, RMSNorm, RotaryEmbedding
+from .layers.mlp import RoutedExperts
 from .layers.parallel import VocabParallelEmbedding
 from .weights import WeightLoader
 
@@ -66,6 +67,10 @@ class EagleHead:
     def target_features(self, hidden: torch.Tensor) -> torch.Tensor:
         """The hidden state h_i the head reads from the target's final hidden states (as they are)."""
         return hidden
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        """The routed experts of its decoder layers (a Llama head's are dense: none)."""
+        return routed_experts(self.layers)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, previous_hidden: torch.Tensor,
                 attn: AttentionMetadata, kv_caches: Sequence[LayerKVCache]) -> torch.Tensor:
@@ -112,6 +117,10 @@ class Eagle3Head:
     def target_features(self, features: torch.Tensor) -> torch.Tensor:
         """g_i = fc(concat(a_i, b_i, c_i)) from the target's features [T, 3H_target]."""
         return self.fc(features)
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        """None: its one layer's MLP is dense."""
+        return []
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, previous_hidden: torch.Tensor,
                 attn: AttentionMetadata, kv_caches: Sequence[LayerKVCache]) -> torch.Tensor:

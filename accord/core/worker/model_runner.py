@@ -134,7 +134,7 @@ class ModelRunner:
         returns the KV connector's handshake metadata (None without one)."""
         self.allocate_kv_cache(num_blocks)
         if self.drafter is not None:
-            self.drafter.kv_caches = [self._layer_cache(spec, num_blocks) for spec in self.drafter.specs]
+            self._allocate_drafter_cache(num_blocks)
         if self.kv_connector is not None:
             self.kv_connector.register_kv_caches(self.kv_caches)
         self.capture_decode_graphs()
@@ -144,6 +144,10 @@ class ModelRunner:
         """Allocate every layer's cache with `num_blocks` blocks, in the backend's layout
         (of `dtype`, by default the KV cache dtype)."""
         self.kv_caches = [self._layer_cache(spec, num_blocks, dtype) for spec in self.specs]
+
+    def _allocate_drafter_cache(self, num_blocks: int, dtype: torch.dtype | None = None) -> None:
+        """Allocate the drafter's layers' caches over the same `num_blocks` blocks."""
+        self.drafter.kv_caches = [self._layer_cache(spec, num_blocks, dtype) for spec in self.drafter.specs]  # type: ignore[union-attr]
 
     def _layer_cache(self, spec: KVCacheSpec, num_blocks: int, dtype: torch.dtype | None = None) -> LayerKVCache:
         dtype, device = dtype or self.kv_cache_dtype, self.device
@@ -184,11 +188,14 @@ class ModelRunner:
         KV cache, so shape and dtype problems show before the first request and the
         allocator's peak is known before the KV cache is sized. The routed experts take
         this rank's worst case: every token reaches this rank's experts (an
-        expert-parallel rank's heaviest step), whatever the router makes of the batch."""
+        expert-parallel rank's heaviest step), whatever the router makes of the batch.
+        A drafter (draft model, MTP or EAGLE head) runs its heaviest forward after it, as
+        every step runs it after the target's: over the same tokens, while the target's
+        hidden states and logits are held (its KV bytes are in `bytes_per_block`)."""
         num_seqs = max(1, min(max_num_seqs, max_num_batched_tokens))
         lengths = [max_num_batched_tokens // num_seqs] * num_seqs
         lengths[-1] += max_num_batched_tokens - sum(lengths)
-        self._scratch_forward(lengths)
+        self._scratch_forward(lengths, with_drafter=True)
 
     def time_step(self, num_tokens: int) -> float:
         """Seconds of a step computing `num_tokens` new tokens (one prompt chunk, split
@@ -216,27 +223,43 @@ class ModelRunner:
         )
 
     def _scratch_forward(
-        self, lengths: list[int], token_ids: np.ndarray | None = None, cache_dtype: torch.dtype | None = None
+        self, lengths: list[int], token_ids: np.ndarray | None = None, cache_dtype: torch.dtype | None = None,
+        with_drafter: bool = False,
     ) -> float:
         """Seconds of one synchronised forward (and logits of each sequence's last row)
         of fresh sequences of these lengths (of `token_ids` [S, max length], zeros by
-        default), on a scratch KV cache (of `cache_dtype`) freed afterwards."""
+        default), then, `with_drafter`, the drafter's forward over the same tokens
+        (`ModelDrafter.profile`), on a scratch KV cache (of `cache_dtype`) freed afterwards."""
         lengths = [min(max(1, n), self.max_model_len) for n in lengths]
         num_seqs = len(lengths)
         blocks_per_seq = -(-max(lengths) // self.block_size)
         self.allocate_kv_cache(num_seqs * blocks_per_seq, cache_dtype)
+        drafter = self.drafter if with_drafter else None
+        if drafter is not None:
+            self._allocate_drafter_cache(num_seqs * blocks_per_seq, cache_dtype)
         tokens = np.zeros((num_seqs, max(lengths)), dtype=np.int32) if token_ids is None else token_ids
         tables = np.arange(num_seqs * blocks_per_seq).reshape(num_seqs, blocks_per_seq)
         num_new = np.array(lengths, dtype=np.int64)
         start = time.perf_counter()
         rows = np.arange(num_seqs)
         batch = self.step_inputs.flatten(tokens, tables, rows, np.zeros(num_seqs, dtype=np.int64), num_new)
-        with torch.inference_mode(), worst_case_expert_load(self.model.moe_blocks()):
-            hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
-            self.model.compute_logits(hidden[torch.from_numpy(batch.last_rows).to(hidden.device)])
+        moe_blocks = self.model.moe_blocks() + (drafter.moe_blocks() if drafter is not None else [])
+        with torch.inference_mode(), worst_case_expert_load(moe_blocks):
+            if drafter is not None and drafter.feature_layers:
+                hidden = self._forward_features(batch)
+            else:
+                hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
+            last_rows = torch.from_numpy(batch.last_rows).to(hidden.device)
+            logits = self.model.compute_logits(hidden[last_rows])
+            if drafter is not None:
+                # A step holds its logits while the drafter runs (`run`): so does the profile.
+                drafter.profile(batch, hidden if self._features is None else self._features, last_rows)
+            del logits
         self.backend.synchronize()
         seconds = time.perf_counter() - start
-        self.kv_caches = []
+        self.kv_caches, self._features = [], None
+        if drafter is not None:
+            drafter.kv_caches = []
         return seconds
 
     # -- decode graphs ---------------------------------------------------------------
@@ -330,17 +353,7 @@ class ModelRunner:
         flat = self.step_inputs.flatten(batch.token_ids_np, batch.block_table_np, rows, num_computed, num_new,
                                         full_width=decode, lora_slots=lora_slots)
         if feature_layers:
-            # An eager forward that also returns the residual stream at those layers.
-            if self.lora is not None:
-                self.lora.batch.slot_ids = flat.lora_slot_ids
-            try:
-                hidden, features = self.model.forward_features(flat.input_ids, flat.positions, flat.attn,
-                                                               self.kv_caches, feature_layers)
-            finally:
-                if self.lora is not None:
-                    self.lora.batch.slot_ids = None
-            self._features = torch.cat(features, dim=-1)
-            return hidden, flat
+            return self._forward_features(flat), flat
         if decode:
             inputs = {"input_ids": flat.input_ids, "positions": flat.positions, "slot_mapping": flat.attn.slot_mapping,
                       "block_tables": flat.attn.block_tables, "seq_lens": flat.attn.seq_lens}
@@ -350,6 +363,21 @@ class ModelRunner:
         if self.lora is None:
             return self.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches), flat
         return self._lora_forward(flat.lora_slot_ids, flat.input_ids, flat.positions, flat.attn), flat
+
+    def _forward_features(self, flat: FlatBatch) -> torch.Tensor:
+        """The hidden states of an eager forward of `flat` that also keeps the residual
+        stream entering the drafter's feature layers (EAGLE-3), concatenated, in
+        `self._features` (with each token's LoRA slot, when LoRA is on)."""
+        if self.lora is not None:
+            self.lora.batch.slot_ids = flat.lora_slot_ids
+        try:
+            hidden, features = self.model.forward_features(flat.input_ids, flat.positions, flat.attn,
+                                                           self.kv_caches, self.drafter.feature_layers)  # type: ignore[union-attr]
+        finally:
+            if self.lora is not None:
+                self.lora.batch.slot_ids = None
+        self._features = torch.cat(features, dim=-1)
+        return hidden
 
     # -- a step --------------------------------------------------------------------
     def update_states(self, step: SchedulerOutput) -> None:
@@ -535,20 +563,22 @@ class ModelRunner:
         return {req_id: draft.token_ids for req_id, draft in drafts.items()}
 
     def _takes_drafts(self, state: CachedRequestState) -> bool:
-        """Whether to draft for `state`: it takes drafts, and the batch is below
-        disable_by_batch_size (the scheduler would not check them: drafting them, a draft
-        model's k forwards, would be wasted)."""
+        """Whether to draft for `state`: it takes drafts, the batch is below
+        disable_by_batch_size and adaptive speculation has it among the requests worth
+        proposing for (else the next step would not check them: drafting them, a draft
+        model's k forwards or a suffix walk, would be wasted)."""
         limit = self.config.speculative.disable_by_batch_size  # type: ignore[union-attr]
-        return (limit is None or len(self.input_batch.requests) < limit) and speculates(
-            state.params, state.num_output_tokens)
+        return ((limit is None or len(self.input_batch.requests) < limit)
+                and (self._propose_for is None or state.req_id in self._propose_for)
+                and speculates(state.params, state.num_output_tokens))
 
     def _propose(self, sampling: list[CachedRequestState]) -> dict[str, list[int]]:
         """The drafts of the requests that sampled this step and take proposals."""
         proposals = {}
         tokens = self.input_batch.token_ids_np
         for state in sampling:
-            if not self._takes_drafts(state) or (self._propose_for is not None and state.req_id not in self._propose_for):
-                continue  # the next step would not check its drafts: proposing them is wasted
+            if not self._takes_drafts(state):
+                continue
             draft = self.proposer.propose(tokens[state.row, : state.num_tokens], state.req_id)  # type: ignore[union-attr]
             if draft:
                 proposals[state.req_id] = draft

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...models.layers.mlp import RoutedExperts
 from ..attention import KVCacheSpec, LayerKVCache
 from ..input_batch import CachedRequestState, InputBatch
 from ...sampling_params import SamplingParams
@@ -101,6 +102,10 @@ class ModelDrafter:
         """The drafter's layers' cache specs (their bytes count in every block)."""
         raise NotImplementedError
 
+    def moe_blocks(self) -> list[RoutedExperts]:
+        """The drafter's routed-expert blocks (profile_run routes them by their worst case)."""
+        raise NotImplementedError
+
     def observe(self, step: TargetStep, drafting: Sequence[CachedRequestState], batch: InputBatch) -> DraftLogits | None:
         """Bring the drafter's KV up to the target's after `step`; the first drafts'
         logits of `drafting` where that forward gives them (else None)."""
@@ -108,6 +113,14 @@ class ModelDrafter:
 
     def forward(self, input_ids: torch.Tensor, flat: FlatBatch, hidden: torch.Tensor | None) -> DraftLogits:
         """One drafting forward: the newest token of each request at `flat`'s positions."""
+        raise NotImplementedError
+
+    def profile(self, flat: FlatBatch, target_hidden: torch.Tensor, last_rows: torch.Tensor) -> None:
+        """The drafter's heaviest forward of a step, for profile_run: over every token of
+        the target's step `flat` (what `observe` runs at most: each position of a prompt
+        chunk), from the target's hidden states (or features) `target_hidden` of its rows,
+        with the logits of each sequence's last row (`last_rows`), into `kv_caches`. A
+        drafting forward (one token per request) is never larger."""
         raise NotImplementedError
 
     def propose(

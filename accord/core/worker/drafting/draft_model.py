@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from ...models import CausalLM
+from ...models.layers.mlp import RoutedExperts
 from ..attention import KVCacheSpec
 from ..input_batch import CachedRequestState, InputBatch
 from ..step_inputs import FlatBatch, StepInputs
@@ -32,6 +33,9 @@ class DraftModelProposer(ModelDrafter):
     def specs(self) -> list[KVCacheSpec]:
         return self.model.kv_cache_specs()
 
+    def moe_blocks(self) -> list[RoutedExperts]:
+        return self.model.moe_blocks()
+
     def observe(self, step: TargetStep, drafting: Sequence[CachedRequestState], batch: InputBatch) -> DraftLogits | None:
         """Run the draft over the step's tokens, writing its KV where the target wrote its own."""
         flat = step.flat
@@ -41,3 +45,7 @@ class DraftModelProposer(ModelDrafter):
     def forward(self, input_ids: torch.Tensor, flat: FlatBatch, hidden: torch.Tensor | None) -> DraftLogits:
         out = self.model.forward(input_ids, flat.positions, flat.attn, self.kv_caches)
         return DraftLogits(self.model.compute_logits(out), None)
+
+    def profile(self, flat: FlatBatch, target_hidden: torch.Tensor, last_rows: torch.Tensor) -> None:
+        out = self.model.forward(flat.input_ids, flat.positions, flat.attn, self.kv_caches)
+        self.model.compute_logits(out[last_rows])

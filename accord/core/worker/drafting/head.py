@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from ...models.layers.mlp import RoutedExperts
 from ..attention import AttentionMetadata, KVCacheSpec, LayerKVCache
 from ..input_batch import CachedRequestState, InputBatch
 from ..step_inputs import FlatBatch, StepInputs
@@ -40,6 +41,10 @@ class DraftHead(Protocol):
 
     def target_features(self, hidden: torch.Tensor) -> torch.Tensor:
         """The h_i it reads at each row of the target's hidden states (or features)."""
+        ...
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        """Its routed-expert blocks (none in a dense head)."""
         ...
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, previous_hidden: torch.Tensor,
@@ -69,6 +74,9 @@ class HeadProposer(ModelDrafter):
     @property
     def feature_layers(self) -> tuple[int, ...]:
         return self.layer.feature_layers
+
+    def moe_blocks(self) -> list[RoutedExperts]:
+        return self.layer.moe_blocks()
 
     def observe(self, step: TargetStep, drafting: Sequence[CachedRequestState], batch: InputBatch) -> DraftLogits | None:
         """Run the head over each request's step positions whose next token is known,
@@ -105,3 +113,8 @@ class HeadProposer(ModelDrafter):
         assert hidden is not None, "a head's forward continues from the previous hidden states"
         out = self.layer.forward(input_ids, flat.positions, hidden, flat.attn, self.kv_caches)
         return DraftLogits(self.layer.compute_logits(out), out)
+
+    def profile(self, flat: FlatBatch, target_hidden: torch.Tensor, last_rows: torch.Tensor) -> None:
+        previous = self.layer.target_features(target_hidden)
+        out = self.layer.forward(flat.input_ids, flat.positions, previous, flat.attn, self.kv_caches)
+        self.layer.compute_logits(out[last_rows])
