@@ -22,33 +22,42 @@ static inline float dot32_plain(const int8_t *w, const int8_t *x, float scale0, 
 }
 
 #if defined(__AVX2__)
-/* The 8 int32 lanes of a 32-code dot: lanes 0-3 hold the first 16 codes' partial sums,
- * lanes 4-7 the second's. vpdpbusd and vpmaddubsw take unsigned x signed bytes, so the
- * weight's sign moves onto the activation (|w| * sign(w) x). */
-static inline __m256i lanes_avx2(__m256i w, __m256i x) {
-    __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
-}
-#endif
+/* The 8 int32 lanes of a 32-code dot of unsigned codes u with signed codes x: lanes 0-3
+ * hold the first 16 codes' partial sums, lanes 4-7 the second's (vpdpbusd on VNNI,
+ * vpmaddubsw + vpmaddwd on AVX2). */
+static inline __m256i unsigned_lanes(int path, __m256i u, __m256i x) {
 #if defined(HAVE_VNNI)
-static inline __m256i lanes_vnni(__m256i w, __m256i x) {
-    return dpbusd(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-}
+    if (path == PATH_VNNI) return dpbusd(_mm256_setzero_si256(), u, x);
 #endif
+    (void)path;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
 
-#if defined(__AVX2__)
-/* The 32 codes of a Q8_0, Q4_0 or Q4_1 block straight into a vector (one scale for the
- * block, no unpacking through memory): 1, or 0 for the other formats. */
-static inline int vector_codes(int fmt, const uint8_t *b, __m256i *codes) {
+/* The same dot for signed codes w: the weight's sign moves onto the activation
+ * (|w| * sign(w) x). */
+static inline __m256i signed_lanes(int path, __m256i w, __m256i x) {
+    return unsigned_lanes(path, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* The formats whose 32-code blocks decode straight into a vector (vector_codes). */
+#define HAS_VECTOR_CODES(fmt) ((fmt) == Q8_0 || (fmt) == Q4_0 || (fmt) == Q4_1)
+
+/* The 32 codes of a HAS_VECTOR_CODES block in a vector (no unpacking through memory),
+ * with the block's one scale and offset (value = scale * code + offset). Nibbles stay
+ * unsigned (Q4_0's -8 moves into the offset), so their dot needs no sign fix;
+ * `is_signed` says which. */
+static inline void vector_codes(int fmt, const uint8_t *b, __m256i *codes, float *scale, float *offset, int *is_signed) {
+    *scale = half(b);
     if (fmt == Q8_0) {
         *codes = _mm256_loadu_si256((const __m256i *)(b + 2));
-        return 1;
+        *offset = 0.0f;
+        *is_signed = 1;
+        return;
     }
-    if (fmt != Q4_0 && fmt != Q4_1) return 0;
     __m128i packed = _mm_loadu_si128((const __m128i *)(b + (fmt == Q4_0 ? 2 : 4))), low = _mm_set1_epi8(0xF);
-    __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
-    *codes = fmt == Q4_0 ? _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)) : nibbles;
-    return 1;
+    *codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+    *offset = fmt == Q4_0 ? -8.0f * *scale : half(b + 2);
+    *is_signed = 0;
 }
 #endif
 
@@ -73,72 +82,104 @@ static inline float hsum(__m256 v) {
 }
 #endif
 
+#if defined(__AVX2__)
+/* One block of a format with vector codes, dotted with each token's codes, into the
+ * accumulators given: the vector sums of scaled lanes and the scalar offset terms. */
+static inline __attribute__((always_inline)) void vector_block(
+    int fmt, int path, const uint8_t *b, long block, long depth, int tokens, const int8_t *xq, const float *xs,
+    const float *xsum, __m256 *vacc, float *sums
+) {
+    __m256i w;
+    float d, offset;
+    int is_signed;
+    vector_codes(fmt, b, &w, &d, &offset, &is_signed);
+    for (int t = 0; t < tokens; t++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(xq + t * depth + block * 32));
+        __m256i lanes = is_signed ? signed_lanes(path, w, v) : unsigned_lanes(path, w, v);
+        const float *sum16 = xsum + t * (depth / 16) + block * 2;
+        sums[t] += offset * (sum16[0] + sum16[1]);
+        vacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d * xs[t * (depth / 32) + block]), vacc[t]);
+    }
+}
+#endif
+
 /* One output row for every token: block by block, unpacked once, dotted with each
- * token's codes. */
-static void row_dot(
+ * token's codes. Always inlined, so that a call with a constant token count (the single
+ * token of a decode step) keeps its accumulators in registers: with a runtime count
+ * they live on the stack, and each block waits on a store and a reload of them. Blocks
+ * that decode straight into a vector alternate between two sets of accumulators, so
+ * consecutive blocks do not wait on each other's additions. */
+static inline __attribute__((always_inline)) void row_dot(
     int fmt, int path, const uint8_t *row, long blocks, long depth, int tokens, const int8_t *xq, const float *xs,
     const float *xsum, float *acc
 ) {
     int bs = BLOCK_SIZE[fmt];
-    unpacked u;
+    float sums[2][MAX_TOKENS];
+    for (int t = 0; t < tokens; t++) sums[0][t] = sums[1][t] = 0.0f;
 #if defined(__AVX2__)
-    __m256 vacc[MAX_TOKENS];
-    for (int t = 0; t < tokens; t++) vacc[t] = _mm256_setzero_ps();
-#endif
-    for (int t = 0; t < tokens; t++) acc[t] = 0.0f;
-    for (long block = 0; block < blocks; block++) {
-        const uint8_t *b = row + block * BLOCK_BYTES[fmt];
-        long first = block * bs;
-#if defined(__AVX2__)
-        __m256i w;
-        if (path != PATH_PLAIN && vector_codes(fmt, b, &w)) {
-            /* One scale (and Q4_1's one min) for all 32 weights. */
-            float d = half(b), m = fmt == Q4_1 ? half(b + 2) : 0.0f;
-            for (int t = 0; t < tokens; t++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(xq + t * depth + first));
-#if defined(HAVE_VNNI)
-                __m256i lanes = path == PATH_VNNI ? lanes_vnni(w, v) : lanes_avx2(w, v);
-#else
-                __m256i lanes = lanes_avx2(w, v);
-#endif
-                const float *sum16 = xsum + t * (depth / 16) + first / 16;
-                acc[t] += m * (sum16[0] + sum16[1]);
-                vacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d * xs[t * (depth / 32) + block]), vacc[t]);
-            }
-            continue;
+    __m256 vacc[2][MAX_TOKENS];
+    for (int t = 0; t < tokens; t++) vacc[0][t] = vacc[1][t] = _mm256_setzero_ps();
+    if (path != PATH_PLAIN && HAS_VECTOR_CODES(fmt)) {
+        long block = 0, stride = BLOCK_BYTES[fmt];
+        for (; block + 1 < blocks; block += 2) {
+            vector_block(fmt, path, row + block * stride, block, depth, tokens, xq, xs, xsum, vacc[0], sums[0]);
+            vector_block(fmt, path, row + (block + 1) * stride, block + 1, depth, tokens, xq, xs, xsum, vacc[1], sums[1]);
         }
+        if (block < blocks)
+            vector_block(fmt, path, row + block * stride, block, depth, tokens, xq, xs, xsum, vacc[0], sums[0]);
+        for (int t = 0; t < tokens; t++) acc[t] = sums[0][t] + sums[1][t] + hsum(_mm256_add_ps(vacc[0][t], vacc[1][t]));
+        return;
+    }
 #endif
-        unpack(fmt, b, &u);
+    unpacked u;
+    for (long block = 0; block < blocks; block++) {
+        unpack(fmt, row + block * BLOCK_BYTES[fmt], &u);
+        long first = block * bs;
         for (int t = 0; t < tokens; t++) {
             const int8_t *x = xq + t * depth + first;
             const float *scale = xs + t * (depth / 32) + first / 32, *sum16 = xsum + t * (depth / 16) + first / 16;
             float minus = 0.0f;
             for (int g = 0; g < bs / 16; g++) minus += u.min[g] * sum16[g];
-            acc[t] -= minus;
+            sums[0][t] -= minus;
             for (int c = 0; c < bs / 32; c++) {
                 float s0 = u.scale[2 * c] * scale[c], s1 = u.scale[2 * c + 1] * scale[c];
                 if (path == PATH_PLAIN) {
-                    acc[t] += dot32_plain(u.q + 32 * c, x + 32 * c, s0, s1);
+                    sums[0][t] += dot32_plain(u.q + 32 * c, x + 32 * c, s0, s1);
                     continue;
                 }
 #if defined(__AVX2__)
-                __m256i w = _mm256_loadu_si256((const __m256i *)(u.q + 32 * c));
-                __m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * c));
-#if defined(HAVE_VNNI)
-                __m256i lanes = path == PATH_VNNI ? lanes_vnni(w, v) : lanes_avx2(w, v);
-#else
-                __m256i lanes = lanes_avx2(w, v);
-#endif
+                __m256i lanes = signed_lanes(path, _mm256_loadu_si256((const __m256i *)(u.q + 32 * c)),
+                                             _mm256_loadu_si256((const __m256i *)(x + 32 * c)));
                 __m256 scales = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
-                vacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scales, vacc[t]);
+                vacc[c & 1][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), scales, vacc[c & 1][t]);
 #endif
             }
         }
     }
+    for (int t = 0; t < tokens; t++) {
+        acc[t] = sums[0][t];
 #if defined(__AVX2__)
-    if (path != PATH_PLAIN)
-        for (int t = 0; t < tokens; t++) acc[t] += hsum(vacc[t]);
+        if (path != PATH_PLAIN) acc[t] += hsum(_mm256_add_ps(vacc[0][t], vacc[1][t]));
 #endif
+    }
+}
+
+/* row_dot for the one token of a decode step, inlined with the format a constant where
+ * the block decodes straight into a vector: the block loop then carries no format
+ * dispatch and keeps its pointers and accumulators in registers. */
+static void row_dot_one_token(
+    int fmt, int path, const uint8_t *row, long blocks, long depth, const int8_t *xq, const float *xs,
+    const float *xsum, float *acc
+) {
+    switch (fmt) {
+    case Q8_0: row_dot(Q8_0, path, row, blocks, depth, 1, xq, xs, xsum, acc); return;
+    case Q4_0: row_dot(Q4_0, path, row, blocks, depth, 1, xq, xs, xsum, acc); return;
+    case Q4_1: row_dot(Q4_1, path, row, blocks, depth, 1, xq, xs, xsum, acc); return;
+    case Q4_K: row_dot(Q4_K, path, row, blocks, depth, 1, xq, xs, xsum, acc); return;
+    case Q5_K: row_dot(Q5_K, path, row, blocks, depth, 1, xq, xs, xsum, acc); return;
+    case Q6_K: row_dot(Q6_K, path, row, blocks, depth, 1, xq, xs, xsum, acc); return;
+    default: row_dot(fmt, path, row, blocks, depth, 1, xq, xs, xsum, acc);
+    }
 }
 
 /* out [tokens, rows] fp32 = x [tokens, depth] fp32 @ W^T (+ bias fp32), W the packed
@@ -162,7 +203,10 @@ int accord_gguf_linear(
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
     for (long n = 0; n < rows; n++) {
         float acc[MAX_TOKENS];
-        row_dot(fmt, path, weight + n * row_bytes, blocks, depth, (int)tokens, xq, xs, xsum, acc);
+        if (tokens == 1)
+            row_dot_one_token(fmt, path, weight + n * row_bytes, blocks, depth, xq, xs, xsum, acc);
+        else
+            row_dot(fmt, path, weight + n * row_bytes, blocks, depth, (int)tokens, xq, xs, xsum, acc);
         for (long t = 0; t < tokens; t++) out[t * rows + n] = acc[t] + (bias ? bias[n] : 0.0f);
     }
     return 0;
