@@ -5,8 +5,10 @@
  * 16-group's code sum kept for the mins. Dot products of 32 codes run on AVX-VNNI /
  * AVX512-VNNI (vpdpbusd), on AVX2 (vpmaddubsw + vpmaddwd), or in plain C: `path` picks
  * one of those compiled for this host (accord_gguf_paths says which), so tests force
- * each. OpenMP splits the output rows. accord_gguf_dequantize writes rows as fp32, for
- * the many-rows path that hands them to a GEMM.
+ * each. OpenMP splits the output rows statically: every row costs the same, and a
+ * dynamic split's chunk hand-out made a 2-thread decode step slower than 1 thread
+ * (benchmarks/quant_gguf_cpu.py, 2-core EPYC KVM guest). accord_gguf_dequantize
+ * writes rows as fp32, for the many-rows path that hands them to a GEMM.
  */
 #include "gguf_blocks.h"
 #include "gguf_token_tile.h"
@@ -200,7 +202,7 @@ int accord_gguf_linear(
         quantize_activations(x + t * depth, depth, xq + t * depth, xs + t * (depth / 32), xsum + t * (depth / 16));
     if (tiled) return token_tile_gemm(weight, bias, out, tokens, rows, depth, fmt, path, xq, xs, xsum, threads);
     long blocks = depth / BLOCK_SIZE[fmt], row_bytes = blocks * BLOCK_BYTES[fmt];
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (long n = 0; n < rows; n++) {
         float acc[MAX_TOKENS];
         if (tokens == 1)
@@ -217,7 +219,7 @@ int accord_gguf_dequantize(const uint8_t *weight, float *out, long first, long c
     if (fmt < Q8_0 || fmt > Q6_K) return -1;
     int bs = BLOCK_SIZE[fmt];
     long blocks = depth / bs, row_bytes = blocks * BLOCK_BYTES[fmt];
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (long n = 0; n < count; n++) {
         unpacked u;
         for (long block = 0; block < blocks; block++) {

@@ -131,7 +131,7 @@ int accord_group_quant_linear(const float *x, const int32_t *words, const float 
     {
         float *w = on_codes ? NULL : malloc(depth * sizeof(float));
         if (!on_codes && !w) failed = 1;
-#pragma omp for schedule(dynamic, 16)
+#pragma omp for schedule(static)
         for (long n = 0; n < rows; n++) {
             const uint8_t *bytes = (const uint8_t *)(words + n * row_words);
             const float *scale = scales + n * groups;
@@ -166,7 +166,7 @@ int accord_group_quant_dequantize(const int32_t *words, const float *scales, con
                                   const int32_t *g_idx, float *out, long first, long count, long depth, int bits,
                                   long group, long groups, int threads) {
     long row_words = (depth * bits + 31) / 32;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (long n = first; n < first + count; n++)
         dequantize_row(words + n * row_words, scales + n * groups, zeros ? zeros + n * groups : NULL, g_idx, depth,
                        bits, group, groups, out + (n - first) * depth);
