@@ -244,8 +244,10 @@ class ModelRunner:
         rows = np.arange(num_seqs)
         batch = self.step_inputs.flatten(tokens, tables, rows, np.zeros(num_seqs, dtype=np.int64), num_new)
         moe_blocks = self.model.moe_blocks() + (drafter.moe_blocks() if drafter is not None else [])
+        # An EAGLE-3 drafter reads the target's features, which only the feature forward keeps.
+        reads_features = drafter is not None and bool(drafter.feature_layers)
         with torch.inference_mode(), worst_case_expert_load(moe_blocks):
-            if drafter is not None and drafter.feature_layers:
+            if reads_features:
                 hidden = self._forward_features(batch)
             else:
                 hidden = self.forward(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
@@ -253,7 +255,7 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden[last_rows])
             if drafter is not None:
                 # A step holds its logits while the drafter runs (`run`): so does the profile.
-                drafter.profile(batch, hidden if self._features is None else self._features, last_rows)
+                drafter.profile(batch, self._features if reads_features else hidden, last_rows)
             del logits
         self.backend.synchronize()
         seconds = time.perf_counter() - start

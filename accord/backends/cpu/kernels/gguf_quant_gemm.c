@@ -166,9 +166,11 @@ static inline __attribute__((always_inline)) void row_dot(
     }
 }
 
-/* row_dot for the one token of a decode step, inlined with the format a constant where
- * the block decodes straight into a vector: the block loop then carries no format
- * dispatch and keeps its pointers and accumulators in registers. */
+/* row_dot for the one token of a decode step, inlined with the format a constant for
+ * the common formats (the three that decode straight into a vector, and the K-quants
+ * of Q4_K_M-style files): the block loop then carries no format dispatch and keeps its
+ * pointers and accumulators in registers. The rarer formats share one runtime-format
+ * copy. */
 static void row_dot_one_token(
     int fmt, int path, const uint8_t *row, long blocks, long depth, const int8_t *xq, const float *xs,
     const float *xsum, float *acc
