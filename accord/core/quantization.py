@@ -3,7 +3,8 @@
 (quantise a bf16 weight per output channel or per 128x128 block, dequantise blocks);
 storage is OCP e4m3fn, as the core keeps fp8, and block scales are DeepSeek's
 `weight_scale_inv` (dequantised value = stored * scale). GGUF: weights kept in their
-file's blocks (`GgufWeight`), computed through `ops.quant_linear` (`QuantLinear`).
+file's blocks (`GgufWeight`), computed through `ops.quant_linear` (`QuantLinear`), and
+token embeddings looked up through `ops.quant_embedding` (`QuantEmbedding`).
 Group-quantised int4/int8 (`GroupQuantWeight`: one linear's codes, scales, zero
 points and g_idx in group_quant_linear's layout, whatever checkpoint format they were
 read from): through `ops.group_quant_linear` (`GroupQuantLinear`).
@@ -222,6 +223,33 @@ class QuantLinear(PackedLinear):
         """x [T, K] -> [T, N]."""
         weight = self.weight
         return self.ops.quant_linear(x, weight.qweight, self.bias, quant_type=weight.quant_type, out_dtype=self.out_dtype)
+
+
+class QuantEmbedding:
+    """An embedding table kept as its GGUF blocks (`GgufWeight`, one row per token),
+    each looked-up row dequantised to `dtype` through `ops.quant_embedding`."""
+
+    def __init__(self, ops: OpDispatcher, weight: GgufWeight, dtype: torch.dtype) -> None:
+        self.ops = ops
+        self.weight = weight
+        self.dtype = dtype
+
+    @property
+    def rows(self) -> int:
+        """V, the table's rows."""
+        return self.weight.out_features
+
+    @property
+    def device(self) -> torch.device:
+        """Where the blocks live."""
+        return self.weight.qweight.device
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [T] -> rows [T, H] in `dtype`."""
+        w = self.weight
+        return self.ops.quant_embedding(
+            ids, w.qweight, quant_type=w.quant_type, hidden_size=w.in_features, out_dtype=self.dtype
+        )
 
 
 class GroupQuantLinear(PackedLinear):

@@ -151,11 +151,33 @@ class Ops:
         32-wide block (ggml's Q8 activations): the tolerance allows for it.
 
         x: fp32/fp16/bf16 [T, K]: activations, one row per token
-        qweight: uint8 [N, B]: each output row's packed blocks
+        qweight: uint8 [N, B]: each row's GGUF blocks, as ggml lays them out
         bias: fp32/fp16/bf16 [N]: per-output-channel bias
         quant_type: the GGUF block format
         out_dtype: the output's, where not x's
         returns out: param:out_dtype|like:x [T, N]
+        """
+        raise NotImplementedError  # served by OpDispatcher.__getattr__
+
+    def quant_embedding(
+        self,
+        ids: torch.Tensor,
+        qweight: torch.Tensor,
+        quant_type: Literal['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q2_K', 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K'],
+        hidden_size: int,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """out[t] = dequantise(qweight[ids[t]], quant_type), each looked-up row dequantised by its
+        format's definition (as quant_linear's) and rounded once to out_dtype: a GGUF token
+        embedding read in its blocks, so a model whose LM head shares the table holds it once. Every
+        id must name a row of qweight.
+
+        ids: int32/int64 [T]: token ids, rows of qweight
+        qweight: uint8 [V, B]: each row's GGUF blocks, as ggml lays them out
+        quant_type: the GGUF block format
+        hidden_size: weights a row (a whole number of blocks)
+        out_dtype: the rows' dtype
+        returns out: param:out_dtype [T, hidden_size]
         """
         raise NotImplementedError  # served by OpDispatcher.__getattr__
 

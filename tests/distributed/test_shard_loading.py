@@ -122,7 +122,7 @@ def test_rank_keeps_its_heads_and_rows(tmp_path: Path) -> None:
     heads_out = torch.randn(3, 2 * head_dim)
     expected_o = torch.nn.functional.linear(heads_out, full[f"{prefix}.o_proj.weight"][:, 2 * head_dim :])
     torch.testing.assert_close(attention.o_proj.local(heads_out), expected_o)
-    assert torch.equal(model.embed, full["model.embed_tokens.weight"][128:])
+    assert torch.equal(model.embedding.table.weight, full["model.embed_tokens.weight"][128:])
     torch.testing.assert_close(model.head.local(x), torch.nn.functional.linear(x, full["lm_head.weight"][128:]))
     assert model.kv_cache_specs()[0].num_kv_heads == 1
 

@@ -26,7 +26,7 @@ class SingleSequenceRunner:
 
     def __post_init__(self) -> None:
         num_blocks = -(-self.max_tokens // BLOCK_SIZE)
-        self.device = self.model.embed.device
+        self.device = self.model.embedding.table.device
         self.block_table = torch.arange(num_blocks - 1, -1, -1, dtype=INDEX_DTYPE, device=self.device)
         self.kv_caches = [self._allocate(spec, num_blocks) for spec in self.model.kv_cache_specs()]
         self.length = 0

@@ -123,14 +123,15 @@ def test_auto_dtype_follows_config_then_compute_dtype(llama_copy, ops):
     assert load_model(llama_copy, ops).config.dtype == torch.bfloat16
     loaded = load_model(llama_copy, ops, compute_dtype=lambda d: torch.float32)
     assert loaded.config.dtype == torch.float32
-    assert loaded.model.embed.dtype == torch.float32
+    assert loaded.model.embedding.table.dtype == torch.float32
 
 
 def test_tied_embeddings_share_the_embedding_as_head(checkpoint, ops):
     model = load_model(checkpoint("qwen2"), ops).model
     # The head keeps only the backend's form of its rows: compare what it computes.
-    hidden = torch.randn(3, model.embed.shape[1], dtype=model.embed.dtype)
-    torch.testing.assert_close(model.head.local(hidden), torch.nn.functional.linear(hidden, model.embed))
+    table = model.embedding.table.weight
+    hidden = torch.randn(3, table.shape[1], dtype=table.dtype)
+    torch.testing.assert_close(model.head.local(hidden), torch.nn.functional.linear(hidden, table))
 
 
 def test_gqa_models_ask_for_key_and_value_caches_per_layer(checkpoint, ops):

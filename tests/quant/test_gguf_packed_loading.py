@@ -23,7 +23,7 @@ from accord.core.model_loader.gguf.checkpoint import GgufCheckpoint
 from accord.core.model_loader.gguf.reader import open_gguf
 from accord.core.model_loader.gguf.source import PACKED_ENV
 from accord.core.model_loader.load import load_model
-from accord.core.quantization import ConcatenatedLinear, QuantLinear
+from accord.core.quantization import ConcatenatedLinear, QuantEmbedding, QuantLinear
 from accord.core.worker.contract_ops import worker_contract_ops
 from accord.op_contracts import OpDispatcher
 from accord.op_contracts.contracts.quant import QUANTISED_ACTIVATIONS
@@ -171,3 +171,21 @@ def test_the_lm_head_computes_the_file_s_blocks(arch: str, table: str, tmp_path:
     assert logits.dtype == torch.float32
     nmse = (logits.double() - want).square().mean() / want.square().mean()
     assert nmse.item() < QUANTISED_ACTIVATIONS[torch.float32]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"], ids=["own-head", "tied-head"])
+def test_the_embedding_looks_up_the_file_s_blocks(arch: str, tmp_path: Path) -> None:
+    # The table stays in the file's blocks: each looked-up row is gguf-py's dequantised
+    # row, and a head tied to the table computes those same blocks (held once).
+    path = write_gguf(tmp_path / f"{arch}.gguf", build_model(arch), arch, Q.Q8_0)
+    assert "quant_embedding" in worker_contract_ops(path)
+    model = load_model(path, OpDispatcher(get_backend("cpu")), dtype="float32").model
+    table = model.embedding.table
+    stored = next(t for t in open_gguf(path).tensors() if t.name == "token_embd.weight")
+    assert isinstance(table, QuantEmbedding) and table.weight.quant_type == "Q8_0"
+    assert torch.equal(table.weight.qweight, torch.from_numpy(np.array(stored.data, dtype=np.uint8)))
+    rows = torch.from_numpy(gguf.quants.dequantize(np.array(stored.data), Q.Q8_0))
+    ids = torch.tensor([0, rows.shape[0] - 1, 5, 5])
+    torch.testing.assert_close(model.embedding(ids), rows[ids], rtol=0, atol=0)
+    tied = arch == "qwen2"
+    assert (model.head.local.weight.qweight.data_ptr() == table.weight.qweight.data_ptr()) == tied

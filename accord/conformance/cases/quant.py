@@ -1,7 +1,10 @@
 """Cases for quant_linear: every GGUF block format at one row (decode), a few rows and
 many rows, K of one block, a few and thousands of weights, with and without bias, at
 each activation dtype and with the LM head's fp32 output, and blocks whose fp16 scales
-sit at fp16's limits (the largest finite value, the smallest subnormal)."""
+sit at fp16's limits (the largest finite value, the smallest subnormal). For
+quant_embedding: every format at each output dtype, one id and several (repeated,
+the table's first and last rows), int32 and int64 ids, rows of one block and of
+thousands of weights."""
 
 from __future__ import annotations
 
@@ -89,4 +92,42 @@ def _illegal(fmt: BlockFormat, g: torch.Generator) -> Iterator[Case]:
     )
 
 
-CASES = {"quant_linear": quant_linear_cases}
+#: (ids, blocks per row) of the embedding cases over a 40-row table: one token (decode),
+#: several with a repeat and both ends of the table, and a row of thousands of weights.
+EMBEDDING_IDS = (((7,), 1), ((39, 0, 5, 39, 12), 2), ((3, 38), 0))
+EMBEDDING_ROWS = 40
+
+
+def _embedding_case(fmt: BlockFormat, name: str, ids: torch.Tensor, qweight: torch.Tensor, depth: int,
+                    out_dtype: torch.dtype) -> Case:
+    args = {"ids": ids, "qweight": qweight, "quant_type": fmt.name, "hidden_size": depth, "out_dtype": out_dtype}
+    return Case("quant_embedding", f"{fmt.name} {name}", args, row_independent=True)
+
+
+def quant_embedding_cases(seed: int) -> Iterator[Case]:
+    """Format x ids x output dtype, then the format's refusals."""
+    for fmt in GGUF_FORMATS.values():
+        for index, (ids, blocks) in enumerate(EMBEDDING_IDS):
+            blocks = blocks or -(-THOUSANDS // fmt.block_size)
+            depth = blocks * fmt.block_size
+            g = seeded(seed, "quant_embedding", fmt.name, index)
+            qweight = random_blocks(g, fmt, EMBEDDING_ROWS, blocks)
+            for id_dtype in (torch.int32, torch.int64):
+                for out_dtype in (torch.float32, torch.bfloat16, torch.float16):
+                    name = f"T={len(ids)} K={depth} {str(id_dtype)[6:]} ids -> {str(out_dtype)[6:]}"
+                    yield _embedding_case(fmt, name, torch.tensor(ids, dtype=id_dtype), qweight, depth, out_dtype)
+        g = seeded(seed, "quant_embedding refusals", fmt.name)
+        depth, ids = 2 * fmt.block_size, torch.tensor([1, 2])
+        short = random_blocks(g, fmt, 8, 2)[:, :-1].contiguous()
+        yield dataclasses.replace(
+            _embedding_case(fmt, "qweight a byte short", ids, short, depth, torch.float32), expect_refusal=True,
+            row_independent=False,
+        )
+        yield dataclasses.replace(
+            _embedding_case(fmt, "hidden_size not whole blocks", ids, random_blocks(g, fmt, 8, 2), depth + 16,
+                            torch.float32),
+            expect_refusal=True, row_independent=False,
+        )
+
+
+CASES = {"quant_linear": quant_linear_cases, "quant_embedding": quant_embedding_cases}

@@ -70,7 +70,7 @@ def wrap_projections(
     one's local GEMM; zeroed slots of this rank's widths in the model's dtype on its device); returns the shared batch state and the slots by
     (layer, projection). Raises ValueError for a graph whose blocks are not GQA
     attention and a gated MLP (the layout's projections)."""
-    dtype, device = model.embed.dtype, model.embed.device
+    dtype, device = model.embedding.table.dtype, model.embedding.table.device
     batch = LoRABatch()
     storage: dict[tuple[int, str], SlotWeights] = {}
     for index, layer in enumerate(model.layers):

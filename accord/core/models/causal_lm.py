@@ -74,11 +74,6 @@ class CausalLM:
         self.norm = norm
         self.head = head
 
-    @property
-    def embed(self) -> torch.Tensor:
-        """This rank's embedding rows [V_rank, H]."""
-        return self.embedding.weight
-
     @classmethod
     def load(cls, weights: WeightLoader, config: ModelConfig, build_layer: LayerBuilder) -> CausalLM:
         """Every tensor (this rank's shard of it) from the checkpoint; `build_layer` makes
@@ -86,15 +81,13 @@ class CausalLM:
         hidden, vocab, parallel = config.hidden_size, config.vocab_size, weights.parallel
         rotary = RotaryEmbedding(weights.ops, config.rope, config.max_position_embeddings, weights.device)
         rows = rank_shard(parallel)
-        embed = weights.tensor("model.embed_tokens.weight", (vocab, hidden), shard=rows)
+        table = weights.embedding("model.embed_tokens.weight", (vocab, hidden), rows)
         layers = [build_layer(weights, config, i, rotary) for i in range(config.num_layers)]
         norm = RMSNorm(weights.ops, weights.tensor("model.norm.weight", (hidden,)), config.rms_norm_eps)
         tied = config.tie_word_embeddings
-        local_head = weights.lm_head(
-            "model.embed_tokens.weight" if tied else "lm_head.weight", (vocab, hidden), rows, embed if tied else None
-        )
+        local_head = weights.lm_head("lm_head.weight", (vocab, hidden), rows, table if tied else None)
         comm = parallel.tp_comm()
-        embedding = VocabParallelEmbedding(embed, rows.bounds(vocab)[0], comm)
+        embedding = VocabParallelEmbedding(table, rows.bounds(vocab)[0], comm)
         head = ParallelLMHead(local_head, rows.extents(vocab), comm)
         return cls(config, weights.ops, embedding, layers, norm, head)
 

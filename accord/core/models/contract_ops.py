@@ -25,6 +25,8 @@ MOE = frozenset({"moe_route", "fused_moe"})
 FP8_LINEAR = frozenset({"quantize_fp8", "scaled_mm"})
 #: Linears whose weights stay in a GGUF file's blocks.
 QUANT_LINEAR = frozenset({"quant_linear"})
+#: A token embedding kept in a GGUF file's blocks.
+QUANT_EMBEDDING = frozenset({"quant_embedding"})
 #: Linears of an AWQ / GPTQ / compressed-tensors checkpoint, kept as int4/int8 codes.
 GROUP_QUANT_LINEAR = frozenset({"group_quant_linear"})
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ...op_contracts import OpDispatcher
+from ..distributed.sharding import WHOLE
 from ..model_loader.hf_checkpoint import CheckpointError, read_json
 from ..model_loader.model_config import ModelConfig
 from ..model_loader.torch_bin import head_checkpoint
@@ -189,7 +190,7 @@ def _load_eagle3(weights: WeightLoader, config: ModelConfig, raw: dict[str, Any]
     directory = weights.checkpoint.model_dir
     _check_size(directory, "target_hidden_size", raw.get("target_hidden_size") or hidden, target_config.hidden_size)
     if "embed_tokens.weight" in weights.checkpoint:
-        embedding = VocabParallelEmbedding(weights.tensor("embed_tokens.weight", (vocab, hidden)), 0, None)
+        embedding = VocabParallelEmbedding(weights.embedding("embed_tokens.weight", (vocab, hidden), WHOLE), 0, None)
     else:
         _check_size(directory, "hidden_size", hidden, target_config.hidden_size)
         embedding = target.embedding

@@ -31,6 +31,7 @@ from .. import quantization
 from ..distributed import ParallelContext
 from ..distributed.sharding import WHOLE, Shard, expert_range, split_evenly
 from ..model_loader.hf_checkpoint import CheckpointError, SafetensorsCheckpoint
+from .layers.embedding import DenseEmbedding, EmbeddingTable
 from .layers.linear import DenseLinear, Linear
 from .layers.parallel import RowParallelLinear
 
@@ -141,17 +142,29 @@ class WeightLoader:
             return quantization.Fp8Linear(self.ops, weight, scale, "block", biases)
         return self._local_linear(self._stacked(parts), biases)
 
-    def lm_head(self, name: str, shape: Sequence[int], shard: Shard, dense: torch.Tensor | None = None) -> Linear:
-        """The LM head over this rank's `shard` of vocabulary rows of `name`, with fp32
-        logits: kept packed where the checkpoint keeps it packed (a GGUF file's Q8_0 or
-        Q6_K table, which then streams a quarter of the fp32 bytes each decode step), else
-        dense over `dense` (rows already read: the embedding a tied head shares) or over
-        the rows read here."""
+    def embedding(self, name: str, shape: Sequence[int], shard: Shard) -> EmbeddingTable:
+        """This rank's `shard` of vocabulary rows of the embedding `name`: kept in its
+        blocks where the checkpoint keeps it packed (a GGUF file's table: rows are
+        dequantised as they are looked up), else dense in the model dtype."""
+        packed = self._packed(name, shape, shard)
+        if isinstance(packed, quantization.GgufWeight):
+            return quantization.QuantEmbedding(self.ops, packed, self.dtype)
+        return DenseEmbedding(self.tensor(name, shape, shard=shard))
+
+    def lm_head(self, name: str, shape: Sequence[int], shard: Shard, tied: EmbeddingTable | None = None) -> Linear:
+        """The LM head over this rank's `shard` of vocabulary rows, with fp32 logits: over
+        the `tied` embedding's rows where the head shares them (its blocks, or its dense
+        tensor: the table is held once), else over `name`'s, kept packed where the
+        checkpoint keeps it packed (a GGUF file's Q8_0 or Q6_K table, which then streams
+        a quarter of the fp32 bytes each decode step)."""
+        if isinstance(tied, quantization.QuantEmbedding):
+            return self._packed_layer(tied.weight, None, out_dtype=torch.float32)
+        if isinstance(tied, DenseEmbedding):
+            return DenseLinear(self.ops, tied.weight, out_dtype=torch.float32)
         packed = self._packed(name, shape, shard)
         if packed is not None:
             return self._packed_layer(packed, None, out_dtype=torch.float32)
-        weight = dense if dense is not None else self.tensor(name, shape, shard=shard)
-        return DenseLinear(self.ops, weight, out_dtype=torch.float32)
+        return DenseLinear(self.ops, self.tensor(name, shape, shard=shard), out_dtype=torch.float32)
 
     def row_parallel_linear(
         self, prefix: str, in_features: int, out_features: int, reduce: bool = True, columns: Shard | None = None

@@ -1,6 +1,6 @@
 """The op contracts a worker calls for a model: its graph's (the family's answer, from
 config.json alone), the fp8 linears when weights are quantised at load, the packed
-linears of a GGUF file, the sampler's, and the rejection sampler's when decoding
+linears and embedding of a GGUF file, the sampler's, and the rejection sampler's when decoding
 speculatively. `--backend auto` asks a backend for these and no others."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ...op_contracts.dispatcher import KernelProvider
 
 from ..model_loader import gguf
 from ..model_loader.load import read_model_config
-from ..models.contract_ops import FP8_LINEAR, QUANT_LINEAR
+from ..models.contract_ops import FP8_LINEAR, QUANT_EMBEDDING, QUANT_LINEAR
 from ..models.registry import family
 
 #: What the sampler calls every step.
@@ -32,8 +32,12 @@ def worker_contract_ops(
     ops = family(config.architecture).contract_ops(config) | SAMPLER_OPS
     if quantization == "fp8":
         ops |= FP8_LINEAR
-    if gguf.is_gguf(model) and gguf.packs_linears(model):
+    packed = gguf.packed_tables(model) if gguf.is_gguf(model) else frozenset()
+    # A head tied to the embedding computes the embedding's blocks.
+    if packed & {"blk", "output"} or ("token_embd" in packed and config.tie_word_embeddings):
         ops |= QUANT_LINEAR
+    if "token_embd" in packed:
+        ops |= QUANT_EMBEDDING
     if lora:
         ops |= LORA_OPS
     return ops | SPEC_DECODE_OPS if speculative else ops

@@ -1,5 +1,6 @@
-"""Contract of the quantised linear: y = x @ dequantise(qweight)^T (+ bias), the weight
-kept in the block format it was stored in.
+"""Contracts of the GGUF block formats: the quantised linear, y = x @ dequantise(qweight)^T
+(+ bias), and the quantised embedding lookup, out = dequantise(qweight)[ids], each with
+the weight kept in the block format it was stored in.
 
 The format is data: `quant_type` names a GGUF block format (`GGUF_FORMATS`: weights per
 block, bytes per block), and `qweight` holds each output row's blocks, byte for byte as
@@ -16,8 +17,8 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import OpContract, ParamSpec, Rule, TensorSpec
-from .common import QUANT_ACTIVATIONS, QUANT_BIAS, QUANT_OUT, QUANT_OUT_DTYPE
+from ..spec import FLOAT_DTYPES, INDEX_DTYPES, OpContract, OutputSpec, ParamSpec, Rule, TensorSpec
+from .common import ELEMENTWISE, QUANT_ACTIVATIONS, QUANT_BIAS, QUANT_OUT, QUANT_OUT_DTYPE
 
 
 @dataclass(frozen=True)
@@ -61,16 +62,23 @@ GGUF_FORMATS: Mapping[str, BlockFormat] = {
 QUANTISED_ACTIVATIONS = {torch.float32: 2e-4, torch.float16: 2e-4, torch.bfloat16: 1e-3}
 
 
-def _whole_blocks(call: Mapping[str, Any]) -> tuple[str, str, str] | None:
+def _whole_blocks_of(
+    depth: int, argument: str, symbol: str, call: Mapping[str, Any]
+) -> tuple[str, str, str] | None:
+    """None when `depth` weights a row (`symbol`, given by `argument`) are whole blocks
+    of the call's format and qweight holds exactly those blocks a row; else the violation."""
     fmt = GGUF_FORMATS[call["quant_type"]]
-    depth = call["x"].shape[-1]
     if depth % fmt.block_size:
-        return "x", f"K a multiple of {fmt.block_size} ({fmt.name}'s block)", f"K={depth}"
+        return argument, f"{symbol} a multiple of {fmt.block_size} ({fmt.name}'s block)", f"{symbol}={depth}"
     got = call["qweight"].shape[-1]
     if got != fmt.row_bytes(depth):
         return "qweight", f"{fmt.row_bytes(depth)} bytes a row ({depth // fmt.block_size} {fmt.name} blocks)", str(got)
     return None
 
+
+#: The packed weight both ops take, and its format.
+QUANT_WEIGHT_ROWS = "each row's GGUF blocks, as ggml lays them out"
+QUANT_FORMAT = ParamSpec("quant_type", str, choices=tuple(GGUF_FORMATS), doc="the GGUF block format")
 
 QUANT_LINEAR = OpContract(
     name="quant_linear",
@@ -84,11 +92,11 @@ QUANT_LINEAR = OpContract(
     ),
     tensors=(
         QUANT_ACTIVATIONS,
-        TensorSpec("qweight", (torch.uint8,), ("N", "B"), "each output row's packed blocks"),
+        TensorSpec("qweight", (torch.uint8,), ("N", "B"), QUANT_WEIGHT_ROWS),
         QUANT_BIAS,
     ),
     params=(
-        ParamSpec("quant_type", str, choices=tuple(GGUF_FORMATS), doc="the GGUF block format"),
+        QUANT_FORMAT,
         QUANT_OUT_DTYPE,
     ),
     outputs=(QUANT_OUT,),
@@ -96,7 +104,41 @@ QUANT_LINEAR = OpContract(
     tolerance=QUANTISED_ACTIVATIONS,
     tolerance_key="out",
     dtype_groups=(("x", "bias"),),
-    rules=(Rule("K is a whole number of blocks; qweight holds exactly those blocks", _whole_blocks),),
+    rules=(
+        Rule(
+            "K is a whole number of blocks; qweight holds exactly those blocks",
+            lambda call: _whole_blocks_of(call["x"].shape[-1], "x", "K", call),
+        ),
+    ),
 )
 
-CONTRACTS = (QUANT_LINEAR,)
+QUANT_EMBEDDING = OpContract(
+    name="quant_embedding",
+    doc=(
+        "out[t] = dequantise(qweight[ids[t]], quant_type), each looked-up row "
+        "dequantised by its format's definition (as quant_linear's) and rounded once "
+        "to out_dtype: a GGUF token embedding read in its blocks, so a model whose "
+        "LM head shares the table holds it once. Every id must name a row of qweight."
+    ),
+    tensors=(
+        TensorSpec("ids", INDEX_DTYPES, ("T",), "token ids, rows of qweight", index=True),
+        TensorSpec("qweight", (torch.uint8,), ("V", "B"), QUANT_WEIGHT_ROWS),
+    ),
+    params=(
+        QUANT_FORMAT,
+        ParamSpec("hidden_size", int, doc="weights a row (a whole number of blocks)"),
+        ParamSpec("out_dtype", torch.dtype, choices=FLOAT_DTYPES, doc="the rows' dtype"),
+    ),
+    outputs=(OutputSpec("out", ("T", "hidden_size"), "param:out_dtype"),),
+    primary="ids",
+    tolerance=ELEMENTWISE,
+    tolerance_key="out",
+    rules=(
+        Rule(
+            "hidden_size is a whole number of blocks; qweight holds exactly those blocks",
+            lambda call: _whole_blocks_of(call["hidden_size"], "hidden_size", "hidden_size", call),
+        ),
+    ),
+)
+
+CONTRACTS = (QUANT_LINEAR, QUANT_EMBEDDING)

@@ -1,5 +1,6 @@
 """The GGUF block kernels of gguf_quant_gemm.c (the int8 row dot and token-tile GEMM over
-packed rows, and the dequantisation of rows to fp32), built and loaded by `_native`."""
+packed rows, the dequantisation of rows to fp32, and the embedding lookup), built and
+loaded by `_native`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ SIGNATURES = (
     ("accord_gguf_paths", _I, ()),
     ("accord_gguf_linear", _I, (_P, _P, _P, _P, _L, _L, _L, _I, _I, _I, _P, _I)),
     ("accord_gguf_dequantize", _I, (_P, _P, _L, _L, _L, _I, _I)),
+    ("accord_gguf_embedding", _I, (_P, _P, _P, _L, _L, _L, _I, _I)),
 )
 LIBRARY = ("gguf_quant_gemm.c", SIGNATURES)
 #: Format codes as gguf_quant_gemm.c numbers them (its enum, in GGUF_FORMATS' order).
@@ -78,3 +80,15 @@ def dequantize(qweight: torch.Tensor, first: int, out: torch.Tensor, quant_type:
     _library().accord_gguf_dequantize(  # type: ignore[union-attr]
         qweight.data_ptr(), out.data_ptr(), first, count, depth, FORMAT_CODES[quant_type], torch.get_num_threads()
     )
+
+
+def embedding(ids: torch.Tensor, qweight: torch.Tensor, out: torch.Tensor, quant_type: str) -> None:
+    """out [T, K] (fp32 or bf16, contiguous) = the rows `ids` (int64 [T]) of the packed
+    table, dequantised; IndexError, with nothing written, for an id outside the table."""
+    tokens, depth = out.shape
+    status = _library().accord_gguf_embedding(  # type: ignore[union-attr]
+        qweight.data_ptr(), ids.data_ptr(), out.data_ptr(), tokens, qweight.shape[0], depth,
+        FORMAT_CODES[quant_type], int(out.dtype == torch.bfloat16),
+    )
+    if status:
+        raise IndexError(f"quant_embedding: a token id is outside the table's {qweight.shape[0]} rows")

@@ -8,8 +8,10 @@
  * each. OpenMP splits the output rows statically: every row costs the same, and a
  * dynamic split's chunk hand-out made a 2-thread decode step slower than 1 thread
  * (benchmarks/quant_gguf_cpu.py, 2-core EPYC KVM guest). accord_gguf_dequantize
- * writes rows as fp32, for the many-rows path that hands them to a GEMM.
+ * writes rows as fp32, for the many-rows path that hands them to a GEMM, and
+ * accord_gguf_embedding looks up a packed token embedding's rows.
  */
+#include "bf16.h"
 #include "gguf_blocks.h"
 #include "gguf_token_tile.h"
 
@@ -216,22 +218,51 @@ int accord_gguf_linear(
     return 0;
 }
 
+/* One block's weights as fp32 at dst. */
+static inline void dequantize_block(int fmt, const uint8_t *block, float *dst) {
+    unpacked u;
+    unpack(fmt, block, &u);
+    /* Group by group, so the compiler vectorises the 16 conversions of each. */
+    for (int g = 0; g < BLOCK_SIZE[fmt] / 16; g++) {
+        float scale = u.scale[g], min = u.min[g];
+        for (int i = 0; i < 16; i++) dst[16 * g + i] = scale * u.q[16 * g + i] - min;
+    }
+}
+
 /* Rows [first, first + count) of the packed weight as fp32 [count, depth]. */
 int accord_gguf_dequantize(const uint8_t *weight, float *out, long first, long count, long depth, int fmt, int threads) {
     if (fmt < Q8_0 || fmt > Q6_K) return -1;
     int bs = BLOCK_SIZE[fmt];
     long blocks = depth / bs, row_bytes = blocks * BLOCK_BYTES[fmt];
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (long n = 0; n < count; n++) {
-        unpacked u;
+    for (long n = 0; n < count; n++)
+        for (long block = 0; block < blocks; block++)
+            dequantize_block(fmt, weight + (first + n) * row_bytes + block * BLOCK_BYTES[fmt], out + n * depth + block * bs);
+    return 0;
+}
+
+/* The embedding lookup: row ids[t] of the packed table [rows, depth] as out[t], fp32,
+ * or bf16 (rounded once from the fp32 values) where `bf16_out`. An id outside the
+ * table returns -2 before anything is written. A few rows are looked up per step, so
+ * one thread does it: a parallel region would cost more than the rows. */
+int accord_gguf_embedding(const uint8_t *weight, const int64_t *ids, void *out, long tokens, long rows, long depth,
+                          int fmt, int bf16_out) {
+    if (fmt < Q8_0 || fmt > Q6_K) return -1;
+    for (long t = 0; t < tokens; t++)
+        if (ids[t] < 0 || ids[t] >= rows) return -2;
+    int bs = BLOCK_SIZE[fmt];
+    long blocks = depth / bs, row_bytes = blocks * BLOCK_BYTES[fmt];
+    float values[256]; /* the largest block: a k-quant's */
+    for (long t = 0; t < tokens; t++) {
+        const uint8_t *row = weight + ids[t] * row_bytes;
         for (long block = 0; block < blocks; block++) {
-            unpack(fmt, weight + (first + n) * row_bytes + block * BLOCK_BYTES[fmt], &u);
-            float *dst = out + n * depth + block * bs;
-            /* Group by group, so the compiler vectorises the 16 conversions of each. */
-            for (int g = 0; g < bs / 16; g++) {
-                float scale = u.scale[g], min = u.min[g];
-                for (int i = 0; i < 16; i++) dst[16 * g + i] = scale * u.q[16 * g + i] - min;
+            if (!bf16_out) {
+                dequantize_block(fmt, row + block * BLOCK_BYTES[fmt], (float *)out + t * depth + block * bs);
+                continue;
             }
+            dequantize_block(fmt, row + block * BLOCK_BYTES[fmt], values);
+            uint16_t *dst = (uint16_t *)out + t * depth + block * bs;
+            for (int i = 0; i < bs; i++) dst[i] = float_to_bf16(values[i]);
         }
     }
     return 0;

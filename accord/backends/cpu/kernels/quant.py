@@ -1,4 +1,5 @@
-"""quant_linear on the packed GGUF blocks, chosen by rows (gguf_quant_gemm.c; VNNI, AVX2
+"""The GGUF block kernels: quant_embedding looks rows up in gguf_quant_gemm.c (or
+gguf-py, without a C compiler); quant_linear on the packed blocks is chosen by rows (gguf_quant_gemm.c; VNNI, AVX2
 or plain C, the best this host's build has, or the one `ACCORD_CPU_QUANT_PATH` names),
 activations quantised to int8 per 32 as ggml's dot products take them:
 - up to `row_dot_max_rows` tokens (decode) each output row's blocks stream once and are
@@ -115,3 +116,21 @@ def _tiled_gemm(
         part_bias = None if bias is None else bias[first : first + count].to(x.dtype)
         product = F.linear(x, weight, part_bias)
         out[:, first : first + count] = product
+
+
+@KERNELS.register("quant_embedding")
+def quant_embedding(
+    ids: torch.Tensor, qweight: torch.Tensor, quant_type: str, hidden_size: int, out_dtype: torch.dtype,
+    out: torch.Tensor,
+) -> None:
+    """out = dequantise(qweight[ids]): the native lookup writes fp32 or bf16 rows (an fp16
+    output is rounded from fp32 rows once), gguf-py dequantises them without a library."""
+    if _native_quant.compiled_paths():
+        direct = out.dtype in (torch.float32, torch.bfloat16)
+        rows = out if direct else torch.empty(out.shape, dtype=torch.float32)
+        _native_quant.embedding(ids.long().contiguous(), qweight, rows, quant_type)
+        if not direct:
+            out.copy_(rows)
+        return
+    stored = qweight[ids.long()].numpy()
+    out.copy_(torch.from_numpy(gguf.quants.dequantize(stored, gguf.GGMLQuantizationType[quant_type])))

@@ -1,6 +1,7 @@
-"""Reference quantised linear: the GGUF blocks dequantised to fp64 from each format's
+"""Reference GGUF block kernels: the blocks dequantised to fp64 from each format's
 definition (ggml-quants.c's dequantize_row_*, read as a specification: one function per
-format over all blocks at once), then an fp64 GEMM rounded once."""
+format over all blocks at once); the quantised linear is then an fp64 GEMM rounded once,
+the quantised embedding the looked-up rows rounded once."""
 
 from __future__ import annotations
 
@@ -171,3 +172,13 @@ def quant_linear(
     if bias is not None:
         result += bias.double()
     out.copy_(result)
+
+
+@KERNELS.register("quant_embedding")
+def quant_embedding(
+    ids: torch.Tensor, qweight: torch.Tensor, quant_type: str, hidden_size: int, out_dtype: torch.dtype,
+    out: torch.Tensor,
+) -> None:
+    """out = dequantise(qweight[ids]) in fp64, rounded once (an id outside the table
+    raises IndexError, as torch's indexing does)."""
+    out.copy_(dequantize(qweight[ids.long()], quant_type))

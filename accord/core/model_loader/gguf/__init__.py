@@ -25,7 +25,7 @@ _LAZY = {
     "GgufError": ".reader",
     "GgufSource": ".source",
     "open_gguf_model": ".source",
-    "packs_linears": ".source",
+    "packed_tables": ".source",
 }
 
 

@@ -20,7 +20,8 @@ from .reader import open_gguf
 #: accord serves.
 PACKED_ENV = "ACCORD_GGUF_PACKED"
 #: The first part of the names of the tensors that load packed: the decoder layers'
-#: matrices, and the LM head's (`output`, or `token_embd` for a head tied to it).
+#: matrices, the LM head's (`output`), and the token embedding's (`token_embd`, which a
+#: tied head shares).
 PACKED_TABLES = frozenset({"blk", "output", "token_embd"})
 
 
@@ -50,12 +51,13 @@ def open_gguf_model(path: str | Path) -> GgufSource:
     return GgufSource(config, generation, checkpoint)
 
 
-def packs_linears(path: str | Path) -> bool:
-    """Whether loading the GGUF file at `path` keeps some linear weight packed (a matrix
-    inside the decoder layers, or the LM head's table, in a format quant_linear computes)."""
+def packed_tables(path: str | Path) -> frozenset[str]:
+    """Which of `PACKED_TABLES` loading the GGUF file at `path` keeps packed (some
+    matrix of it in a format quant_linear computes); empty where packing is off."""
     if not keeps_packed():
-        return False
-    return any(
-        t.name.split(".")[0] in PACKED_TABLES and len(t.shape) == 2 and t.tensor_type.name in GGUF_FORMATS
+        return frozenset()
+    return frozenset(
+        table
         for t in open_gguf(path).tensors()
+        if (table := t.name.split(".")[0]) in PACKED_TABLES and len(t.shape) == 2 and t.tensor_type.name in GGUF_FORMATS
     )

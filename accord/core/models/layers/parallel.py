@@ -3,16 +3,16 @@ products summed over the ranks) and the vocabulary-parallel embedding and LM hea
 Column-parallel linears need none (their output stays split by heads or channels), so
 they are plain local linears over this rank's rows.
 
-Each wraps whatever local computation this rank does (a dense or fp8 linear over its
-weight shard) and adds only the collective; at one rank the graphs build none of these.
+Each wraps whatever local computation this rank does (a dense, fp8 or packed linear
+over its weight shard, a dense or packed embedding table) and adds only the collective; at one rank the graphs build none of these.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ...distributed.communicator import Communicator
+from .embedding import EmbeddingTable
 from .linear import Linear
 
 
@@ -31,21 +31,22 @@ class RowParallelLinear:
 
 
 class VocabParallelEmbedding:
-    """Embedding rows [start, stop) of the vocabulary on this rank: a token outside the
-    range looks up nothing here (zeros), and the sum over the ranks is every token's row."""
+    """Embedding rows [start, stop) of the vocabulary on this rank, held by `table`: a
+    token outside the range looks up nothing here (zeros), and the sum over the ranks is
+    every token's row."""
 
-    def __init__(self, weight: torch.Tensor, start: int, comm: Communicator | None) -> None:
-        self.weight = weight
+    def __init__(self, table: EmbeddingTable, start: int, comm: Communicator | None) -> None:
+        self.table = table
         self.start = start
-        self.stop = start + weight.shape[0]
+        self.stop = start + table.rows
         self.comm = comm
 
     def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.comm is None:
-            return F.embedding(input_ids, self.weight)
+            return self.table(input_ids)
         outside = (input_ids < self.start) | (input_ids >= self.stop)
         local_ids = (input_ids - self.start).masked_fill(outside, 0)
-        rows = F.embedding(local_ids, self.weight).masked_fill(outside.unsqueeze(-1), 0)
+        rows = self.table(local_ids).masked_fill(outside.unsqueeze(-1), 0)
         return self.comm.all_reduce(rows)
 
 
