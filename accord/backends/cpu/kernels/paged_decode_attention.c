@@ -14,7 +14,7 @@
  * latent cache as both (the value is the key's first value_dim channels). Built by
  * _native.py with -march=native: the vector extensions below become AVX512 or AVX2
  * code. A bf16 query and cache may instead take the AVX512-BF16 path (`isa`, see
- * attend_head_bf16: single pass, vdpbf16ps for both products), whose functions carry
+ * attend_heads_bf16: single pass, vdpbf16ps for both products), whose functions carry
  * their own target. */
 
 #include <stdint.h>
@@ -413,13 +413,19 @@ static inline __attribute__((always_inline, target("avx512f,avx512bf16"))) void 
     }
 }
 
-/* weigh_pairs for a group's queries, PAIR_QUERIES at a time, then one at a time. */
+/* weigh_pairs for a group's queries, PAIR_QUERIES at a time, then PAIR_QUERIES / 2, then
+ * one at a time (a query group of 4 in one pass: one query's two chains alone wait on
+ * vdpbf16ps' latency). */
 __attribute__((target("avx512f,avx512bf16"))) static void weigh_group(const uint16_t *values, const long *offsets,
                                                                       long vd, const uint32_t *w, long group,
                                                                       float *acc) {
     long g = 0;
     for (; g + PAIR_QUERIES <= group; g += PAIR_QUERIES)
         weigh_pairs(values, offsets, vd, w + g * (LANES / 2), PAIR_QUERIES, acc + g * vd);
+    if (g + PAIR_QUERIES / 2 <= group) {
+        weigh_pairs(values, offsets, vd, w + g * (LANES / 2), PAIR_QUERIES / 2, acc + g * vd);
+        g += PAIR_QUERIES / 2;
+    }
     for (; g < group; ++g) weigh_pairs(values, offsets, vd, w + g * (LANES / 2), 1, acc + g * vd);
 }
 
@@ -441,57 +447,95 @@ static void unpermute_values(const float *acc, long vd, float inv, float *out) {
         }
 }
 
-/* attend_task's work on the AVX512-BF16 path: q the group's query rows as bf16 pairs,
- * offsets the n visible positions (first at `first`) padded to `stride`, a multiple of
- * LANES; writes the group's normalised fp32 output rows to out. scratch holds
- * (kd / 2 + 2 * group) * LANES + group * (vd + LANES / 2 + 1) 32-bit words. */
-static void attend_head_bf16(const struct cache *c, const long *offsets, long first, long n, long stride,
-                             long window, const uint32_t *q, long group, float scale, uint32_t *scratch,
-                             float *out) {
-    const long kd = c->key_dim, vd = c->value_dim, pairs = kd / 2;
+/* How many tiles ahead of its products attend_heads_bf16 prefetches the cache rows (one
+ * tile ahead left part of the latency exposed: 69% of copy bandwidth against 75% on 32
+ * sequences of 4096 positions). */
+#define PREFETCH_TILES 2
+
+/* The first `bytes` of the bf16 rows at offsets [j0, j1) of `cache` into the caches. */
+static inline void prefetch_rows(const uint16_t *cache, const long *offsets, long j0, long j1, long bytes) {
+    for (long j = j0; j < j1; ++j) prefetch_row((const char *)(cache + offsets[j]), bytes);
+}
+
+/* attend_task's work on the AVX512-BF16 path for `heads` kv heads of one sequence (the
+ * head at element h * head_stride of each cache row): q the heads' query groups as bf16
+ * pairs (head-major), offsets the n visible positions of the first head (first at
+ * `first`) padded to `stride`, a multiple of LANES; writes the groups' normalised fp32
+ * output rows to out (head-major). Each tile of positions is read for every head before
+ * the next, so the sequence's cache rows are read in order, whole. Each head is computed
+ * as it would be alone. scratch holds (kd / 2 + 2 * group) * LANES +
+ * heads * group * (vd + LANES + 1) 32-bit words. */
+static void attend_heads_bf16(const struct cache *c, const long *offsets, long first, long n, long stride,
+                              long window, long heads, const uint32_t *q, long group, float scale,
+                              uint32_t *scratch, float *out) {
+    const long kd = c->key_dim, vd = c->value_dim, pairs = kd / 2, hs = c->head_stride, rows = heads * group;
     uint32_t *kt = scratch, *w = kt + pairs * LANES;
-    float *scores = (float *)(w + group * (LANES / 2)), *total = scores + group * LANES, *top = total + group * LANES,
-          *acc = top + group;
-    for (long g = 0; g < group; ++g) top[g] = -__builtin_inff();
-    memset(total, 0, group * LANES * sizeof(float));
-    memset(acc, 0, group * vd * sizeof(float));
+    float *scores = (float *)(w + group * (LANES / 2)), *total = scores + group * LANES, *top = total + rows * LANES,
+          *acc = top + rows;
+    for (long g = 0; g < rows; ++g) top[g] = -__builtin_inff();
+    memset(total, 0, rows * LANES * sizeof(float));
+    memset(acc, 0, rows * vd * sizeof(float));
     const long last = first + n - 1;
+    /* The bytes of a position's rows from the first head's to the end of the last's. */
+    const long key_span = ((heads - 1) * hs + kd) * 2, value_span = ((heads - 1) * hs + vd) * 2;
     for (long t = 0; t < stride; t += LANES) {
-        if (t + LANES < stride)
-            for (int j = 0; j < LANES; ++j) {
-                prefetch_row((const char *)c->keys + offsets[t + LANES + j] * 2, kd * 2);
-                prefetch_row((const char *)c->values + offsets[t + LANES + j] * 2, vd * 2);
-            }
-        for (long i = 0; i < pairs; i += LANES) transpose_pairs(c->keys, offsets + t, i, kt + i * LANES);
-        score_bf16(q, group, pairs, kt, scale, scores);
-        for (long g = 0; g < group; ++g)
-            softmax_tile(scores + g * LANES, first + t, last, window, top + g, total + g * LANES, acc + g * vd, vd);
-        round_weights(scores, group, w);
-        weigh_group(c->values, offsets + t, vd, w, group, acc);
+        /* The rows PREFETCH_TILES tiles ahead, a share of the positions per head, keys
+         * before the scores and values before the weighing: spread out so, the
+         * prefetches overlap the products (all of a tile's rows at once filled the
+         * load queue and stalled them: 45% of copy bandwidth against 75%). */
+        const long ahead = t + PREFETCH_TILES * LANES;
+        for (long h = 0; h < heads; ++h) {
+            const long r = h * group, j0 = h * LANES / heads, j1 = (h + 1) * LANES / heads;
+            if (ahead < stride) prefetch_rows(c->keys, offsets + ahead, j0, j1, key_span);
+            for (long i = 0; i < pairs; i += LANES)
+                transpose_pairs((const uint16_t *)c->keys + h * hs, offsets + t, i, kt + i * LANES);
+            score_bf16(q + r * pairs, group, pairs, kt, scale, scores);
+            for (long g = 0; g < group; ++g)
+                softmax_tile(scores + g * LANES, first + t, last, window, top + r + g, total + (r + g) * LANES,
+                             acc + (r + g) * vd, vd);
+            if (ahead < stride) prefetch_rows(c->values, offsets + ahead, j0, j1, value_span);
+            round_weights(scores, group, w);
+            weigh_group((const uint16_t *)c->values + h * hs, offsets + t, vd, w, group, acc + r * vd);
+        }
     }
-    for (long g = 0; g < group; ++g)
+    for (long g = 0; g < rows; ++g)
         unpermute_values(acc + g * vd, vd, 1.0f / lane_sum(loadv(total + g * LANES)), out + g * vd);
 }
 
-/* Query row `row`'s attention over kv head `head`, visible positions [first, len), into
- * its output row, on the AVX512-BF16 path where `bf16` is set (see attend_head_bf16);
- * 0, or -1 when its scratch could not be allocated. */
+/* One head's attention on the fp32-lanes paths (see attend_head and attend_head_chunked). */
+static void attend_head_lanes(const struct cache *c, int kv_dtype, const long *offsets, long n, long stride,
+                              const float *q, long group, float scale, float *scores, float *acc) {
+    const int chunked = c->key_dim % CHUNK == 0 && c->value_dim % CHUNK == 0;
+    if (chunked && kv_dtype == BF16)
+        attend_head_chunked(c, BF16, offsets, n, stride, q, group, scale, scores, acc);
+    else if (chunked)
+        attend_head_chunked(c, FP32, offsets, n, stride, q, group, scale, scores, acc);
+    else if (kv_dtype == BF16)
+        attend_head(c, BF16, offsets, n, q, group, scale, scores, acc);
+    else
+        attend_head(c, FP32, offsets, n, q, group, scale, scores, acc);
+}
+
+/* Query row `row`'s attention over kv heads [head, head + heads), visible positions
+ * [first, len), into its output rows, on the AVX512-BF16 path where `bf16` is set (see
+ * attend_heads_bf16), else head by head on fp32 lanes; 0, or -1 when its scratch could
+ * not be allocated. */
 static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
-                       int index_bytes, long row, long head, long first, long len, long group, float scale,
-                       int bf16, long window) {
-    const long kd = c->key_dim, vd = c->value_dim, n = len - first;
+                       int index_bytes, long row, long head, long heads, long first, long len, long group,
+                       float scale, int bf16, long window) {
+    const long kd = c->key_dim, vd = c->value_dim, n = len - first, rows = heads * group;
     const int chunked = kd % CHUNK == 0 && vd % CHUNK == 0;
     /* The chunked and bf16 paths read whole tiles of LANES positions: the padding repeats the last. */
     const long stride = chunked ? (n + LANES - 1) / LANES * LANES : n;
     const long q_size = r->q_dtype == BF16 ? 2 : 4, out_size = r->out_dtype == BF16 ? 2 : 4;
-    const long bf16_scratch = (kd / 2 + 2 * group) * LANES + group * (vd + LANES / 2 + 1);
+    const long bf16_scratch = (kd / 2 + 2 * group) * LANES + rows * (vd + LANES + 1);
     const long scratch = bf16 ? bf16_scratch : group * stride;
-    long *offsets = malloc(sizeof(long) * stride + sizeof(float) * (group * (kd + vd) + scratch));
+    long *offsets = malloc(sizeof(long) * stride + sizeof(float) * (rows * (kd + vd) + scratch));
     if (offsets == NULL) return -1;
-    float *q = (float *)(offsets + stride), *acc = q + group * kd, *scores = acc + group * vd;
+    float *q = (float *)(offsets + stride), *acc = q + rows * kd, *scores = acc + rows * vd;
     position_offsets(c, table, index_bytes, head, first, len, offsets);
     for (long t = n; t < stride; ++t) offsets[t] = offsets[n - 1];
-    for (long g = 0; g < group; ++g) {
+    for (long g = 0; g < rows; ++g) {
         const char *src = (const char *)r->query + (row * r->q_row_stride + (head * group + g) * r->q_head_stride) * q_size;
         if (bf16) {
             memcpy((uint32_t *)q + g * (kd / 2), src, kd * 2);
@@ -501,17 +545,16 @@ static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r
         if (chunked) reorder_chunks(q + g * kd, kd, kv_dtype, 0);
     }
     if (bf16)
-        attend_head_bf16(c, offsets, first, n, stride, window, (const uint32_t *)q, group, scale, (uint32_t *)scores,
-                         acc);
-    else if (chunked && kv_dtype == BF16)
-        attend_head_chunked(c, BF16, offsets, n, stride, q, group, scale, scores, acc);
-    else if (chunked)
-        attend_head_chunked(c, FP32, offsets, n, stride, q, group, scale, scores, acc);
-    else if (kv_dtype == BF16)
-        attend_head(c, BF16, offsets, n, q, group, scale, scores, acc);
+        attend_heads_bf16(c, offsets, first, n, stride, window, heads, (const uint32_t *)q, group, scale,
+                          (uint32_t *)scores, acc);
     else
-        attend_head(c, FP32, offsets, n, q, group, scale, scores, acc);
-    for (long g = 0; g < group; ++g) {
+        for (long h = 0; h < heads; ++h) {
+            if (h > 0)
+                for (long t = 0; t < stride; ++t) offsets[t] += c->head_stride;
+            attend_head_lanes(c, kv_dtype, offsets, n, stride, q + h * group * kd, group, scale, scores,
+                              acc + h * group * vd);
+        }
+    for (long g = 0; g < rows; ++g) {
         char *dst = (char *)r->out + (row * r->out_row_stride + (head * group + g) * r->out_head_stride) * out_size;
         if (chunked && !bf16) reorder_chunks(acc + g * vd, vd, kv_dtype, 1);
         for (long i = 0; i < vd; ++i) {
@@ -532,14 +575,15 @@ static void zero_rows(const struct rows *r, long first, long last, long heads, l
             memset((char *)r->out + (t * r->out_row_stride + h * r->out_head_stride) * esize, 0, value_dim * esize);
 }
 
-/* What every (sequence, kv head) task of a call shares. decodes holds (sequence,
+/* What every task of a call shares (a task: a sequence's kv heads [k * task_heads,
+ * (k + 1) * task_heads)). decodes holds (sequence,
  * query row, first visible position) per decode sequence. */
 struct decode_tasks {
     const struct cache *cache;
     const struct rows *rows;
     int kv_dtype;
     const long *decodes;
-    long kv_heads;
+    long kv_heads, task_heads;
     const void *seq_lens, *block_tables;
     long table_stride;
     int index_bytes;
@@ -548,14 +592,15 @@ struct decode_tasks {
     int bf16;
 };
 
-/* attend_task for task number `task` (sequence task / kv_heads, kv head task % kv_heads). */
+/* attend_task for task number `task`. */
 static int run_decode_task(const void *tasks, long task) {
     const struct decode_tasks *w = tasks;
-    const long *d = w->decodes + 3 * (task / w->kv_heads);
+    const long per_seq = w->kv_heads / w->task_heads;
+    const long *d = w->decodes + 3 * (task / per_seq);
     const long len = read_index(w->seq_lens, d[0], w->index_bytes);
     const void *table = (const char *)w->block_tables + d[0] * w->table_stride * w->index_bytes;
-    return attend_task(w->cache, w->kv_dtype, w->rows, table, w->index_bytes, d[1], task % w->kv_heads, d[2], len,
-                       w->group, w->scale, w->bf16, w->window) != 0;
+    return attend_task(w->cache, w->kv_dtype, w->rows, table, w->index_bytes, d[1], task % per_seq * w->task_heads,
+                       w->task_heads, d[2], len, w->group, w->scale, w->bf16, w->window) != 0;
 }
 
 /* Below this many (position x kv head) pairs in a step, waking a second thread costs
@@ -613,7 +658,11 @@ long accord_paged_decode_attention(const struct paged_call *call, float scale, l
                            call->q_head_stride, call->out_row_stride, call->out_head_stride};
     zero_rows(&r, 0, owned_first, q_heads, value_dim);
     zero_rows(&r, owned_last, rows, q_heads, value_dim);
-    const long tasks = count * kv_heads, group = q_heads / kv_heads;
+    /* A task per sequence over all its kv heads (its rows read in order, whole) where there
+     * are sequences enough to share among the threads, else per (sequence, kv head). Each
+     * head's result is the same either way. */
+    const long task_heads = count >= threads ? kv_heads : 1;
+    const long tasks = count * (kv_heads / task_heads), group = q_heads / kv_heads;
     long wanted = positions * kv_heads / POSITIONS_PER_THREAD;
     if (wanted > threads) wanted = threads;
     if (wanted > tasks) wanted = tasks;
@@ -621,7 +670,7 @@ long accord_paged_decode_attention(const struct paged_call *call, float scale, l
     /* The AVX512-BF16 path takes bf16 query and caches of widths in whole vectors of pairs. */
     const int bf16 = isa == ISA_AVX512_BF16 && call->q_dtype == BF16 && kv_dtype == BF16 && call->key_dim % 32 == 0 &&
                      value_dim % 32 == 0 && __builtin_cpu_supports("avx512bf16");
-    const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, seq_lens, block_tables, table_stride,
+    const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, task_heads, seq_lens, block_tables, table_stride,
                                       index_bytes, group, sliding_window, scale, bf16};
     const int failed = run_tasks(run_decode_task, &work, tasks, wanted);
     free(decodes);
