@@ -97,6 +97,8 @@ class EngineStats:
     #: Prompt tokens run through the model (prefix-cache hits excluded, recomputation
     #: after preemption included).
     computed_prompt_tokens: int = 0
+    #: KV connector loads that failed (their requests computed those tokens instead).
+    kv_loads_failed: int = 0
     num_steps: int = 0
     #: Steps per ITERATION_TOKEN_BUCKETS bucket (and one past the last), and their token sum.
     iteration_tokens_counts: list[int] = field(default_factory=lambda: [0] * (len(ITERATION_TOKEN_BUCKETS) + 1))

@@ -109,7 +109,7 @@ def listening_params() -> Iterator[dict]:
 def test_the_decode_side_loads_all_prompt_tokens_but_the_last_from_a_listening_prefill(listening_params: dict) -> None:
     scheduler = _scheduler("kv_consumer")
     request = TransferRequest("d-1", PROMPT, listening_params)
-    assert scheduler.get_num_new_matched_tokens(request, 16) == 39 - 16
+    assert scheduler.get_num_new_matched_tokens(request, 16) == (39 - 16, False)  # read in the step
     scheduler.update_state_after_alloc(request, (1, 2, 4), 16, 23)
     (load,) = scheduler.build_connector_meta([]).loads
     assert isinstance(load, NixlLoad)
@@ -123,9 +123,9 @@ def test_the_decode_side_computes_the_prompt_when_the_prefill_listener_is_gone_o
     layout = NixlKVLayout("prefill-rank0", "127.0.0.1", port, 16, "torch.bfloat16", LAYOUT.tensors)
     scheduler = _scheduler("kv_consumer")
     gone = RemoteKV(layout, (7, 3, 9), "p-1", 40).to_params()
-    assert scheduler.get_num_new_matched_tokens(TransferRequest("d-1", PROMPT, gone), 0) == 0
+    assert scheduler.get_num_new_matched_tokens(TransferRequest("d-1", PROMPT, gone), 0) == (0, False)
     other_prompt = RemoteKV(LAYOUT, (7, 3), "p-2", 20).to_params()
-    assert scheduler.get_num_new_matched_tokens(TransferRequest("d-2", PROMPT, other_prompt), 0) == 0
+    assert scheduler.get_num_new_matched_tokens(TransferRequest("d-2", PROMPT, other_prompt), 0) == (0, False)
 
 
 def test_a_decode_request_that_ends_unread_queues_the_release_of_its_remote_blocks() -> None:
@@ -144,11 +144,11 @@ def test_a_decode_request_that_ends_unread_queues_the_release_of_its_remote_bloc
 def test_a_read_request_releases_nothing_and_is_not_read_again_after_a_preemption(listening_params: dict) -> None:
     scheduler = _scheduler("kv_consumer")
     request = TransferRequest("d-1", PROMPT, listening_params)
-    assert scheduler.get_num_new_matched_tokens(request, 0) == 39
+    assert scheduler.get_num_new_matched_tokens(request, 0) == (39, False)
     scheduler.update_state_after_alloc(request, (1, 2, 4), 0, 39)
     assert len(scheduler.build_connector_meta([]).loads) == 1
     # Readmitted after a preemption: the prefill side freed the blocks after the read.
-    assert scheduler.get_num_new_matched_tokens(request, 0) == 0
+    assert scheduler.get_num_new_matched_tokens(request, 0) == (0, False)
     scheduler.request_finished(TransferRequest("d-1", PROMPT, listening_params, finish_reason="abort"))
     assert not scheduler.has_pending_metadata()
     assert not scheduler.build_connector_meta([])

@@ -136,20 +136,34 @@ def test_an_fp32_transfer_into_an_fp8_cache_stores_what_the_fp8_cache_writer_sto
     assert torch.equal(cache.view(-1, heads, head_size)[:num_tokens].view(torch.uint8), computed.view(torch.uint8))
 
 
-def test_kv_of_another_layout_fails_the_request_cleanly(llama_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("async_load", [True, False])
+def test_kv_of_another_layout_is_computed_here_or_fails_the_request_cleanly(
+    llama_dir: Path, tmp_path: Path, async_load: bool
+) -> None:
+    consumer = _connector("kv_consumer", tmp_path)
+    consumer["kv_connector_extra_config"]["async_load"] = async_load
     prefill = LLM(str(llama_dir), kv_transfer_config=_connector("kv_producer", tmp_path), **ENGINE_ARGS)
-    decode = LLM(str(llama_dir), kv_transfer_config=_connector("kv_consumer", tmp_path), **ENGINE_ARGS)
+    decode = LLM(str(llama_dir), kv_transfer_config=consumer, **ENGINE_ARGS)
     params = prefill.generate(PROMPTS[:1], _greedy(1, {"do_remote_decode": True}))[0].kv_transfer_params
     # The file as another model (twice the head size) would have saved it.
     path = tmp_path / params["remote_storage_key"] / "rank0.safetensors"
     with safe_open(str(path), framework="pt") as stored:
         tensors, metadata = {name: stored.get_tensor(name) for name in stored.keys()}, stored.metadata()
     save_file({name: torch.cat([t, t], dim=-1) for name, t in tensors.items()}, str(path), metadata=metadata)
-    expected = LLM(str(llama_dir), **ENGINE_ARGS).generate(PROMPTS[1:2], _greedy(4))
+    expected = LLM(str(llama_dir), **ENGINE_ARGS).generate(PROMPTS[:2], _greedy(4))
     start = _free_blocks(decode)
-    # One step: the transferred request fails; the other, computed here, is unharmed.
+    computed = decode.llm_engine.stats.computed_prompt_tokens
     transferred, local = decode.generate(PROMPTS[:2], [_greedy(4, params), _greedy(4)])
-    assert transferred.outputs[0].finish_reason == "error"
-    assert "another KV layout" in str(transferred.outputs[0].stop_reason)
-    assert local.outputs[0].token_ids == expected[0].outputs[0].token_ids
+    assert local.outputs[0].token_ids == expected[1].outputs[0].token_ids
+    if async_load:
+        # The load failed off the step path: the request computed its prompt instead.
+        assert transferred.outputs[0].token_ids == expected[0].outputs[0].token_ids
+        assert decode.llm_engine.stats.kv_loads_failed == 1
+        assert decode.llm_engine.stats.computed_prompt_tokens - computed == sum(
+            len(out.prompt_token_ids) for out in expected
+        )
+    else:
+        # One step: the transferred request fails; the other, computed here, is unharmed.
+        assert transferred.outputs[0].finish_reason == "error"
+        assert "another KV layout" in str(transferred.outputs[0].stop_reason)
     assert _free_blocks(decode) == start

@@ -406,6 +406,8 @@ class LLMEngine:
             if not step.is_empty and result is not None:
                 updates += scheduler.update_from_output(step, result, seconds)
             scheduler.free_transferred(set() if result is None else result.kv_finished_sending)
+            if result is not None:
+                scheduler.finish_loads(result.kv_finished_recving, result.kv_failed_recving)
         now = time.monotonic()
         processed = self.output_processor.process(updates, now, final_only)
         self._stats_log.maybe_log(self.stats, now)

@@ -11,6 +11,15 @@ forward, `wait_for_layer_load` per layer, `save_kv_layer` per layer after it and
 `wait_for_save` before the step's results go back, so a block is never freed (and
 reused) while a save still reads it.
 
+A load is synchronous (in the admitting step, before its forward) or asynchronous, as
+the scheduler half says in `get_num_new_matched_tokens`'s answer (vLLM's load_async).
+An asynchronous one travels in the metadata's `async_loads`, one metadata per request:
+the worker half runs it on a reader thread (background.py) while the steps go on, and
+reports it in `get_finished`'s finished_recving (or in `get_load_errors`); the
+scheduler keeps the request out of the steps until then (WAITING_FOR_REMOTE_KVS), and
+tells the scheduler half (`loads_finished`), which keeps what the load reads (a CPU
+slot, a file) in place until it has heard.
+
 Both halves see requests as `TransferRequest`s (plain data), never the scheduler's
 Request, and caches as each layer's tensors in the backend's declared layout.
 """
@@ -20,12 +29,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Hashable
 
 import torch
 
 from ...op_contracts import OpDispatcher
-from .config import KVTransferConfig
+from .background import BackgroundLoads
+from .config import KVTransferConfig, async_load
 
 #: One layer's cache as the runner holds it: (key, value) for GQA, (latent,) for MLA,
 #: each [num_blocks, block_size, ...] (the contracts' layout).
@@ -73,9 +84,12 @@ class KVConnectorMetadata:
 
     loads: list[BlockTransfer] = field(default_factory=list)
     saves: list[BlockTransfer] = field(default_factory=list)
+    #: Loads that run off the step path, by request: each one's own metadata, run by the
+    #: worker half's `start_load_kv` on its reader thread.
+    async_loads: dict[str, KVConnectorMetadata] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.loads or self.saves)
+        return bool(self.loads or self.saves or self.async_loads)
 
     def requests_loading(self) -> set[str]:
         """The requests whose KV this step loads (a failed load fails them)."""
@@ -105,12 +119,15 @@ class KVConnectorScheduler(ABC):
         self.config = config
         self.block_size = block_size
         self.bytes_per_block = bytes_per_block
+        #: The ranks whose worker halves move this instance's KV (set_worker_metadata).
+        self.num_ranks = 1
 
     @abstractmethod
-    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
+    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> tuple[int, bool]:
         """Tokens past the `num_computed_tokens` the local prefix cache holds that the
-        external store can provide (0: none). Never all of them: the last token is
-        always computed, its logits sample the next."""
+        external store can provide (0: none), and whether they load asynchronously
+        (vLLM's load_async: off the step path, the request waiting meanwhile). Never all
+        of them: the last token is always computed, its logits sample the next."""
 
     @abstractmethod
     def update_state_after_alloc(
@@ -135,7 +152,19 @@ class KVConnectorScheduler(ABC):
     def set_worker_metadata(self, metadata: Sequence[Any]) -> None:
         """What each rank's worker half published once its cache was registered
         (`KVConnectorWorker.handshake_metadata`, by rank), for the kv_transfer_params
-        this half returns (vLLM's handshake metadata). Ignored unless a connector needs it."""
+        this half returns (vLLM's handshake metadata). Overrides call this first."""
+        self.num_ranks = len(metadata)
+
+    @property
+    def loads_async(self) -> bool:
+        """Whether this connector's loads may run off the step path: unless the config
+        turns them off (`async_load`), and with one rank, since a step's output is the
+        driver rank's alone and could not say when every rank's load ended."""
+        return async_load(self.config) and self.num_ranks == 1
+
+    def loads_finished(self, finished: Collection[str], failed: Collection[str]) -> None:
+        """The asynchronous loads of these requests ended (`failed`: their KV did not
+        arrive), aborted requests' included: what they read may be reused now."""
 
     def has_pending_metadata(self) -> bool:
         """Whether the next `build_connector_meta` carries work even when no request is
@@ -175,6 +204,10 @@ class KVConnectorWorker(ABC):
         #: Requests whose load failed in the last step (their blocks hold no valid KV),
         #: with the error's text.
         self.failed_loads: dict[str, str] = {}
+        #: The asynchronous loads running on the reader thread, and those that failed
+        #: since `get_load_errors` last gave them.
+        self.background = BackgroundLoads()
+        self._load_errors: dict[str, str] = {}
 
     def register_kv_caches(self, kv_caches: list[LayerCache]) -> None:
         """The rank's cache, once allocated; a layout other than the contracts'
@@ -201,10 +234,31 @@ class KVConnectorWorker(ABC):
         registered (None: nothing), handed to `set_worker_metadata`."""
         return None
 
-    def get_finished(self) -> set[str]:
+    def get_finished(self) -> tuple[set[str], set[str]]:
+        """Polled every step, empty ones included (vLLM's get_finished): the requests
+        whose kept blocks a remote instance finished reading since the last call
+        (finished_sending), and those whose asynchronous load is in the cache
+        (finished_recving; a failed one is in `get_load_errors` instead)."""
+        done, failed = self.background.poll()
+        self._load_errors.update(failed)
+        return self.finished_sending(), done
+
+    def get_load_errors(self) -> dict[str, str]:
+        """The asynchronous loads that failed since the last call, with the error's
+        text (vLLM's get_block_ids_with_load_errors, by request): their requests
+        compute those tokens instead."""
+        errors, self._load_errors = self._load_errors, {}
+        return errors
+
+    def finished_sending(self) -> set[str]:
         """Requests whose kept blocks a remote instance finished reading since the last
-        call (vLLM's finished_sending); polled every step, empty ones included."""
+        call (none unless a connector keeps blocks for remote readers)."""
         return set()
+
+    def wait_for_loads(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for an asynchronous load to end (a step with nothing
+        to compute, so the engine polls without spinning); at once when none runs."""
+        self.background.wait_any(timeout_s)
 
     @abstractmethod
     def start_load_kv(self, metadata: KVConnectorMetadata) -> None:
@@ -223,14 +277,15 @@ class KVConnectorWorker(ABC):
         """Return once every save begun this step is complete."""
 
     def run_step(self, metadata: KVConnectorMetadata, forward: Any) -> Any:
-        """Run `forward()` between this step's loads and saves. accord's model forward
-        has no per-layer hook, so every layer's load is waited for before it and every
-        layer is saved after it (no overlap of transfer and compute yet)."""
+        """Start this step's asynchronous loads, then run `forward()` between its
+        synchronous loads and its saves. accord's model forward has no per-layer hook,
+        so every layer's load is waited for before it and every layer is saved after it
+        (no overlap of a step's own transfers and compute yet)."""
         self.failed_loads = {}
+        for req_id, load in metadata.async_loads.items():
+            self.background.start(req_id, partial(self._run_loads, load))
         try:
-            self.start_load_kv(metadata)
-            for layer in range(len(self.kv_caches)):
-                self.wait_for_layer_load(layer)
+            self._run_loads(metadata)
         except Exception as error:
             self.failed_loads = dict.fromkeys(metadata.requests_loading(), f"{type(error).__name__}: {error}")
             raise
@@ -239,3 +294,9 @@ class KVConnectorWorker(ABC):
             self.save_kv_layer(layer, metadata)
         self.wait_for_save()
         return result
+
+    def _run_loads(self, metadata: KVConnectorMetadata) -> None:
+        """Run `metadata`'s loads into the cache and wait for every layer's."""
+        self.start_load_kv(metadata)
+        for layer in range(len(self.kv_caches)):
+            self.wait_for_layer_load(layer)

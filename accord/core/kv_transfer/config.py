@@ -111,3 +111,16 @@ def num_cpu_blocks(config: KVTransferConfig, bytes_per_block: int) -> int:
     if blocks < 1:
         raise ValueError(f"the CPU KV tier of {size} bytes holds no block of {bytes_per_block} bytes")
     return blocks
+
+
+#: The kv_connector_extra_config key that turns asynchronous loads off (`false`: a
+#: connector that can load off the step path loads in the admitting step instead).
+ASYNC_LOAD_KEY = "async_load"
+
+
+def async_load(config: KVTransferConfig) -> bool:
+    """Whether loads may run off the step path (on unless `async_load` is false)."""
+    raw = config.kv_connector_extra_config.get(ASYNC_LOAD_KEY, True)
+    if not isinstance(raw, bool):
+        raise ValueError(f"{ASYNC_LOAD_KEY} must be true or false, got {raw!r}")
+    return raw

@@ -120,6 +120,7 @@ class NixlScheduler(KVConnectorScheduler):
     def set_worker_metadata(self, metadata: Sequence[Any]) -> None:
         if len(metadata) != 1:
             raise ValueError(f"NixlConnector supports one rank per instance, this one has {len(metadata)}")
+        super().set_worker_metadata(metadata)
         self._layout = metadata[0]
 
     def _remote(self, request: TransferRequest) -> RemoteKV | None:
@@ -138,15 +139,16 @@ class NixlScheduler(KVConnectorScheduler):
             return None
         return remote
 
-    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
+    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> tuple[int, bool]:
+        # Synchronous: a read notifies the prefill instance as it ends, inside the step.
         remote = self._remote(request)
         if remote is None:
-            return 0
+            return 0, False
         if not listener_answers(remote.layout.host, remote.layout.port):
             logger.warning("%s: the prefill instance's NIXL listener %s:%d does not answer; computing the prompt here",
                            request.req_id, remote.layout.host, remote.layout.port)
-            return 0
-        return max(0, len(request.prompt_token_ids) - 1 - num_computed_tokens)
+            return 0, False
+        return max(0, len(request.prompt_token_ids) - 1 - num_computed_tokens), False
 
     def update_state_after_alloc(
         self, request: TransferRequest, block_ids: Sequence[int], num_computed_tokens: int, num_external_tokens: int
@@ -261,7 +263,7 @@ class NixlWorker(KVConnectorWorker):
             tensors=tuple(RemoteTensor(tensor.data_ptr(), tuple(tensor.shape[2:])) for tensor in tensors),
         )
 
-    def get_finished(self) -> set[str]:
+    def finished_sending(self) -> set[str]:
         return {message.decode() for messages in self.agent.get_new_notifs().values() for message in messages}
 
     def start_load_kv(self, metadata: KVConnectorMetadata) -> None:

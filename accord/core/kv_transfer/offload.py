@@ -3,7 +3,10 @@ CPU-memory tier under the device's KV pool. Every full block a step computes is 
 to a CPU slot (write-through, as vLLM's offloading connector does), so a block evicted
 from the device pool still has its KV on the host; a request whose prefix misses the
 device's prefix cache but hits the tier has those blocks copied back instead of
-recomputed.
+recomputed: on the worker's reader thread while the steps go on (base.py; the request
+waits meanwhile), or in the admitting step with `async_load` false or several ranks.
+The slots and files a load reads stay as they are until the scheduler half hears it
+ended (`loads_finished`): no step stores into them, demotes or deletes them meanwhile.
 
 The tier is keyed by the block manager's own hash chain, so a block has one name in
 every tier. The scheduler half owns the directory (key -> CPU slot, least recently
@@ -34,7 +37,7 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -63,7 +66,8 @@ class BlockCopies(KVConnectorMetadata):
     disk_dropped: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.to_device or self.to_host or self.to_disk or self.from_disk or self.disk_dropped)
+        return bool(self.to_device or self.to_host or self.to_disk or self.from_disk or self.disk_dropped
+                    or self.async_loads)
 
 
 def disk_name(key: Hashable) -> str:
@@ -86,6 +90,10 @@ class OffloadingScheduler(KVConnectorScheduler):
         self._slots: OrderedDict[Hashable, int] = OrderedDict()
         self._free_slots = list(range(self.num_slots - 1, -1, -1))
         self._to_device: list[tuple[int, int]] = []
+        #: Asynchronous loads planned since the last step, by request; and what each
+        #: running one reads, as (key, CPU slot or disk path), until it ends.
+        self._async_loads: dict[str, BlockCopies] = {}
+        self._reads: dict[str, list[tuple[Hashable, int | str]]] = {}
         #: The disk tier's directory: keys on disk (-> file path), least recently used
         #: first; this instance's own directory's name, every rank's (root, block
         #: file layout) once the workers tell them, and deletions for the next step.
@@ -119,6 +127,7 @@ class OffloadingScheduler(KVConnectorScheduler):
         return key in self._slots
 
     def set_worker_metadata(self, metadata: Sequence[tuple[str, BlockLayout] | None]) -> None:
+        super().set_worker_metadata(metadata)
         if not self.num_disk_slots:
             return
         self._disk_ranks = [(Path(root), layout) for root, layout in metadata]
@@ -138,14 +147,18 @@ class OffloadingScheduler(KVConnectorScheduler):
         self.blocks_reclaimed += len(adopted)
         self.instances_reclaimed += reclaimed
 
-    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
+    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> tuple[int, bool]:
         # The keys are of full blocks of all tokens but the last.
         hits: list[Hashable] = []
         for key in request.block_keys[num_computed_tokens // self.block_size :]:
             if key not in self and not self._adopt(key, hits):
                 break
             hits.append(key)
-        return len(hits) * self.block_size
+        return len(hits) * self.block_size, self.loads_async
+
+    def _read_now(self) -> set[int | str]:
+        """The slots and disk paths the running asynchronous loads read."""
+        return {source for reads in self._reads.values() for _, source in reads}
 
     def _adopt(self, key: Hashable, keep: list[Hashable]) -> bool:
         """Link `key`'s file from another instance's directory into this one's, making
@@ -155,7 +168,7 @@ class OffloadingScheduler(KVConnectorScheduler):
             return False
         victim = None
         if len(self._disk) >= self.num_disk_slots:
-            busy = set(keep) | {path for _, path in self._from_disk}
+            busy = set(keep) | {path for _, path in self._from_disk} | self._read_now()
             victim = next((k for k, path in self._disk.items() if k not in busy and path not in busy), None)
             if victim is None:
                 return False
@@ -171,24 +184,56 @@ class OffloadingScheduler(KVConnectorScheduler):
     def update_state_after_alloc(
         self, request: TransferRequest, block_ids: Sequence[int], num_computed_tokens: int, num_external_tokens: int
     ) -> None:
-        first = num_computed_tokens // self.block_size
-        for index in range(first, first + num_external_tokens // self.block_size):
+        first, count = num_computed_tokens // self.block_size, num_external_tokens // self.block_size
+        if not count:
+            return
+        copies = BlockCopies() if self.loads_async else None
+        to_device = self._to_device if copies is None else copies.to_device
+        from_disk = self._from_disk if copies is None else copies.from_disk
+        reads: list[tuple[Hashable, int | str]] = []
+        for index in range(first, first + count):
             key = request.block_keys[index]
+            source: int | str
             if key in self._slots:
                 self._slots.move_to_end(key)
-                self._to_device.append((block_ids[index], self._slots[key]))
+                source = self._slots[key]
+                to_device.append((block_ids[index], source))
             else:
                 self._disk.move_to_end(key)
-                self._from_disk.append((block_ids[index], self._disk[key]))
+                source = self._disk[key]
+                from_disk.append((block_ids[index], source))
                 self.blocks_loaded_from_disk += 1
-        self.blocks_loaded += num_external_tokens // self.block_size
+            reads.append((key, source))
+        if copies is not None:
+            self._async_loads[request.req_id] = copies
+            self._reads[request.req_id] = reads
+        self.blocks_loaded += count
+
+    def loads_finished(self, finished: Collection[str], failed: Collection[str]) -> None:
+        for req_id in finished:
+            self._reads.pop(req_id, None)
+        # A block that failed to load is forgotten (a later prefix recomputes it), unless
+        # another running load still reads it.
+        forget = [read for req_id in failed for read in self._reads.pop(req_id, ())]
+        self.blocks_loaded -= len(forget)
+        still_read = self._read_now()
+        for key, source in forget:
+            if source in still_read:
+                continue
+            if self._slots.get(key) == source:
+                del self._slots[key]
+                self._free_slots.append(source)  # type: ignore[arg-type]  # a slot
+            elif self._disk.get(key) == source:
+                del self._disk[key]
+                self._disk_dropped.append(source)  # type: ignore[arg-type]  # a path
 
     def build_connector_meta(self, chunks: Sequence[ScheduledChunk]) -> BlockCopies:
         if self._disk_ranks and time.monotonic() >= self._next_reclaim:
             self._reclaim()
-        copies = BlockCopies(to_device=self._to_device, from_disk=self._from_disk, disk_dropped=self._disk_dropped)
-        self._to_device, self._from_disk, self._disk_dropped = [], [], []
-        loading = {slot for _, slot in copies.to_device}
+        copies = BlockCopies(to_device=self._to_device, from_disk=self._from_disk, disk_dropped=self._disk_dropped,
+                             async_loads=self._async_loads)
+        self._to_device, self._from_disk, self._disk_dropped, self._async_loads = [], [], [], {}
+        loading = {slot for _, slot in copies.to_device} | {s for s in self._read_now() if isinstance(s, int)}
         for chunk in chunks:
             keys = chunk.request.block_keys
             # The blocks this step fills (their keys were registered as it was scheduled).
@@ -229,8 +274,11 @@ class OffloadingScheduler(KVConnectorScheduler):
         if not self.num_disk_slots or key in self._disk:
             return
         if len(self._disk) >= self.num_disk_slots:
-            _, dropped = self._disk.popitem(last=False)
-            copies.disk_dropped.append(dropped)
+            reading = self._read_now()
+            victim = next((k for k, path in self._disk.items() if path not in reading), None)
+            if victim is None:
+                return  # every file is being read: the block is dropped, not demoted
+            copies.disk_dropped.append(self._disk.pop(victim))
         name = disk_name(key)
         self._disk[key] = f"{self.instance_dir}/{name}{WRITTEN}"
         copies.to_disk.append((slot, name, self._disk[key]))

@@ -8,8 +8,10 @@ per rank, `<path>/<key>/rank<r>.safetensors`, where the key is the SHA-256 of th
 prompt's token ids: an instance with the same prompt finds it without being told, and
 a client cannot name another prompt's KV (the key a client sends back in
 kv_transfer_params is checked against the one computed here). A file is written under
-a temporary name and renamed, so a reader never sees half of one. Loads and saves run
-synchronously inside the step, on the step's own blocks.
+a temporary name and renamed, so a reader never sees half of one. Saves run inside
+the step, on the step's own blocks; loads run on the worker's reader thread while the
+steps go on (base.py), or inside the admitting step with `async_load` false or
+several ranks.
 
 A file holds the KV in the producer's spec (its cache dtype, one token per row). A
 load goes through the backend's `kv_convert` op into this instance's cache, so a
@@ -90,20 +92,20 @@ class SharedStorageScheduler(KVConnectorScheduler):
         with safe_open(str(path), framework="pt") as stored:
             return int((stored.metadata() or {}).get(NUM_TOKENS_KEY, 0))
 
-    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> int:
+    def get_num_new_matched_tokens(self, request: TransferRequest, num_computed_tokens: int) -> tuple[int, bool]:
         params = request.kv_transfer_params or {}
         if not self.config.is_consumer or params.get("do_remote_decode"):
-            return 0  # a prefill request computes its prompt here
+            return 0, False  # a prefill request computes its prompt here
         key = prompt_key(request.prompt_token_ids)
         sent_key = params.get("remote_storage_key")
         if sent_key is not None and sent_key != key:
             logger.warning("%s: kv_transfer_params name KV of another prompt; computing the prompt here", request.req_id)
-            return 0
+            return 0, False
         stored = self._stored_tokens(key)
         if stored == 0 and params.get("do_remote_prefill"):
             logger.warning("%s: the prefill instance's KV is not in %s; computing the prompt here", request.req_id, self.root)
         loadable = min(stored, len(request.prompt_token_ids) - 1)
-        return max(0, loadable - num_computed_tokens)
+        return max(0, loadable - num_computed_tokens), self.loads_async
 
     def update_state_after_alloc(
         self, request: TransferRequest, block_ids: Sequence[int], num_computed_tokens: int, num_external_tokens: int
@@ -115,7 +117,14 @@ class SharedStorageScheduler(KVConnectorScheduler):
             ))
 
     def build_connector_meta(self, chunks: Sequence[ScheduledChunk]) -> KVConnectorMetadata:
-        metadata = KVConnectorMetadata(loads=self._loads)
+        if self.loads_async:
+            # Files are written whole under a temporary name: a reader thread may read one
+            # while a step saves another.
+            metadata = KVConnectorMetadata(async_loads={
+                load.req_id: KVConnectorMetadata(loads=[load]) for load in self._loads
+            })
+        else:
+            metadata = KVConnectorMetadata(loads=self._loads)
         self._loads = []
         if not self.config.is_producer:
             return metadata

@@ -112,6 +112,10 @@ class ModelRunnerOutput:
     #: Requests whose kept blocks a remote instance finished reading (the KV
     #: connector's finished_sending): the scheduler may free them.
     kv_finished_sending: set[str] = field(default_factory=set)
+    #: Requests whose asynchronous KV load is in the cache (finished_recving), and
+    #: those whose load failed, with the error's text: the scheduler queues them again.
+    kv_finished_recving: set[str] = field(default_factory=set)
+    kv_failed_recving: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

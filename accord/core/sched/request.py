@@ -23,6 +23,9 @@ class RequestStatus(enum.Enum):
     """Where a request is in its life (the states docs/architecture.md draws)."""
 
     WAITING = "waiting"
+    #: Blocks allocated, its KV loading from a KV connector off the step path (vLLM's
+    #: state): no step computes it until the load has ended.
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -70,6 +73,8 @@ class Request:
     num_cached_tokens: int = field(default=0, init=False)
     #: Whether it was ever scheduled (its queue time is observed the first time).
     was_scheduled: bool = field(default=False, init=False)
+    #: Whether a KV connector's load of its KV failed: it computes its tokens from then on.
+    kv_load_failed: bool = field(default=False, init=False)
     #: Prompt positions whose logprobs have come back (position 0 has none to compute).
     num_prompt_logprobs_done: int = field(default=0, init=False)
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)

@@ -10,6 +10,13 @@ cheapest to rebuild (`rebuild_cost`: a short context recomputes cheaply, a long 
 the CPU tier holds is swapped back in), then the youngest. Its blocks are freed and
 it is rebuilt later, from whatever of its prefix the cache or the tier still holds.
 
+A waiting request whose prefix a KV connector loads asynchronously (vLLM's
+load_async) is given the blocks for it and waits, WAITING_FOR_REMOTE_KVS, outside the
+queues while the workers load it: no step computes it, and the others' steps go on.
+When a step's output reports the load ended (`finish_loads`) it is queued again with
+those tokens computed (a failed load: with none, and it computes them); one that ended
+while loading keeps its blocks (the load still writes them) until the load has ended.
+
 The step goes to the workers as a plain `SchedulerOutput` (new requests in full,
 running ones as diffs). As in vLLM v1, `num_computed_tokens` advances when a step is
 scheduled, and a request whose step samples holds a placeholder for that token until
@@ -25,6 +32,7 @@ step after it computed for it.
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -42,6 +50,8 @@ from .check_stop import check_stop
 from .policy import QueuePolicy, make_policy
 from .output import CachedRequestData, ModelRunnerOutput, NewRequestData, RequestUpdate, SchedulerOutput
 from .request import Request, RequestStatus
+
+logger = logging.getLogger("accord.sched")
 
 
 class Scheduler:
@@ -105,10 +115,15 @@ class Scheduler:
         #: Finished requests whose blocks the KV connector keeps for a remote reader,
         #: with their session ids (for the block manager's free).
         self._kept_blocks: dict[str, str | None] = {}
+        #: Requests whose KV a connector loads off the step path (WAITING_FOR_REMOTE_KVS),
+        #: and those that ended meanwhile (their blocks freed when the load ends), with
+        #: their session ids.
+        self._loading: dict[str, Request] = {}
+        self._ended_loading: dict[str, str | None] = {}
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + len(self._loading)
 
     @property
     def outstanding_tokens(self) -> int:
@@ -161,7 +176,9 @@ class Scheduler:
         """Whether finished requests' blocks wait for a remote instance to read them, or
         the KV connector has a notification for the workers to send (the engine keeps
         stepping, so the workers report the reads and send the notifications)."""
-        return bool(self._kept_blocks) or (self.kv_connector is not None and self.kv_connector.has_pending_metadata())
+        return bool(self._kept_blocks or self._loading or self._ended_loading) or (
+            self.kv_connector is not None and self.kv_connector.has_pending_metadata()
+        )
 
     def free_transferred(self, finished_sending: Collection[str]) -> None:
         """Free the kept blocks the KV connector lets go of: read by the remote
@@ -171,6 +188,30 @@ class Scheduler:
         for req_id in self.kv_connector.blocks_to_free(finished_sending):
             if req_id in self._kept_blocks:
                 self.block_manager.free(req_id, session_id=self._kept_blocks.pop(req_id))
+        self._update_gauges()
+
+    def finish_loads(self, finished: Collection[str], failed: dict[str, str]) -> None:
+        """The workers report these asynchronous loads ended (`failed`: with the error's
+        text): queue their requests again, with the loaded tokens computed (a failed
+        one with none: it computes them, and asks the connector for nothing more), and
+        free the blocks of those that ended meanwhile."""
+        if not finished and not failed:
+            return
+        self.kv_connector.loads_finished(finished, failed.keys())
+        for req_id in [*finished, *failed]:
+            if req_id in self._ended_loading:
+                self.block_manager.free(req_id, session_id=self._ended_loading.pop(req_id))
+                continue
+            request = self._loading.pop(req_id, None)
+            if request is None:
+                continue
+            if req_id in failed:
+                logger.warning("%s: the KV connector could not load its KV (%s); computing it", req_id, failed[req_id])
+                self.block_manager.free(req_id, session_id=request.session_id)
+                request.num_computed_tokens = 0
+                request.kv_load_failed = True
+                self.stats.kv_loads_failed += 1
+            self._queue(request)
         self._update_gauges()
 
     def step_failed(self, step: SchedulerOutput) -> None:
@@ -186,6 +227,7 @@ class Scheduler:
     def _finish(self, request: Request, reason: str, stop_reason: int | str | None = None) -> dict | None:
         """End `request` and free its blocks; returns what the KV connector hands its
         caller (kv_transfer_params), if anything."""
+        loading = self._loading.pop(request.req_id, None) is not None
         request.finish(reason, stop_reason)
         if request in self.running:
             self.running.remove(request)
@@ -194,7 +236,10 @@ class Scheduler:
         kv_transfer_params = None
         if self.kv_connector is not None:
             kv_transfer_params = self.kv_connector.request_finished(self._transfer_request(request, ()))
-        if self.kv_connector is not None and self.kv_connector.keeps_blocks(request.req_id):
+        if loading:
+            # The load still writes them: freed once it has ended (finish_loads).
+            self._ended_loading[request.req_id] = request.session_id
+        elif self.kv_connector is not None and self.kv_connector.keeps_blocks(request.req_id):
             # A remote instance reads them: freed once it has (free_transferred).
             self._kept_blocks[request.req_id] = request.session_id
         else:
@@ -418,21 +463,29 @@ class Scheduler:
                     or not self._lora_fits(request) or not self._tenant_thinking_fits(request)):
                 index += 1
                 continue
-            # At least the last token is always computed: its logits are needed.
-            cached = (
-                []
-                if request.needs_prompt_logprobs
-                else self.block_manager.find_cached_prefix(
-                    request.token_ids, request.num_tokens - 1, request.chain_root
+            # A request holding blocks here has had its asynchronous load: they hold its
+            # computed tokens.
+            resumed = bool(self.block_manager.block_table(request.req_id))
+            if resumed:
+                computed, cached, external, load_async = request.num_computed_tokens, [], 0, False
+            else:
+                # At least the last token is always computed: its logits are needed.
+                cached = (
+                    []
+                    if request.needs_prompt_logprobs
+                    else self.block_manager.find_cached_prefix(
+                        request.token_ids, request.num_tokens - 1, request.chain_root
+                    )
                 )
-            )
-            computed = len(cached) * self.block_manager.block_size
-            transfer = self._transfer_request(request, None)
-            external = self._external_tokens(request, transfer, computed)
-            count = min(request.num_tokens - computed - external, budget)
-            if not self.block_manager.allocate(request.req_id, self._slots(computed + external + count), cached):
+                computed = len(cached) * self.block_manager.block_size
+                transfer = self._transfer_request(request, None)
+                external, load_async = self._external_tokens(request, transfer, computed)
+            # A request that loads asynchronously gets the blocks its load fills, no more.
+            count = 0 if load_async else min(request.num_tokens - computed - external, budget)
+            slots = computed + external if load_async else self._slots(computed + external + count)
+            if not self.block_manager.allocate(request.req_id, slots, cached):
                 break
-            if self.kv_connector is not None:
+            if self.kv_connector is not None and not resumed:
                 self.kv_connector.update_state_after_alloc(
                     transfer, self.block_manager.block_table(request.req_id), computed, external
                 )
@@ -446,6 +499,10 @@ class Scheduler:
                 self.stats.lane_queue_time.setdefault(self.policy.lane(request), LatencyHistogram()).observe(queue_time)
             # Admission starts from the cached prefix (a preemption reset it to 0).
             request.num_computed_tokens = computed
+            if load_async:
+                request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+                self._loading[request.req_id] = request
+                continue
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             scheduled[request.req_id] = count
@@ -478,14 +535,18 @@ class Scheduler:
         held = [r.remaining_thinking_budget for r in self.running if r.tenant == request.tenant and r.is_thinking]
         return not held or sum(held) + wanted <= cap
 
-    def _external_tokens(self, request: Request, transfer: TransferRequest | None, num_computed: int) -> int:
+    def _external_tokens(
+        self, request: Request, transfer: TransferRequest | None, num_computed: int
+    ) -> tuple[int, bool]:
         """Tokens after the `num_computed` cached ones that the KV connector loads
-        instead of the step computing them (0 without a connector)."""
-        if self.kv_connector is None or request.needs_prompt_logprobs:
-            return 0
-        external = self.kv_connector.get_num_new_matched_tokens(transfer, num_computed)
+        instead of the step computing them (0 without a connector, or after a failed
+        load of them), and whether it loads them asynchronously."""
+        if self.kv_connector is None or request.needs_prompt_logprobs or request.kv_load_failed:
+            return 0, False
+        external, load_async = self.kv_connector.get_num_new_matched_tokens(transfer, num_computed)
         # The last token is always computed: its logits sample the next one.
-        return max(0, min(external, request.num_tokens - 1 - num_computed))
+        external = max(0, min(external, request.num_tokens - 1 - num_computed))
+        return external, load_async and external > 0
 
     def _transfer_request(self, request: Request, keys: Sequence[BlockKey] | None) -> TransferRequest | None:
         """What the KV connector sees of `request` (plain data, never the Request), with

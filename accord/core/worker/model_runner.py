@@ -49,6 +49,23 @@ from ..structured_output import GrammarBitmask
 
 logger = logging.getLogger(__name__)
 
+#: Seconds a step with nothing to compute waits for a running KV load to end (the
+#: engine steps while loads run, so this is how often it looks, and the most a request
+#: that arrives meanwhile waits for its first step).
+LOAD_POLL_S = 0.005
+
+
+def _with_transfers(output: ModelRunnerOutput | None, connector: KVConnectorWorker) -> ModelRunnerOutput | None:
+    """`output` with the transfers `connector` reports ended since the last step (the
+    remote reads, the asynchronous loads done and failed); None when none and no output."""
+    sending, recving = connector.get_finished()
+    failed = connector.get_load_errors()
+    if not (sending or recving or failed):
+        return output
+    output = output if output is not None else ModelRunnerOutput()
+    output.kv_finished_sending, output.kv_finished_recving, output.kv_failed_recving = sending, recving, failed
+    return output
+
 
 class ModelRunner:
     """Runs the model for the scheduler's steps on one backend's device."""
@@ -411,21 +428,20 @@ class ModelRunner:
         if step.is_empty:
             if step.dummy_batch:
                 self.dummy_run()
-            if connector is not None and step.kv_connector_metadata:
-                # Notifications with nothing to compute (vLLM's no-forward connector step).
+            if connector is None:
+                return None
+            if step.kv_connector_metadata:
+                # Notifications or loads with nothing to compute (vLLM's no-forward connector step).
                 connector.run_step(step.kv_connector_metadata, lambda: None)
-            # An empty step still reports the reads remote instances finished.
-            finished = set() if connector is None else connector.get_finished()
-            return ModelRunnerOutput(kv_finished_sending=finished) if finished else None
+            # The engine steps while loads run: wait a little for one, rather than spin.
+            connector.wait_for_loads(LOAD_POLL_S)
+            # An empty step still reports the reads remote instances finished, and the loads.
+            return _with_transfers(None, connector)
         metadata = step.kv_connector_metadata
         if connector is None:
             return self.run(self._last_step)
         output = connector.run_step(metadata, lambda: self.run(self._last_step)) if metadata else self.run(self._last_step)
-        finished = connector.get_finished()
-        if finished:
-            output = output if output is not None else ModelRunnerOutput()
-            output.kv_finished_sending = finished
-        return output
+        return _with_transfers(output, connector)
 
     @torch.inference_mode()
     def dummy_run(self) -> None:
