@@ -65,6 +65,11 @@ def _tiered(llama_dir: Path, async_load: bool = True) -> LLM:
     return llm
 
 
+@pytest.fixture
+def tiered(llama_dir: Path) -> LLM:
+    return _tiered(llama_dir)
+
+
 class LoadGate:
     """Holds the worker half's loads (copies into device blocks) until `opened` is
     set, then runs them, or raises `error` instead when one is given."""
@@ -112,6 +117,23 @@ def _status(engine: LLMEngine, prompt: dict) -> RequestStatus:
     return request.status
 
 
+def _assert_nothing_held(engine: LLMEngine) -> None:
+    """Every device block is free and no load or transfer is pending."""
+    manager = engine.scheduler.block_manager
+    assert manager.num_free_blocks == manager.num_blocks
+    assert not engine.awaits_transfers()
+
+
+def _start_gated_load(engine: LLMEngine, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]) -> LoadGate:
+    """Add PREFIX as "loaded" and step until its load has started and waits at a gate."""
+    gates.append(gate := LoadGate(engine, monkeypatch))
+    engine.add_request("loaded", PREFIX, GREEDY)
+    engine.step()
+    assert gate.started.wait(timeout=60)
+    assert _status(engine, PREFIX) is RequestStatus.WAITING_FOR_REMOTE_KVS
+    return gate
+
+
 @pytest.mark.parametrize("async_load", [True, False])
 def test_a_tier_hit_gives_the_same_tokens_with_nothing_recomputed(llama_dir: Path, plain: LLM, async_load: bool) -> None:
     llm = _tiered(llama_dir, async_load)
@@ -122,16 +144,13 @@ def test_a_tier_hit_gives_the_same_tokens_with_nothing_recomputed(llama_dir: Pat
     # Six blocks loaded, off the step path or in it: only the last token was computed.
     assert engine.stats.computed_prompt_tokens - computed == 1
     assert again.num_cached_tokens == 6 * BLOCK
-    manager = engine.scheduler.block_manager
-    assert manager.num_free_blocks == manager.num_blocks
-    assert not engine.awaits_transfers()
+    _assert_nothing_held(engine)
 
 
 def test_a_loading_request_does_not_hold_up_another_requests_decode(
-    llama_dir: Path, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
+    tiered: LLM, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
 ) -> None:
-    llm = _tiered(llama_dir)
-    engine = llm.llm_engine
+    engine = tiered.llm_engine
     gates.append(gate := LoadGate(engine, monkeypatch))
     computed = engine.stats.computed_prompt_tokens
     outputs: dict[str, list[int]] = {}
@@ -147,21 +166,15 @@ def test_a_loading_request_does_not_hold_up_another_requests_decode(
     assert outputs["loaded"] == _tokens(plain, PREFIX)
     # The other prompt in full, and the loaded request's last token alone.
     assert engine.stats.computed_prompt_tokens - computed == len(OTHER["prompt_token_ids"]) + 1
-    manager = engine.scheduler.block_manager
-    assert manager.num_free_blocks == manager.num_blocks
+    _assert_nothing_held(engine)
 
 
 def test_an_abort_while_loading_frees_every_block_once_the_load_ends(
-    llama_dir: Path, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
+    tiered: LLM, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
 ) -> None:
-    llm = _tiered(llama_dir)
-    engine = llm.llm_engine
+    engine = tiered.llm_engine
     manager = engine.scheduler.block_manager
-    gates.append(gate := LoadGate(engine, monkeypatch))
-    engine.add_request("loaded", PREFIX, GREEDY)
-    engine.step()
-    assert gate.started.wait(timeout=60)
-    assert _status(engine, PREFIX) is RequestStatus.WAITING_FOR_REMOTE_KVS
+    gate = _start_gated_load(engine, monkeypatch, gates)
     # The six blocks the load fills, no more.
     assert manager.num_free_blocks == manager.num_blocks - 6
     (aborted,) = engine.abort_request("loaded")
@@ -178,37 +191,30 @@ def test_an_abort_while_loading_frees_every_block_once_the_load_ends(
     assert manager.num_free_blocks == manager.num_blocks and not engine.scheduler.requests
     # Its blocks were never cached; the tier still serves the prefix.
     computed = engine.stats.computed_prompt_tokens
-    assert _tokens(llm, PREFIX) == _tokens(plain, PREFIX)
+    assert _tokens(tiered, PREFIX) == _tokens(plain, PREFIX)
     assert engine.stats.computed_prompt_tokens - computed == 1
 
 
 def test_a_failed_load_falls_back_to_computing_the_prefix(
-    llama_dir: Path, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
+    tiered: LLM, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
 ) -> None:
-    llm = _tiered(llama_dir)
-    engine = llm.llm_engine
+    engine = tiered.llm_engine
     gates.append(gate := LoadGate(engine, monkeypatch, error=OSError("injected read failure")))
     gate.opened.set()
     computed = engine.stats.computed_prompt_tokens
-    assert _tokens(llm, PREFIX) == _tokens(plain, PREFIX)
+    assert _tokens(tiered, PREFIX) == _tokens(plain, PREFIX)
     assert gate.started.is_set() and engine.stats.kv_loads_failed == 1
     # Recomputed in full: the failed blocks are forgotten, not asked for again.
     assert engine.stats.computed_prompt_tokens - computed == len(PREFIX["prompt_token_ids"])
-    manager = engine.scheduler.block_manager
-    assert manager.num_free_blocks == manager.num_blocks
-    assert not engine.awaits_transfers()
+    _assert_nothing_held(engine)
 
 
 def test_the_slots_a_load_reads_survive_the_tier_cycling_meanwhile(
-    llama_dir: Path, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
+    tiered: LLM, plain: LLM, monkeypatch: pytest.MonkeyPatch, gates: list[LoadGate]
 ) -> None:
-    llm = _tiered(llama_dir)
-    engine = llm.llm_engine
+    engine = tiered.llm_engine
     tier = engine.scheduler.kv_connector
-    gates.append(gate := LoadGate(engine, monkeypatch))
-    engine.add_request("loaded", PREFIX, GREEDY)
-    engine.step()
-    assert gate.started.wait(timeout=60)
+    gate = _start_gated_load(engine, monkeypatch, gates)
     # While the load waits, 36 new blocks go through the 32-slot tier: every slot but
     # the six the load reads is reassigned (they would be too, were they not kept).
     stored = tier.blocks_stored
