@@ -14,19 +14,23 @@ the C file (e.g. `git show main:...` saved to a file) is built as a second libra
 timed in the same run, alternating case by case, with the largest difference between
 the two outputs.
 
-Then, for long contexts (caches far larger than the last-level cache), the kernel's KV
-read rate in GB/s of wall time at `--threads`, against the copy bandwidth torch reaches
-on the same threads (bytes read plus bytes written by `Tensor.copy_` over 512 MiB):
-issue 36's target is 85% of it. A bf16 cache comes with a bf16 query (as the cpu
+Then, for long contexts, the kernel's KV read rate in GB/s of wall time at `--threads`,
+against the copy bandwidth torch reaches on the same threads (bytes read plus bytes
+written by `Tensor.copy_` over 512 MiB): issue 36's target is 85% of it. Each context
+length comes with as many sequences as make the bf16 KV at least LONG_CACHE_FACTOR times
+the last-level cache (read from sysfs), so that the calls read memory, not a cache that
+holds the KV from the call before. A bf16 cache comes with a bf16 query (as the cpu
 backend's bf16 models call it), so that the AVX512-BF16 path can take it; `--path`
 times the kernel's fp32-lanes path, its AVX512-BF16 path or both side by side on the
-long contexts (default: the path the host picks).
+long contexts (default: the path the host picks), and `--baseline` times its library
+there too, alternating with this one.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -34,6 +38,10 @@ import torch
 from accord.backends.cpu.kernels import _native, _native_attention
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 16, 4, 64, 16
+#: The long contexts' lengths: from many sequences of a thousand positions to one long one.
+LONG_POSITIONS = (1024, 4096, 16384, 131072)
+#: How many times the last-level cache a long context's bf16 KV is at least.
+LONG_CACHE_FACTOR = 4
 
 
 def _case(seqs: int, positions: int, dtype: torch.dtype) -> tuple[Any, ...]:
@@ -77,22 +85,42 @@ def _copy_bandwidth(repeat: int) -> float:
     return 2 * source.numel() * source.element_size() / best / 1e9
 
 
-def _long_contexts(repeat: int, paths: dict[str, _native_attention.Isa | None]) -> None:
+def _last_level_cache_bytes() -> int:
+    """The largest cache sysfs lists for cpu0, in bytes (32 MiB where it lists none)."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip()
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes, default=32 * 2**20)
+
+
+def _long_contexts(
+    repeat: int, paths: dict[str, _native_attention.Isa | None], libraries: dict[str, Any]
+) -> None:
     """Print the kernel's KV read rate on long contexts against the copy bandwidth, per
-    path (alternating path by path within each case)."""
-    copy = _copy_bandwidth(repeat)
-    print(f"\nlong contexts, wall time on {torch.get_num_threads()} threads; copy bandwidth {copy:.1f} GB/s")
-    print(f"{'seqs':>4} {'pos':>5} {'cache':>8} {'path':>12} {'KV MB':>7} {'ms':>8} {'GB/s':>6} {'of copy':>7}")
+    path and library (alternating path by path and library by library within each case)."""
+    copy, llc = _copy_bandwidth(repeat), _last_level_cache_bytes()
+    print(f"\nlong contexts, wall time on {torch.get_num_threads()} threads; copy bandwidth {copy:.1f} GB/s; "
+          f"last-level cache {llc / 2**20:.0f} MiB")
+    print(f"{'seqs':>4} {'pos':>6} {'cache':>8} {'path':>12} {'library':>8} {'KV MB':>7} {'ms':>8} {'GB/s':>6} "
+          f"{'of copy':>7}")
+    current = _native_attention._library
     for dtype in (torch.bfloat16, torch.float32):
-        for seqs, positions in ((8, 2048), (32, 1024)):
+        for positions in LONG_POSITIONS:
+            seqs = -(-LONG_CACHE_FACTOR * llc // (2 * positions * KV_HEADS * HEAD_DIM * 2))
             args = _case(seqs, positions, dtype)
             kv_bytes = 2 * seqs * positions * KV_HEADS * HEAD_DIM * args[1].element_size()
             for name, isa in paths.items():
-                _time(args, 1, 2, time.perf_counter, isa)  # warm-up
-                seconds = _time(args, repeat, 5, time.perf_counter, isa)
-                rate = kv_bytes / seconds / 1e9
-                print(f"{seqs:>4} {positions:>5} {str(dtype)[6:]:>8} {name:>12} {kv_bytes / 1e6:7.1f} "
-                      f"{seconds * 1e3:8.2f} {rate:6.1f} {rate / copy:7.0%}", flush=True)
+                for label, library in libraries.items():
+                    _native_attention._library = lambda library=library: library
+                    _time(args, 1, 2, time.perf_counter, isa)  # warm-up
+                    seconds = _time(args, repeat, 5, time.perf_counter, isa)
+                    rate = kv_bytes / seconds / 1e9
+                    print(f"{seqs:>4} {positions:>6} {str(dtype)[6:]:>8} {name:>12} {label:>8} {kv_bytes / 1e6:7.1f} "
+                          f"{seconds * 1e3:8.2f} {rate:6.1f} {rate / copy:7.0%}", flush=True)
+            _native_attention._library = current
+            del args
 
 
 def main() -> None:
@@ -131,7 +159,7 @@ def main() -> None:
                     diff = (outs["this"] - outs["baseline"]).abs().max().item()
                     row += f"  {times['baseline'] / times['this']:6.2f}x  {diff:.2e}"
                 print(row, flush=True)
-    _long_contexts(opts.repeat, paths)
+    _long_contexts(opts.repeat, paths, libraries)
 
 
 if __name__ == "__main__":
