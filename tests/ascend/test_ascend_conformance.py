@@ -20,7 +20,7 @@ from accord.op_contracts import CONTRACTS
 FP8_ONLY = {"quantize_fp8", "scaled_mm"}
 #: Ops the backend serves with the reference kernel (no NPU operator is wired for them
 #: yet, e.g. npu_weight_quant_batchmatmul): conformance reports them shared, never passed.
-SHARED_WITH_REFERENCE = {"quant_linear", "group_quant_linear"}
+SHARED_WITH_REFERENCE = {"quant_linear", "quant_embedding", "group_quant_linear"}
 #: What every other unsupported case must be refused for: a documented operator limit.
 DECLARED_LIMITS = (
     "but the kernel claims",  # a dtype outside the operator's documented set
