@@ -69,6 +69,31 @@ static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn) {
     }
 }
 
+#if defined(__AVX2__)
+/* A 32-weight block's 16 bytes of nibbles as its 32 codes: the low nibbles are weights
+ * 0-15, the high ones 16-31 (Q4_0/Q4_1/Q5_0/Q5_1). */
+static inline __m256i nibbles(const uint8_t *qs) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)qs), low = _mm_set1_epi8(0xF);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+}
+
+/* Bit i of `bits` as byte i: 0xFF where set, 0 where clear (Q5_0/Q5_1's fifth bits). */
+static inline __m256i bit_bytes(uint32_t bits) {
+    /* Byte i gets byte i / 8 of the word, then keeps bit i % 8 of it. */
+    __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+                                         _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    __m256i select = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+}
+
+/* Part p (0-7) of a Q2_K/Q3_K block's 2-bit codes, weights 32p to 32p + 31: bits
+ * 2 (p % 4) of the 32 bytes qs[32 (p / 4)..]. */
+static inline __m256i crumbs(const uint8_t *qs, int part) {
+    __m256i bytes = _mm256_loadu_si256((const __m256i *)(qs + 32 * (part / 4)));
+    return _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(2 * (part % 4))), _mm256_set1_epi8(3));
+}
+#endif
+
 /* One block of format `fmt` into codes, scales and mins (16 weights each). */
 static void unpack(int fmt, const uint8_t *b, unpacked *u) {
     switch (fmt) {
@@ -81,10 +106,14 @@ static void unpack(int fmt, const uint8_t *b, unpacked *u) {
     case Q4_1: {
         const uint8_t *qs = b + (fmt == Q4_0 ? 2 : 4);
         int offset = fmt == Q4_0 ? 8 : 0;
+#if defined(__AVX2__)
+        _mm256_storeu_si256((__m256i *)u->q, _mm256_sub_epi8(nibbles(qs), _mm256_set1_epi8((char)offset)));
+#else
         for (int j = 0; j < 16; j++) {
             u->q[j] = (int8_t)((qs[j] & 0xF) - offset);
             u->q[j + 16] = (int8_t)((qs[j] >> 4) - offset);
         }
+#endif
         fill(u->scale, half(b), 2);
         fill(u->min, fmt == Q4_0 ? 0.0f : -half(b + 2), 2);
         break;
@@ -94,10 +123,16 @@ static void unpack(int fmt, const uint8_t *b, unpacked *u) {
         int at = fmt == Q5_0 ? 2 : 4, offset = fmt == Q5_0 ? 16 : 0;
         uint32_t qh = (uint32_t)b[at] | (uint32_t)b[at + 1] << 8 | (uint32_t)b[at + 2] << 16 | (uint32_t)b[at + 3] << 24;
         const uint8_t *qs = b + at + 4;
+#if defined(__AVX2__)
+        __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(16));
+        _mm256_storeu_si256((__m256i *)u->q,
+                            _mm256_sub_epi8(_mm256_or_si256(nibbles(qs), fifth), _mm256_set1_epi8((char)offset)));
+#else
         for (int j = 0; j < 16; j++) {
             u->q[j] = (int8_t)(((qs[j] & 0xF) | ((qh >> j) & 1) << 4) - offset);
             u->q[j + 16] = (int8_t)(((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - offset);
         }
+#endif
         fill(u->scale, half(b), 2);
         fill(u->min, fmt == Q5_0 ? 0.0f : -half(b + 2), 2);
         break;
@@ -105,10 +140,15 @@ static void unpack(int fmt, const uint8_t *b, unpacked *u) {
     case Q2_K: {
         const uint8_t *scales = b, *qs = b + 16;
         float d = half(b + 80), dmin = half(b + 82);
+#if defined(__AVX2__)
+        for (int part = 0; part < 8; part++)
+            _mm256_storeu_si256((__m256i *)(u->q + 32 * part), crumbs(qs, part));
+#else
         for (int w = 0; w < 256; w++) {
             int r = w % 128;
             u->q[w] = (int8_t)((qs[(w / 128) * 32 + r % 32] >> (2 * (r / 32))) & 3);
         }
+#endif
         for (int g = 0; g < 16; g++) {
             u->scale[g] = d * (scales[g] & 0xF);
             u->min[g] = dmin * (scales[g] >> 4);
@@ -118,10 +158,21 @@ static void unpack(int fmt, const uint8_t *b, unpacked *u) {
     case Q3_K: {
         const uint8_t *hmask = b, *qs = b + 32, *s = b + 96;
         float d = half(b + 108);
+#if defined(__AVX2__)
+        /* Part p's third bits are bit p of hmask's 32 bytes: a clear bit subtracts 4. */
+        __m256i mask = _mm256_loadu_si256((const __m256i *)hmask), one = _mm256_set1_epi8(1);
+        for (int part = 0; part < 8; part++) {
+            __m256i high = _mm256_and_si256(_mm256_srl_epi16(mask, _mm_cvtsi32_si128(part)), one);
+            __m256i codes = _mm256_sub_epi8(_mm256_add_epi8(crumbs(qs, part), _mm256_slli_epi16(high, 2)),
+                                            _mm256_set1_epi8(4));
+            _mm256_storeu_si256((__m256i *)(u->q + 32 * part), codes);
+        }
+#else
         for (int w = 0; w < 256; w++) {
             int r = w % 128, high = (hmask[w % 32] >> (w / 32)) & 1;
             u->q[w] = (int8_t)(((qs[(w / 128) * 32 + r % 32] >> (2 * (r / 32))) & 3) - (high ? 0 : 4));
         }
+#endif
         for (int g = 0; g < 16; g++) {
             int low = g < 8 ? s[g] & 0xF : s[g - 8] >> 4, hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
             u->scale[g] = d * ((low | hi << 4) - 32);

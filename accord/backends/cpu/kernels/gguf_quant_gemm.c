@@ -58,8 +58,7 @@ static inline void vector_codes(int fmt, const uint8_t *b, __m256i *codes, float
         *is_signed = 1;
         return;
     }
-    __m128i packed = _mm_loadu_si128((const __m128i *)(b + (fmt == Q4_0 ? 2 : 4))), low = _mm_set1_epi8(0xF);
-    *codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+    *codes = nibbles(b + (fmt == Q4_0 ? 2 : 4));
     *offset = fmt == Q4_0 ? -8.0f * *scale : half(b + 2);
     *is_signed = 0;
 }

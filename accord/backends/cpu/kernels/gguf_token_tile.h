@@ -43,23 +43,67 @@ typedef struct {
     float *min;
 } panel;
 
+/* The codes of one unpacked block made unsigned (+ offset, modulo 256 as the panel
+ * stores them). */
+static inline void unsigned_codes(const int8_t *q, int offset, int bs, uint8_t *codes) {
+#if defined(__AVX2__)
+    for (int k = 0; k < bs; k += 32)
+        _mm256_storeu_si256((__m256i *)(codes + k),
+                            _mm256_add_epi8(_mm256_loadu_si256((const __m256i *)(q + k)), _mm256_set1_epi8((char)offset)));
+#else
+    for (int k = 0; k < bs; k++) codes[k] = (uint8_t)(q[k] + offset);
+#endif
+}
+
+/* One block column of the panel, from its 16 rows' codes (row-major, `bs` each) to the
+ * panel's layout at dst: quad j (codes 4j-4j+3) of rows 0-7 side by side in dst's
+ * bytes 64j to 64j + 31, of rows 8-15 in the next 32. On AVX2 an 8 x 8 transpose of
+ * 32-bit quads per 32 codes of 8 rows, rather than a 4-byte store per quad. */
+static inline void place_quads(const uint8_t (*codes)[256], int bs, uint8_t *dst) {
+#if defined(__AVX2__)
+    for (int c = 0; c < bs / 32; c++)
+        for (int half = 0; half < 2; half++) {
+            __m256i v[8], a[8], b[8];
+            for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_si256((const __m256i *)(codes[8 * half + i] + 32 * c));
+            /* Row pairs interleaved by quad, then by quad pair, then the 128-bit halves
+             * swapped across rows 0-3 and 4-7: vector j holds quad j of the 8 rows. */
+            for (int i = 0; i < 8; i += 2) {
+                a[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+                a[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {
+                b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+                b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+                b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+                b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+            }
+            uint8_t *out = dst + 8 * c * 64 + 32 * half;
+            for (int j = 0; j < 4; j++) {
+                _mm256_storeu_si256((__m256i *)(out + 64 * j), _mm256_permute2x128_si256(b[j], b[j + 4], 0x20));
+                _mm256_storeu_si256((__m256i *)(out + 64 * (j + 4)), _mm256_permute2x128_si256(b[j], b[j + 4], 0x31));
+            }
+        }
+#else
+    for (int r = 0; r < PANEL_ROWS; r++)
+        for (int k = 0; k < bs; k += 4) memcpy(dst + k / 4 * 64 + (r / 8) * 32 + (r % 8) * 4, codes[r] + k, 4);
+#endif
+}
+
 static void unpack_panel(int fmt, const uint8_t *weight, long row_bytes, int rows, long depth, panel *p) {
     int bs = BLOCK_SIZE[fmt], group = GROUP[fmt], offset = CODE_OFFSET[fmt];
+    /* One block column's codes, row by row (rows past the weight's last stay zero). */
+    uint8_t codes[PANEL_ROWS][256];
     if (rows < PANEL_ROWS) {
-        memset(p->codes, 0, (size_t)depth * PANEL_ROWS);
+        memset(codes[rows], 0, sizeof(codes[0]) * (size_t)(PANEL_ROWS - rows));
         memset(p->scale, 0, sizeof(float) * (size_t)(depth / group) * PANEL_ROWS);
         memset(p->min, 0, sizeof(float) * (size_t)(depth / group) * PANEL_ROWS);
     }
     unpacked u;
-    for (int r = 0; r < rows; r++) {
-        uint8_t *lane = p->codes + (r / 8) * 32 + (r % 8) * 4;
-        for (long block = 0; block < depth / bs; block++) {
+    for (long block = 0; block < depth / bs; block++) {
+        long first = block * bs;
+        for (int r = 0; r < rows; r++) {
             unpack(fmt, weight + r * row_bytes + block * BLOCK_BYTES[fmt], &u);
-            long first = block * bs;
-            uint8_t codes[256];
-            for (int k = 0; k < bs; k++) codes[k] = (uint8_t)(u.q[k] + offset);
-            /* Four codes at a time, one 32-bit move each. */
-            for (int k = 0; k < bs; k += 4) memcpy(lane + (first + k) / 4 * 64, codes + k, 4);
+            unsigned_codes(u.q, offset, bs, codes[r]);
             for (int g = 0; g < bs / group; g++) {
                 float scale = u.scale[g * group / 16];
                 long at = (first / group + g) * PANEL_ROWS + r;
@@ -67,6 +111,7 @@ static void unpack_panel(int fmt, const uint8_t *weight, long row_bytes, int row
                 p->min[at] = u.min[g * group / 16] + scale * offset;
             }
         }
+        place_quads((const uint8_t (*)[256])codes, bs, p->codes + first / 4 * 64);
     }
 }
 

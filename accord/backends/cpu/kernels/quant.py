@@ -4,14 +4,19 @@ or plain C, the best this host's build has, or the one `ACCORD_CPU_QUANT_PATH` n
 activations quantised to int8 per 32 as ggml's dot products take them:
 - up to `row_dot_max_rows` tokens (decode) each output row's blocks stream once and are
   dotted with every token's codes (the row dot): bound by the weight stream;
-- from there to `TILE_MAX_ROWS` the token-tile GEMM unpacks each panel of 16 weight rows
-  once per call and runs every token over it, a few tokens at a time in registers;
-- past that each tile of `TILE_ELEMENTS` weights is dequantised and handed to torch's
-  GEMM in x's dtype (oneDNN, AMX for bf16 where present), whose compute wins once
-  enough rows share each dequantised weight.
-The crossovers are the ones measured on the 152M bench Llama's projections (2-core
-Sapphire Rapids, one thread, CPU time; `benchmarks/quant_gguf_cpu.py` runs whole
-models). Without a C compiler every call takes gguf-py's dequantisation
+- from there the token-tile GEMM unpacks each panel of 16 weight rows once per call and
+  runs every token over it, a few tokens at a time in registers: for fp32 activations at
+  any row count, for bf16/fp16 ones up to `TILE_MAX_ROWS`;
+- past that, half-precision calls dequantise each tile of `TILE_ELEMENTS` weights and
+  hand it to torch's GEMM in x's dtype (oneDNN, AMX for bf16 where present), whose
+  compute wins once enough rows share each dequantised weight. An fp32 GEMM never
+  does: int8 products are four times as dense in a vector as fp32 ones, and the token
+  tile measured 2.0-2.3x faster than the fp32 GEMM of the same weights dequantised,
+  from 16 to 2048 rows (SmolLM2-135M's four projections of a layer, Q4_1, one thread,
+  2-core Zen 4 KVM guest).
+The half-precision crossovers are the ones measured on the 152M bench Llama's
+projections (2-core Sapphire Rapids, one thread, CPU time; `benchmarks/quant_gguf_cpu.py`
+runs whole models). Without a C compiler every call takes gguf-py's dequantisation
 (numpy) and the GEMM.
 
 AMX-INT8 was tried for the token tile and left out: the panel is already an AMX B tile
@@ -38,8 +43,9 @@ from ._workspace import WORKSPACE
 #: formats unpacked through memory from 3-4 (one thread, the 152M projections).
 ROW_DOT_MAX_ROWS = {"Q8_0": 8, "Q4_0": 8, "Q4_1": 8}
 DEFAULT_ROW_DOT_MAX_ROWS = 3
-#: Most tokens the token-tile GEMM serves: it beat the dequantised tiles 3x at 32 rows,
-#: 1.3x at 128 and tied them at 256 (Q4_K, Q6_K).
+#: Most tokens the token-tile GEMM serves for bf16/fp16 activations: it beat the
+#: dequantised tiles' bf16 GEMM 3x at 32 rows, 1.3x at 128 and tied them at 256 (Q4_K,
+#: Q6_K). fp32 activations take it at any row count.
 TILE_MAX_ROWS = 256
 #: fp32 elements dequantised per GEMM call (4 MiB tiles: 256 rows of K = 4096, 1820 of
 #: K = 576); fewer, larger tiles cost less Python per call than 256-row ones did.
@@ -71,10 +77,10 @@ def quant_linear(
     out_dtype: torch.dtype | None, out: torch.Tensor,
 ) -> None:
     """out = x @ dequantise(qweight)^T (+ bias): the row dot for few rows, the token-tile
-    GEMM for more, dequantised tiles to the GEMM for many."""
+    GEMM for more, dequantised tiles to a half-precision GEMM for many."""
     path = dot_path()
     rows = x.shape[0]
-    if path is not None and rows <= TILE_MAX_ROWS:
+    if path is not None and (rows <= TILE_MAX_ROWS or x.dtype == torch.float32):
         _packed(x, qweight, bias, quant_type, path, out, "token tile" if rows > row_dot_max_rows(quant_type) else "row dot")
         return
     _tiled_gemm(x, qweight, bias, quant_type, out, path is not None)
