@@ -3,7 +3,7 @@
 and 4 kv heads of 64, block size 16, blocks scattered over the cache.
 
     python benchmarks/decode_attention_cpu.py [--baseline OLD.c] [--repeat 7] [--calls 200] [--threads 2]
-                                              [--path fp32|avx512_bf16|both]
+                                              [--path fp32|avx512_bf16|both] [--cases all|few-long]
 
 Prints the best of `repeat` runs of `calls` calls per case, in us of the calling
 thread's CPU time per call (the kernel runs in the calling thread at these sizes: on a
@@ -13,6 +13,10 @@ on a slow host, which a graph replay does not pay). With --baseline, another ver
 the C file (e.g. `git show main:...` saved to a file) is built as a second library and
 timed in the same run, alternating case by case, with the largest difference between
 the two outputs.
+
+Then few long sequences (1 and 2 of 4K-32K positions, 9/3 and 16/4 query/kv heads: the
+split over positions' cases), in ms of wall time per call, the best of many runs of two
+calls, side by side with --baseline; `--cases few-long` prints only those.
 
 Then, for long contexts, the kernel's KV read rate in GB/s of wall time at `--threads`,
 against the copy bandwidth torch reaches on the same threads (bytes read plus bytes

@@ -7,6 +7,13 @@
  * Each (sequence, kv head) is computed alone in one fixed order (positions ascending,
  * channels in vector lanes, lanes summed as a fixed tree), so a sequence gets the same
  * bits whatever else is in the step and however many threads run: batch invariance.
+ * A sequence of more than PARTITION visible positions is split over them (flash-decoding
+ * style): each partition of PARTITION positions is a task giving its rows normalised by
+ * its own softmax sum, with that sum and its maximum, and combine_partitions merges them
+ * in partition order. Whether and where a sequence splits depends on its own length
+ * alone (never on the threads or the step), so the split keeps batch invariance, and a
+ * shorter sequence gets the same bits as before the split existed. It lets one long
+ * sequence use every thread (2 threads on 3 kv heads: 1.3-1.8x on 4K-32K positions).
  *
  * Keys and values may be fp32 or bf16 (widened exactly), the query and the output each
  * fp32 or bf16 (stored rounded to nearest even). The key of a position is key_dim
