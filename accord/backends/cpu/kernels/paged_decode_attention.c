@@ -13,7 +13,8 @@
  * in partition order. Whether and where a sequence splits depends on its own length
  * alone (never on the threads or the step), so the split keeps batch invariance, and a
  * shorter sequence gets the same bits as before the split existed. It lets one long
- * sequence use every thread (2 threads on 3 kv heads: 1.3-1.8x on 4K-32K positions).
+ * sequence use every thread (one of 4K-32K positions, 3 kv heads on 2 threads: 1.0-1.45x
+ * on the AVX512-BF16 path, 1.4-2.0x on fp32 lanes; docs/performance.md).
  *
  * Keys and values may be fp32 or bf16 (widened exactly), the query and the output each
  * fp32 or bf16 (stored rounded to nearest even). The key of a position is key_dim
