@@ -3,7 +3,7 @@
 and 4 kv heads of 64, block size 16, blocks scattered over the cache.
 
     python benchmarks/decode_attention_cpu.py [--baseline OLD.c] [--repeat 7] [--calls 200] [--threads 2]
-                                              [--path fp32|avx512_bf16|both]
+                                              [--path fp32|avx512_bf16|both] [--cases all|few-long]
 
 Prints the best of `repeat` runs of `calls` calls per case, in us of the calling
 thread's CPU time per call (the kernel runs in the calling thread at these sizes: on a
@@ -13,6 +13,10 @@ on a slow host, which a graph replay does not pay). With --baseline, another ver
 the C file (e.g. `git show main:...` saved to a file) is built as a second library and
 timed in the same run, alternating case by case, with the largest difference between
 the two outputs.
+
+Then few long sequences (1 and 2 of 4K-32K positions, 9/3 and 16/4 query/kv heads: the
+split over positions' cases), in ms of wall time per call, the best of many runs of two
+calls, side by side with --baseline; `--cases few-long` prints only those.
 
 Then, for long contexts, the kernel's KV read rate in GB/s of wall time at `--threads`,
 against the copy bandwidth torch reaches on the same threads (bytes read plus bytes
@@ -42,15 +46,21 @@ Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 16, 4, 64, 16
 LONG_POSITIONS = (1024, 4096, 16384, 131072)
 #: How many times the last-level cache a long context's bf16 KV is at least.
 LONG_CACHE_FACTOR = 4
+#: Few long sequences (issue 36's split over positions): 1 and 2 sequences of these
+#: lengths, at SmolLM2-135M's heads (9 query, 3 kv) and the bench model's (16, 4).
+FEW_POSITIONS = (4096, 16384, 32768)
+FEW_HEADS = ((9, 3), (16, 4))
 
 
-def _case(seqs: int, positions: int, dtype: torch.dtype) -> tuple[Any, ...]:
+def _case(
+    seqs: int, positions: int, dtype: torch.dtype, q_heads: int = Q_HEADS, kv_heads: int = KV_HEADS
+) -> tuple[Any, ...]:
     """attend_decodes' arguments for `seqs` decode rows of `positions` each."""
     blocks = -(-positions // BLOCK_SIZE)
-    caches = [torch.randn(seqs * blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM).to(dtype) for _ in range(2)]
+    caches = [torch.randn(seqs * blocks, BLOCK_SIZE, kv_heads, HEAD_DIM).to(dtype) for _ in range(2)]
     tables = torch.randperm(seqs * blocks, dtype=torch.int32).reshape(seqs, blocks)
-    query = torch.randn(seqs, Q_HEADS, HEAD_DIM).to(dtype)
-    out = torch.empty(seqs, Q_HEADS, HEAD_DIM, dtype=dtype)
+    query = torch.randn(seqs, q_heads, HEAD_DIM).to(dtype)
+    out = torch.empty(seqs, q_heads, HEAD_DIM, dtype=dtype)
     seq_lens = torch.full((seqs,), positions, dtype=torch.int32)
     query_start_loc = torch.arange(seqs + 1, dtype=torch.int32)
     return query, *caches, tables, seq_lens, query_start_loc, HEAD_DIM**-0.5, 0, out
@@ -123,6 +133,34 @@ def _long_contexts(
             del args
 
 
+def _few_long_sequences(repeat: int, libraries: dict[str, Any]) -> None:
+    """Print wall time per call on 1 and 2 long sequences, per library (alternating),
+    on the host's path: where a step has fewer sequences than threads, or kv heads that
+    do not divide among them, only a split over positions keeps every thread busy."""
+    print(f"\nfew long sequences, wall time on {torch.get_num_threads()} threads")
+    print(f"{'seqs':>4} {'pos':>6} {'heads':>6} {'cache':>8} " + " ".join(f"{name + ' ms':>12}" for name in libraries)
+          + ("  speedup" if len(libraries) > 1 else ""))
+    current = _native_attention._library
+    for dtype in (torch.bfloat16, torch.float32):
+        for q_heads, kv_heads in FEW_HEADS:
+            for seqs in (1, 2):
+                for positions in FEW_POSITIONS:
+                    args = _case(seqs, positions, dtype, q_heads, kv_heads)
+                    times = {}
+                    for name, library in libraries.items():
+                        _native_attention._library = lambda library=library: library
+                        _time(args, 1, 3, time.perf_counter)  # warm-up
+                        # Short runs: a thread descheduled by another process (a tick,
+                        # ~4 ms) stalls the whole call, so many runs give one left alone.
+                        times[name] = _time(args, 4 * repeat, 2, time.perf_counter) * 1e3
+                    row = (f"{seqs:>4} {positions:>6} {q_heads:>3}/{kv_heads:<2} {str(dtype)[6:]:>8} "
+                           + " ".join(f"{t:12.3f}" for t in times.values()))
+                    if "baseline" in times:
+                        row += f"  {times['baseline'] / times['this']:6.2f}x"
+                    print(row, flush=True)
+    _native_attention._library = current
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", help="another paged_decode_attention.c to time side by side")
@@ -131,6 +169,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--path", choices=("host", "fp32", "avx512_bf16", "both"), default="host",
                         help="the kernel path(s) timed on long contexts")
+    parser.add_argument("--cases", choices=("all", "few-long"), default="all",
+                        help="every table, or only the few long sequences")
     opts = parser.parse_args()
     isas = {"fp32": _native_attention.Isa.FP32, "avx512_bf16": _native_attention.Isa.AVX512_BF16}
     paths = {"host": None} if opts.path == "host" else isas if opts.path == "both" else {opts.path: isas[opts.path]}
@@ -140,6 +180,9 @@ def main() -> None:
     libraries = {"this": current}
     if opts.baseline:
         libraries["baseline"] = _native.load(opts.baseline, *_native_attention.LIBRARY[1:])
+    if opts.cases == "few-long":
+        _few_long_sequences(opts.repeat, libraries)
+        return
     header = f"{'seqs':>4} {'pos':>4} {'cache':>8} " + " ".join(f"{name + ' us':>12}" for name in libraries)
     print(header + ("  speedup  max|diff|" if opts.baseline else ""))
     for dtype in (torch.bfloat16, torch.float32):
@@ -159,6 +202,7 @@ def main() -> None:
                     diff = (outs["this"] - outs["baseline"]).abs().max().item()
                     row += f"  {times['baseline'] / times['this']:6.2f}x  {diff:.2e}"
                 print(row, flush=True)
+    _few_long_sequences(opts.repeat, libraries)
     _long_contexts(opts.repeat, paths, libraries)
 
 

@@ -86,3 +86,47 @@ def test_a_decode_gets_the_same_bits_alone_as_among_many(isa, threads) -> None:
     finally:
         torch.set_num_threads(threads_before)
     assert torch.equal(together[0], single[0])
+
+
+#: paged_decode_attention.c's PARTITION: a sequence with more visible positions is split
+#: into partitions of this many, attended as tasks of their own and combined.
+PARTITION = 1024
+#: Split decodes: one position past a partition, three and a bit, exactly two; beside a
+#: short one (unsplit).
+SPLIT_DECODES = ((PARTITION + 1, 1), (3 * PARTITION + 37, 1), (7, 1), (2 * PARTITION, 1))
+
+
+@pytest.mark.parametrize("window", [0, PARTITION + 45])
+@pytest.mark.parametrize("head_dim", [24, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decodes_split_over_positions_match_reference(reference_ops, isa, dtype, head_dim, window) -> None:
+    """Partitions combined in order, on the generic (24 channels) and the chunked or
+    AVX512-BF16 (64) paths; a window longer than a partition, so that the windowed
+    decodes split too, their partitions starting inside a block."""
+    call = paged_call(SPLIT_DECODES, dtype=dtype, q_heads=6, kv_heads=3, head_dim=head_dim)
+    got = _decode(call, 0.3, window, isa)
+    nmse, bound = _nmse_bound(reference_ops, call, got, 0.3, window)
+    assert not got[: len(SPLIT_DECODES)].isnan().any()
+    assert nmse <= bound, f"nmse {nmse:.3g} > {bound:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_split_decode_gets_the_same_bits_on_one_and_two_threads_alone_and_among_others(isa, dtype) -> None:
+    """Batch invariance of the split: sequence 0 (four partitions) alone on one thread,
+    alone on two, and beside a short decode and two other split ones on one and on two
+    threads, gets the same bits every time."""
+    lengths = ((3 * PARTITION + 100, 1), (40, 1), (2 * PARTITION + 3, 1), (5 * PARTITION, 1))
+    query, key_cache, value_cache, block_tables, seq_lens, query_start_loc = paged_call(
+        lengths, dtype=dtype, q_heads=12, kv_heads=3, head_dim=64
+    )
+    together = (query, key_cache, value_cache, block_tables, seq_lens, query_start_loc)
+    alone = (query[:1], key_cache, value_cache, block_tables[:1], seq_lens[:1], query_start_loc[:2])
+    threads_before = torch.get_num_threads()
+    outputs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outputs += [_decode(alone, 0.25, 0, isa)[0], _decode(together, 0.25, 0, isa)[0]]
+    finally:
+        torch.set_num_threads(threads_before)
+    assert all(torch.equal(out.view(torch.uint8), outputs[0].view(torch.uint8)) for out in outputs[1:])

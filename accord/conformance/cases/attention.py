@@ -1,5 +1,6 @@
 """Cases for paged_attention (GQA) and mla_attention: a lone first token, and a mixed
-batch of decodes on and just past a block edge, a prefill and a chunk with context."""
+batch of decodes on and just past a block edge, a prefill and a chunk with context,
+and a decode over thousands of positions."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from ...op_contracts import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES
 from ..case import Case, randn, seeded
 from .paged import BLOCK_SIZE, paged_batch
 
+#: A decode context of more than two partitions of 1024 positions, ending off a block edge.
+SPLIT_CONTEXT = 2 * 1024 + 7 * BLOCK_SIZE + 5
 #: Named batches of (new query tokens, cached length incl. those tokens) per sequence.
 BATCHES = {
     "first-token": ((1, 1),),
@@ -20,6 +23,10 @@ BATCHES = {
     # Decodes over many blocks at unequal lengths (kernels that read the cache in place
     # walk the block table; batched ones pad the shorter sequences).
     "long decodes": ((1, 7 * BLOCK_SIZE + 5), (1, 2 * BLOCK_SIZE + 1), (1, 3)),
+    # A context of thousands of positions beside a short one: kernels that split a
+    # sequence's positions into partitions and combine them (the cpu decode kernel's
+    # are 1024) combine three here, the last partial.
+    "split decodes": ((1, SPLIT_CONTEXT), (1, BLOCK_SIZE + 1)),
 }
 #: A softmax scale other than the shape's default (Gemma-2's query_pre_attn_scalar,
 #: Granite's attention multiplier; YaRN's mscale^2 for MLA): a kernel that derives
@@ -31,6 +38,8 @@ FP8_SCALE = 0.5
 SLIDING_WINDOW = 6
 #: A window over the long decodes that starts inside a block and spans block edges.
 LONG_SLIDING_WINDOW = 2 * BLOCK_SIZE + 3
+#: A window over the split decode longer than a partition, starting inside a block.
+SPLIT_SLIDING_WINDOW = 1024 + 3 * BLOCK_SIZE + 9
 
 
 def _cache_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
@@ -39,11 +48,13 @@ def _cache_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
 
 def _variants() -> Iterator[tuple[str, tuple[tuple[int, int], ...], int, float]]:
     """(name, batch, sliding window, scale factor): every batch at full causal, the
-    mixed one and the long decodes windowed, the mixed one with a custom softmax scale."""
+    mixed one and the long and split decodes windowed, the mixed one with a custom
+    softmax scale."""
     for name, batch in BATCHES.items():
         yield name, batch, 0, 1.0
     yield f"mixed window={SLIDING_WINDOW}", BATCHES["mixed"], SLIDING_WINDOW, 1.0
     yield f"long decodes window={LONG_SLIDING_WINDOW}", BATCHES["long decodes"], LONG_SLIDING_WINDOW, 1.0
+    yield f"split decodes window={SPLIT_SLIDING_WINDOW}", BATCHES["split decodes"], SPLIT_SLIDING_WINDOW, 1.0
     yield f"mixed scale x{CUSTOM_SCALE_FACTOR}", BATCHES["mixed"], 0, CUSTOM_SCALE_FACTOR
 
 

@@ -7,6 +7,14 @@
  * Each (sequence, kv head) is computed alone in one fixed order (positions ascending,
  * channels in vector lanes, lanes summed as a fixed tree), so a sequence gets the same
  * bits whatever else is in the step and however many threads run: batch invariance.
+ * A sequence of more than PARTITION visible positions is split over them (flash-decoding
+ * style): each partition of PARTITION positions is a task giving its rows normalised by
+ * its own softmax sum, with that sum and its maximum, and combine_partitions merges them
+ * in partition order. Whether and where a sequence splits depends on its own length
+ * alone (never on the threads or the step), so the split keeps batch invariance, and a
+ * shorter sequence gets the same bits as before the split existed. It lets one long
+ * sequence use every thread (one of 4K-32K positions, 3 kv heads on 2 threads: 1.0-1.45x
+ * on the AVX512-BF16 path, 1.4-2.0x on fp32 lanes; docs/performance.md).
  *
  * Keys and values may be fp32 or bf16 (widened exactly), the query and the output each
  * fp32 or bf16 (stored rounded to nearest even). The key of a position is key_dim
@@ -23,8 +31,9 @@
 #include "paged_attention.h"
 #include "paged_attention_bf16.h"
 
-/* w[0, n) = e^(w - top) / their sum, in place (n >= 1). */
-static void softmax(float *w, long n) {
+/* w[0, n) = e^(w - top) / their sum, in place (n >= 1); top and the sum to stats[0]
+ * and stats[1] (what combine_partitions weighs a partition's rows by). */
+static void softmax(float *w, long n, float *stats) {
     /* The maximum lane by lane, then of the lanes (a chain of scalar maxima would cost
      * as much as the exponentials). */
     vfloat tops = (vfloat){0} + w[0];
@@ -53,7 +62,8 @@ static void softmax(float *w, long n) {
         total += e;
         memcpy(w + t, &e, (n - t) * sizeof(float));
     }
-    const float inv = 1.0f / lane_sum(total);
+    const float sum = lane_sum(total), inv = 1.0f / sum;
+    stats[0] = top, stats[1] = sum;
     for (long t = 0; t < n; ++t) w[t] *= inv;
 }
 
@@ -123,12 +133,12 @@ static inline __attribute__((always_inline)) void add_weighted_values(
 
 /* One decode row's attention for one kv head: q holds its group's `group` query rows
  * (fp32, key_dim each), offsets the n visible positions' cache offsets; writes `group`
- * output rows of value_dim channels to acc (fp32), using scores (group * n floats) as
- * scratch. `kv_dtype` is a constant where this is inlined, so each cache dtype gets its
+ * output rows of value_dim channels to acc (fp32) and each row's softmax (maximum, sum)
+ * to stats, using scores (group * n floats) as scratch. `kv_dtype` is a constant where this is inlined, so each cache dtype gets its
  * own loops. */
 static inline __attribute__((always_inline)) void attend_head(
     const struct cache *c, const int kv_dtype, const long *offsets, long n, const float *q, long group,
-    float scale, float *scores, float *acc) {
+    float scale, float *scores, float *acc, float *stats) {
     const long kd = c->key_dim, vd = c->value_dim, esize = kv_dtype == BF16 ? 2 : 4;
     const char *keys = (const char *)c->keys;
     long t = 0;
@@ -149,7 +159,7 @@ static inline __attribute__((always_inline)) void attend_head(
     for (; t < n; ++t)
         for (long g = 0; g < group; ++g) scores[g * n + t] = dot(q + g * kd, keys + offsets[t] * esize, kd, kv_dtype) * scale;
     for (long g = 0; g < group; ++g) {
-        softmax(scores + g * n, n);
+        softmax(scores + g * n, n, stats + 2 * g);
         memset(acc + g * vd, 0, vd * sizeof(float));
     }
     for (long t0 = 0; t0 < n; t0 += VALUE_TILE) {
@@ -296,11 +306,12 @@ static inline __attribute__((always_inline)) void weigh_values(const struct cach
 static inline __attribute__((always_inline)) void attend_queries(const struct cache *c, const int kv_dtype,
                                                                 const long kd, const long *offsets, long n,
                                                                 long stride, const float *q, const int gq,
-                                                                float scale, float *scores, float *acc) {
+                                                                float scale, float *scores, float *acc,
+                                                                float *stats) {
     const long vd = c->value_dim;
     for (long t = 0; t < stride; t += LANES)
         score_tile(c, kv_dtype, kd, offsets + t, t + LANES < stride, q, gq, scale, scores + t, stride);
-    for (int g = 0; g < gq; ++g) softmax(scores + g * stride, n);
+    for (int g = 0; g < gq; ++g) softmax(scores + g * stride, n, stats + 2 * g);
     long i = 0;
     for (; i + 2 * CHUNK <= vd; i += 2 * CHUNK) weigh_values(c, kv_dtype, offsets, n, i, 2, scores, stride, gq, acc);
     if (i < vd) weigh_values(c, kv_dtype, offsets, n, i, 1, scores, stride, gq, acc);
@@ -313,20 +324,21 @@ static inline __attribute__((always_inline)) void attend_queries(const struct ca
 static inline __attribute__((always_inline)) void attend_group(const struct cache *c, const int kv_dtype,
                                                               const long kd, const long *offsets, long n,
                                                               long stride, const float *q, long group,
-                                                              float scale, float *scores, float *acc) {
+                                                              float scale, float *scores, float *acc,
+                                                              float *stats) {
     const long vd = c->value_dim;
     for (long g = 0; g < group;) {
         const float *qg = q + g * kd;
         float *sg = scores + g * stride, *ag = acc + g * vd;
         const long left = group - g;
         if (left >= QUERY_TILE) {
-            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, QUERY_TILE, scale, sg, ag);
+            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, QUERY_TILE, scale, sg, ag, stats + 2 * g);
             g += QUERY_TILE;
         } else if (left >= 2) {
-            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 2, scale, sg, ag);
+            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 2, scale, sg, ag, stats + 2 * g);
             g += 2;
         } else {
-            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 1, scale, sg, ag);
+            attend_queries(c, kv_dtype, kd, offsets, n, stride, qg, 1, scale, sg, ag, stats + 2 * g);
             g += 1;
         }
     }
@@ -339,11 +351,11 @@ static inline __attribute__((always_inline)) void attend_group(const struct cach
 static inline __attribute__((always_inline)) void attend_head_chunked(const struct cache *c, const int kv_dtype,
                                                                      const long *offsets, long n, long stride,
                                                                      const float *q, long group, float scale,
-                                                                     float *scores, float *acc) {
+                                                                     float *scores, float *acc, float *stats) {
     if (kv_dtype == BF16 && c->key_dim == 64)
-        attend_group(c, kv_dtype, 64, offsets, n, stride, q, group, scale, scores, acc);
+        attend_group(c, kv_dtype, 64, offsets, n, stride, q, group, scale, scores, acc, stats);
     else
-        attend_group(c, kv_dtype, c->key_dim, offsets, n, stride, q, group, scale, scores, acc);
+        attend_group(c, kv_dtype, c->key_dim, offsets, n, stride, q, group, scale, scores, acc, stats);
 }
 
 /* The AVX512-BF16 path (`isa`), for a bf16 query and cache whose key and value widths
@@ -459,15 +471,15 @@ static inline void prefetch_rows(const uint16_t *cache, const long *offsets, lon
 
 /* attend_task's work on the AVX512-BF16 path for `heads` kv heads of one sequence (the
  * head at element h * head_stride of each cache row): q the heads' query groups as bf16
- * pairs (head-major), offsets the n visible positions of the first head (first at
- * `first`) padded to `stride`, a multiple of LANES; writes the groups' normalised fp32
- * output rows to out (head-major). Each tile of positions is read for every head before
+ * pairs (head-major), offsets the n positions of the first head (first at `first`, all
+ * visible) padded to `stride`, a multiple of LANES; writes the groups' normalised fp32
+ * output rows to out (head-major) and each row's softmax (maximum, sum) to stats. Each tile of positions is read for every head before
  * the next, so the sequence's cache rows are read in order, whole. Each head is computed
  * as it would be alone. scratch holds (kd / 2 + 2 * group) * LANES +
  * heads * group * (vd + LANES + 1) 32-bit words. */
 static void attend_heads_bf16(const struct cache *c, const long *offsets, long first, long n, long stride,
-                              long window, long heads, const uint32_t *q, long group, float scale,
-                              uint32_t *scratch, float *out) {
+                              long heads, const uint32_t *q, long group, float scale, uint32_t *scratch,
+                              float *out, float *stats) {
     const long kd = c->key_dim, vd = c->value_dim, pairs = kd / 2, hs = c->head_stride, rows = heads * group;
     uint32_t *kt = scratch, *w = kt + pairs * LANES;
     float *scores = (float *)(w + group * (LANES / 2)), *total = scores + group * LANES, *top = total + rows * LANES,
@@ -475,6 +487,8 @@ static void attend_heads_bf16(const struct cache *c, const long *offsets, long f
     for (long g = 0; g < rows; ++g) top[g] = -__builtin_inff();
     memset(total, 0, rows * LANES * sizeof(float));
     memset(acc, 0, rows * vd * sizeof(float));
+    /* Only the padding past the last position is masked (window 0): the caller's
+     * positions are all visible. */
     const long last = first + n - 1;
     /* The bytes of a position's rows from the first head's to the end of the last's. */
     const long key_span = ((heads - 1) * hs + kd) * 2, value_span = ((heads - 1) * hs + vd) * 2;
@@ -491,52 +505,115 @@ static void attend_heads_bf16(const struct cache *c, const long *offsets, long f
                 transpose_pairs((const uint16_t *)c->keys + h * hs, offsets + t, i, kt + i * LANES);
             score_bf16(q + r * pairs, group, pairs, kt, scale, scores);
             for (long g = 0; g < group; ++g)
-                softmax_tile(scores + g * LANES, first + t, last, window, top + r + g, total + (r + g) * LANES,
+                softmax_tile(scores + g * LANES, first + t, last, 0, top + r + g, total + (r + g) * LANES,
                              acc + (r + g) * vd, vd);
             if (ahead < stride) prefetch_rows(c->values, offsets + ahead, j0, j1, value_span);
             round_weights(scores, group, w);
             weigh_group((const uint16_t *)c->values + h * hs, offsets + t, vd, w, group, acc + r * vd);
         }
     }
-    for (long g = 0; g < rows; ++g)
-        unpermute_values(acc + g * vd, vd, 1.0f / lane_sum(loadv(total + g * LANES)), out + g * vd);
+    for (long g = 0; g < rows; ++g) {
+        const float sum = lane_sum(loadv(total + g * LANES));
+        stats[2 * g] = top[g], stats[2 * g + 1] = sum;
+        unpermute_values(acc + g * vd, vd, 1.0f / sum, out + g * vd);
+    }
 }
 
 /* One head's attention on the fp32-lanes paths (see attend_head and attend_head_chunked). */
 static void attend_head_lanes(const struct cache *c, int kv_dtype, const long *offsets, long n, long stride,
-                              const float *q, long group, float scale, float *scores, float *acc) {
+                              const float *q, long group, float scale, float *scores, float *acc, float *stats) {
     const int chunked = c->key_dim % CHUNK == 0 && c->value_dim % CHUNK == 0;
     if (chunked && kv_dtype == BF16)
-        attend_head_chunked(c, BF16, offsets, n, stride, q, group, scale, scores, acc);
+        attend_head_chunked(c, BF16, offsets, n, stride, q, group, scale, scores, acc, stats);
     else if (chunked)
-        attend_head_chunked(c, FP32, offsets, n, stride, q, group, scale, scores, acc);
+        attend_head_chunked(c, FP32, offsets, n, stride, q, group, scale, scores, acc, stats);
     else if (kv_dtype == BF16)
-        attend_head(c, BF16, offsets, n, q, group, scale, scores, acc);
+        attend_head(c, BF16, offsets, n, q, group, scale, scores, acc, stats);
     else
-        attend_head(c, FP32, offsets, n, q, group, scale, scores, acc);
+        attend_head(c, FP32, offsets, n, q, group, scale, scores, acc, stats);
 }
 
-/* Query row `row`'s attention over kv heads [head, head + heads), visible positions
- * [first, len), into its output rows, on the AVX512-BF16 path where `bf16` is set (see
- * attend_heads_bf16), else head by head on fp32 lanes; 0, or -1 when its scratch could
- * not be allocated. */
-static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r, const void *table,
-                       int index_bytes, long row, long head, long heads, long first, long len, long group,
-                       float scale, int bf16, long window) {
-    const long kd = c->key_dim, vd = c->value_dim, n = len - first, rows = heads * group;
-    const int chunked = kd % CHUNK == 0 && vd % CHUNK == 0;
+
+/* A sequence's visible positions are split into partitions of this many (from its first
+ * visible one; a multiple of LANES, so that only the last partition has padding, and of
+ * the usual block sizes) where it has more than one partition's worth: each partition is
+ * a task, and combine_partitions merges them in order. Whether a sequence is split and
+ * where depends on its own length alone, so its bits do not depend on the threads or on
+ * the rest of the step; a shorter sequence is one partition, computed as before. */
+#define PARTITION 1024
+
+/* A decode sequence of the call: its index, query row, visible positions [first, len),
+ * how many partitions they make, and where the first one's rows begin in the partials
+ * (in rows of q_heads, when parts > 1). */
+struct decode {
+    long seq, row, first, len, parts, partials;
+};
+
+/* What every task of a call shares. A task is partition `part` of a decode sequence (0
+ * for an unsplit one: all its positions) and kv heads [k * task_heads, (k + 1) *
+ * task_heads); `units` lists the (decode, partition) pairs, each kv_heads / task_heads
+ * tasks. A split sequence's partitions write their normalised fp32 rows to `partials`
+ * (value_dim channels each) and their (maximum, sum) pairs to `stats`. */
+struct decode_tasks {
+    const struct cache *cache;
+    const struct rows *rows;
+    int kv_dtype;
+    const struct decode *decodes;
+    const long *units;
+    long kv_heads, task_heads;
+    const void *block_tables;
+    long table_stride;
+    int index_bytes;
+    long group;
+    float scale;
+    int bf16;
+    float *partials, *stats;
+};
+
+/* One task's share of a decode row: kv heads [head, head + heads), visible positions
+ * [first, end), and where its rows go: the output rows, or where `partial` is set (a
+ * partition of a split sequence) that fp32 row block, their (maximum, sum) to stats. */
+struct share {
+    long row, head, heads, first, end;
+    float *partial, *stats;
+};
+
+/* Rows [q_head, q_head + count) of output row `row` from the fp32 rows src (value_dim
+ * channels each), in the output dtype. */
+static void store_rows(const struct rows *r, long row, long q_head, long count, long vd, const float *src) {
+    const long out_size = r->out_dtype == BF16 ? 2 : 4;
+    for (long g = 0; g < count; ++g) {
+        char *dst = (char *)r->out + (row * r->out_row_stride + (q_head + g) * r->out_head_stride) * out_size;
+        for (long i = 0; i < vd; ++i) {
+            if (r->out_dtype == BF16)
+                ((uint16_t *)dst)[i] = float_to_bf16(src[g * vd + i]);
+            else
+                ((float *)dst)[i] = src[g * vd + i];
+        }
+    }
+}
+
+/* A share's attention (`table`: its sequence's block table), on the AVX512-BF16 path
+ * where the call takes it (see attend_heads_bf16), else head by head on fp32 lanes; 0,
+ * or -1 when its scratch could not be allocated. */
+static int attend_task(const struct decode_tasks *w, const void *table, const struct share *s) {
+    const struct cache *c = w->cache;
+    const struct rows *r = w->rows;
+    const long kd = c->key_dim, vd = c->value_dim, n = s->end - s->first, group = w->group, rows = s->heads * group;
+    const int chunked = kd % CHUNK == 0 && vd % CHUNK == 0, bf16 = w->bf16, kv_dtype = w->kv_dtype;
     /* The chunked and bf16 paths read whole tiles of LANES positions: the padding repeats the last. */
     const long stride = chunked ? (n + LANES - 1) / LANES * LANES : n;
-    const long q_size = r->q_dtype == BF16 ? 2 : 4, out_size = r->out_dtype == BF16 ? 2 : 4;
+    const long q_size = r->q_dtype == BF16 ? 2 : 4;
     const long bf16_scratch = (kd / 2 + 2 * group) * LANES + rows * (vd + LANES + 1);
     const long scratch = bf16 ? bf16_scratch : group * stride;
-    long *offsets = malloc(sizeof(long) * stride + sizeof(float) * (rows * (kd + vd) + scratch));
+    long *offsets = malloc(sizeof(long) * stride + sizeof(float) * (rows * (kd + vd + 2) + scratch));
     if (offsets == NULL) return -1;
-    float *q = (float *)(offsets + stride), *acc = q + rows * kd, *scores = acc + rows * vd;
-    position_offsets(c, table, index_bytes, head, first, len, offsets);
+    float *q = (float *)(offsets + stride), *acc = q + rows * kd, *scores = acc + rows * vd, *stats = scores + scratch;
+    if (s->partial) acc = s->partial, stats = s->stats;
+    position_offsets(c, table, w->index_bytes, s->head, s->first, s->end, offsets);
     for (long t = n; t < stride; ++t) offsets[t] = offsets[n - 1];
     for (long g = 0; g < rows; ++g) {
-        const char *src = (const char *)r->query + (row * r->q_row_stride + (head * group + g) * r->q_head_stride) * q_size;
+        const char *src = (const char *)r->query + (s->row * r->q_row_stride + (s->head * group + g) * r->q_head_stride) * q_size;
         if (bf16) {
             memcpy((uint32_t *)q + g * (kd / 2), src, kd * 2);
             continue;
@@ -545,27 +622,62 @@ static int attend_task(const struct cache *c, int kv_dtype, const struct rows *r
         if (chunked) reorder_chunks(q + g * kd, kd, kv_dtype, 0);
     }
     if (bf16)
-        attend_heads_bf16(c, offsets, first, n, stride, window, heads, (const uint32_t *)q, group, scale,
-                          (uint32_t *)scores, acc);
+        attend_heads_bf16(c, offsets, s->first, n, stride, s->heads, (const uint32_t *)q, group, w->scale,
+                          (uint32_t *)scores, acc, stats);
     else
-        for (long h = 0; h < heads; ++h) {
+        for (long h = 0; h < s->heads; ++h) {
             if (h > 0)
                 for (long t = 0; t < stride; ++t) offsets[t] += c->head_stride;
-            attend_head_lanes(c, kv_dtype, offsets, n, stride, q + h * group * kd, group, scale, scores,
-                              acc + h * group * vd);
+            attend_head_lanes(c, kv_dtype, offsets, n, stride, q + h * group * kd, group, w->scale, scores,
+                              acc + h * group * vd, stats + 2 * h * group);
         }
-    for (long g = 0; g < rows; ++g) {
-        char *dst = (char *)r->out + (row * r->out_row_stride + (head * group + g) * r->out_head_stride) * out_size;
-        if (chunked && !bf16) reorder_chunks(acc + g * vd, vd, kv_dtype, 1);
-        for (long i = 0; i < vd; ++i) {
-            if (r->out_dtype == BF16)
-                ((uint16_t *)dst)[i] = float_to_bf16(acc[g * vd + i]);
-            else
-                ((float *)dst)[i] = acc[g * vd + i];
-        }
-    }
+    if (chunked && !bf16)
+        for (long g = 0; g < rows; ++g) reorder_chunks(acc + g * vd, vd, kv_dtype, 1);
+    if (!s->partial) store_rows(r, s->row, s->head * group, rows, vd, acc);
     free(offsets);
     return 0;
+}
+
+/* attend_task for task number `task`. */
+static int run_decode_task(const void *tasks, long task) {
+    const struct decode_tasks *w = tasks;
+    const long per_unit = w->kv_heads / w->task_heads, *unit = w->units + 2 * (task / per_unit);
+    const struct decode *d = w->decodes + unit[0];
+    const long head = task % per_unit * w->task_heads, first = d->first + unit[1] * PARTITION;
+    struct share s = {d->row, head, w->task_heads, first, first + PARTITION < d->len ? first + PARTITION : d->len,
+                      NULL, NULL};
+    if (d->parts > 1) {
+        const long at = (d->partials + unit[1]) * w->kv_heads * w->group + head * w->group;
+        s.partial = w->partials + at * w->cache->value_dim, s.stats = w->stats + 2 * at;
+    }
+    const void *table = (const char *)w->block_tables + d->seq * w->table_stride * w->index_bytes;
+    return attend_task(w, table, &s) != 0;
+}
+
+/* A split sequence's output rows from its partitions', flash-decoding style: each
+ * partition's normalised rows weighed by its sum times e^(its maximum - the greatest
+ * maximum), over the sum of those weights, the partitions in ascending order. The weights
+ * replace the partitions' sums and the rows are summed in partition 0's. */
+static void combine_partitions(const struct decode_tasks *w, const struct decode *d) {
+    const long q_heads = w->kv_heads * w->group, vd = w->cache->value_dim, at = d->partials * q_heads;
+    float *rows = w->partials + at * vd, *stats = w->stats + 2 * at;
+    for (long h = 0; h < q_heads; ++h) {
+        float *sum = rows + h * vd, *head_stats = stats + 2 * h;
+        float top = head_stats[0], total = 0.0f;
+        for (long p = 1; p < d->parts; ++p) top = head_stats[2 * p * q_heads] > top ? head_stats[2 * p * q_heads] : top;
+        for (long p = 0; p < d->parts; ++p) {
+            float *part = head_stats + 2 * p * q_heads;
+            part[1] *= exp_lanes((vfloat){0} + (part[0] - top))[0];
+            total += part[1];
+        }
+        const float inv = 1.0f / total;
+        for (long i = 0; i < vd; ++i) sum[i] *= head_stats[1] * inv;
+        for (long p = 1; p < d->parts; ++p) {
+            const float weight = head_stats[2 * p * q_heads + 1] * inv, *part = rows + p * q_heads * vd + h * vd;
+            for (long i = 0; i < vd; ++i) sum[i] += weight * part[i];
+        }
+    }
+    store_rows(w->rows, d->row, 0, q_heads, vd, rows);
 }
 
 static void zero_rows(const struct rows *r, long first, long last, long heads, long value_dim) {
@@ -573,34 +685,6 @@ static void zero_rows(const struct rows *r, long first, long last, long heads, l
     for (long t = first; t < last; ++t)
         for (long h = 0; h < heads; ++h)
             memset((char *)r->out + (t * r->out_row_stride + h * r->out_head_stride) * esize, 0, value_dim * esize);
-}
-
-/* What every task of a call shares (a task: a sequence's kv heads [k * task_heads,
- * (k + 1) * task_heads)). decodes holds (sequence,
- * query row, first visible position) per decode sequence. */
-struct decode_tasks {
-    const struct cache *cache;
-    const struct rows *rows;
-    int kv_dtype;
-    const long *decodes;
-    long kv_heads, task_heads;
-    const void *seq_lens, *block_tables;
-    long table_stride;
-    int index_bytes;
-    long group, window;
-    float scale;
-    int bf16;
-};
-
-/* attend_task for task number `task`. */
-static int run_decode_task(const void *tasks, long task) {
-    const struct decode_tasks *w = tasks;
-    const long per_seq = w->kv_heads / w->task_heads;
-    const long *d = w->decodes + 3 * (task / per_seq);
-    const long len = read_index(w->seq_lens, d[0], w->index_bytes);
-    const void *table = (const char *)w->block_tables + d[0] * w->table_stride * w->index_bytes;
-    return attend_task(w->cache, w->kv_dtype, w->rows, table, w->index_bytes, d[1], task % per_seq * w->task_heads,
-                       w->task_heads, d[2], len, w->group, w->scale, w->bf16, w->window) != 0;
 }
 
 /* Below this many (position x kv head) pairs in a step, waking a second thread costs
@@ -612,6 +696,41 @@ static int run_decode_task(const void *tasks, long task) {
  * (PAGED_CALL), and the build defines it ahead of this file. Strides are in elements;
  * dtypes are FP32 or BF16; index_bytes is the metadata's width, 4 or 8. */
 
+/* The decode sequences of a varlen step (those with exactly one new query row) into
+ * decodes, their partitions counted; how many, or -1 when the metadata points outside
+ * the tensors. *prefills gets how many sequences have more than one new row, *positions
+ * the decodes' visible positions, *units their partitions, *split_parts those of the
+ * sequences split. */
+static long find_decodes(const struct paged_call *call, struct decode *decodes, long *prefills, long *positions,
+                         long *units, long *split_parts) {
+    const void *query_start_loc = (const void *)call->query_start_loc, *seq_lens = (const void *)call->seq_lens;
+    const int index_bytes = (int)call->index_bytes;
+    const long block_size = call->block_size, window = call->sliding_window;
+    long count = 0;
+    *prefills = *positions = *units = *split_parts = 0;
+    for (long b = 0; b < call->num_seqs; ++b) {
+        const long start = read_index(query_start_loc, b, index_bytes);
+        const long q_len = read_index(query_start_loc, b + 1, index_bytes) - start;
+        const long len = read_index(seq_lens, b, index_bytes);
+        if (q_len > 1) ++*prefills;
+        if (q_len != 1) continue;
+        const long first = window > 0 && len > window ? len - window : 0;
+        const long blocks = (len + block_size - 1) / block_size;
+        if (start < 0 || start >= call->rows || len < 1 || blocks > call->table_width) return -1;
+        const void *table = (const char *)call->block_tables + b * call->table_stride * index_bytes;
+        for (long k = first / block_size; k < blocks; ++k) {
+            const long block = read_index(table, k, index_bytes);
+            if (block < 0 || block >= call->num_blocks) return -1;
+        }
+        const long parts = (len - first + PARTITION - 1) / PARTITION;
+        decodes[count++] = (struct decode){b, start, first, len, parts, *split_parts};
+        *positions += len - first;
+        *units += parts;
+        if (parts > 1) *split_parts += parts;
+    }
+    return count;
+}
+
 /* The decode rows of a varlen step (see the paged_attention contract), and zeros in the
  * query rows no sequence owns. Returns how many sequences have more than one new row
  * (left to the caller), or -1 when the metadata points outside the tensors (having
@@ -619,50 +738,41 @@ static int run_decode_task(const void *tasks, long task) {
  * caller's path then redoes the whole call). `isa` picks the path: ISA_AVX512_BF16 (where
  * the call and the CPU allow it, else the fp32 lanes) or ISA_FP32. */
 long accord_paged_decode_attention(const struct paged_call *call, float scale, long isa) {
-    const void *query = (const void *)call->query, *key_cache = (const void *)call->key_cache,
-               *value_cache = (const void *)call->value_cache, *block_tables = (const void *)call->block_tables,
-               *seq_lens = (const void *)call->seq_lens, *query_start_loc = (const void *)call->query_start_loc;
-    void *out = (void *)call->out;
     const int index_bytes = (int)call->index_bytes, kv_dtype = (int)call->kv_dtype;
-    const long rows = call->rows, q_heads = call->q_heads, num_blocks = call->num_blocks,
-               block_size = call->block_size, kv_heads = call->kv_heads, value_dim = call->value_dim,
-               table_stride = call->table_stride, table_width = call->table_width, num_seqs = call->num_seqs,
-               sliding_window = call->sliding_window, threads = call->threads;
-    const long owned_first = read_index(query_start_loc, 0, index_bytes);
-    const long owned_last = read_index(query_start_loc, num_seqs, index_bytes);
+    const long rows = call->rows, q_heads = call->q_heads, kv_heads = call->kv_heads, value_dim = call->value_dim,
+               threads = call->threads;
+    const long owned_first = read_index((const void *)call->query_start_loc, 0, index_bytes);
+    const long owned_last = read_index((const void *)call->query_start_loc, call->num_seqs, index_bytes);
     if (owned_first < 0 || owned_last > rows || owned_first > owned_last) return -1;
-    long *decodes = malloc(sizeof(long) * 3 * (num_seqs + 1));
+    struct decode *decodes = malloc(sizeof *decodes * (call->num_seqs + 1));
     if (decodes == NULL) return -1;
-    long count = 0, prefills = 0, positions = 0;
-    for (long b = 0; b < num_seqs; ++b) {
-        const long start = read_index(query_start_loc, b, index_bytes);
-        const long q_len = read_index(query_start_loc, b + 1, index_bytes) - start;
-        const long len = read_index(seq_lens, b, index_bytes);
-        if (q_len > 1) ++prefills;
-        if (q_len != 1) continue;
-        const long first = sliding_window > 0 && len > sliding_window ? len - sliding_window : 0;
-        const long blocks = (len + block_size - 1) / block_size;
-        if (start < 0 || start >= rows || len < 1 || blocks > table_width) goto invalid;
-        const void *table = (const char *)block_tables + b * table_stride * index_bytes;
-        for (long k = first / block_size; k < blocks; ++k) {
-            const long block = read_index(table, k, index_bytes);
-            if (block < 0 || block >= num_blocks) goto invalid;
-        }
-        decodes[3 * count] = b, decodes[3 * count + 1] = start, decodes[3 * count + 2] = first;
-        ++count;
-        positions += len - first;
+    long prefills, positions, units, split_parts;
+    const long count = find_decodes(call, decodes, &prefills, &positions, &units, &split_parts);
+    if (count < 0) {
+        free(decodes);
+        return -1;
     }
-    const struct cache c = {key_cache, value_cache, call->block_stride, call->slot_stride, call->head_stride,
-                            block_size, call->key_dim, value_dim};
-    const struct rows r = {query, out, (int)call->q_dtype, (int)call->out_dtype, call->q_row_stride,
-                           call->q_head_stride, call->out_row_stride, call->out_head_stride};
+    /* The (decode, partition) pairs, then the split sequences' partial rows and stats. */
+    const long split_rows = split_parts * q_heads;
+    long *unit_list = malloc(sizeof(long) * 2 * (units + 1) + sizeof(float) * split_rows * (value_dim + 2));
+    if (unit_list == NULL) {
+        free(decodes);
+        return -1;
+    }
+    for (long d = 0, u = 0; d < count; ++d)
+        for (long p = 0; p < decodes[d].parts; ++p, ++u) unit_list[2 * u] = d, unit_list[2 * u + 1] = p;
+    float *partials = (float *)(unit_list + 2 * (units + 1)), *stats = partials + split_rows * value_dim;
+    const struct cache c = {(const void *)call->key_cache, (const void *)call->value_cache, call->block_stride,
+                            call->slot_stride, call->head_stride, call->block_size, call->key_dim, value_dim};
+    const struct rows r = {(const void *)call->query, (void *)call->out, (int)call->q_dtype, (int)call->out_dtype,
+                           call->q_row_stride, call->q_head_stride, call->out_row_stride, call->out_head_stride};
     zero_rows(&r, 0, owned_first, q_heads, value_dim);
     zero_rows(&r, owned_last, rows, q_heads, value_dim);
-    /* A task per sequence over all its kv heads (its rows read in order, whole) where there
-     * are sequences enough to share among the threads, else per (sequence, kv head). Each
-     * head's result is the same either way. */
-    const long task_heads = count >= threads ? kv_heads : 1;
-    const long tasks = count * (kv_heads / task_heads), group = q_heads / kv_heads;
+    /* A task per partition over all its sequence's kv heads (its rows read in order,
+     * whole) where there are partitions enough to share among the threads, else per
+     * (partition, kv head). Each head's result is the same either way. */
+    const long task_heads = units >= threads ? kv_heads : 1;
+    const long tasks = units * (kv_heads / task_heads), group = q_heads / kv_heads;
     long wanted = positions * kv_heads / POSITIONS_PER_THREAD;
     if (wanted > threads) wanted = threads;
     if (wanted > tasks) wanted = tasks;
@@ -670,12 +780,14 @@ long accord_paged_decode_attention(const struct paged_call *call, float scale, l
     /* The AVX512-BF16 path takes bf16 query and caches of widths in whole vectors of pairs. */
     const int bf16 = isa == ISA_AVX512_BF16 && call->q_dtype == BF16 && kv_dtype == BF16 && call->key_dim % 32 == 0 &&
                      value_dim % 32 == 0 && __builtin_cpu_supports("avx512bf16");
-    const struct decode_tasks work = {&c, &r, kv_dtype, decodes, kv_heads, task_heads, seq_lens, block_tables, table_stride,
-                                      index_bytes, group, sliding_window, scale, bf16};
+    const struct decode_tasks work = {&c, &r, kv_dtype, decodes, unit_list, kv_heads, task_heads,
+                                      (const void *)call->block_tables, call->table_stride, index_bytes, group, scale,
+                                      bf16, partials, stats};
     const int failed = run_tasks(run_decode_task, &work, tasks, wanted);
+    if (!failed)
+        for (long d = 0; d < count; ++d)
+            if (decodes[d].parts > 1) combine_partitions(&work, &decodes[d]);
+    free(unit_list);
     free(decodes);
     return failed ? -1 : prefills;
-invalid:
-    free(decodes);
-    return -1;
 }
