@@ -34,7 +34,7 @@ def accord_llm(smollm2_gguf: Path) -> LLM:
     # The dequantised path, which computes what transformers does; the packed one
     # (int8 activations, as llama.cpp's) is held to this one in tests/quant.
     with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("ACCORD_GGUF_PACKED", raising=False)
+        patch.setenv("ACCORD_GGUF_PACKED", "0")
         return LLM(
             str(smollm2_gguf), dtype="float32", max_model_len=512, max_num_seqs=8, max_num_batched_tokens=512,
             kv_cache_memory=32 << 20,

@@ -73,7 +73,7 @@ def test_tensors_are_within_rounding_of_the_written_weights(tensor_type: Q, writ
 def test_greedy_generation_matches_transformers_on_the_same_file(tensor_type: Q, written, monkeypatch) -> None:
     # The dequantised path, which computes what transformers does; the packed one
     # (int8 activations, as llama.cpp's) is held to this one in tests/quant.
-    monkeypatch.delenv("ACCORD_GGUF_PACKED", raising=False)
+    monkeypatch.setenv("ACCORD_GGUF_PACKED", "0")
     _, path = written(tensor_type)
     llm = LLM(str(path), dtype="float32", max_model_len=64, max_num_seqs=2, max_num_batched_tokens=64,
               kv_cache_memory=4 << 20)

@@ -20,6 +20,6 @@ for directory in ("gguf", "distributed", "models", "engine", "executor"):
 
 @pytest.fixture(autouse=True)
 def packed_gguf(monkeypatch: pytest.MonkeyPatch) -> None:
-    """GGUF linear weights load packed in these tests (ACCORD_GGUF_PACKED=1; dequantised
-    is the default); a test that wants the dequantised path deletes the variable."""
+    """GGUF linear weights load packed in these tests (ACCORD_GGUF_PACKED=1, the default,
+    set whatever the environment says); a test that wants the dequantised path sets it to 0."""
     monkeypatch.setenv(PACKED_ENV, "1")

@@ -86,7 +86,7 @@ def test_every_layer_projection_holds_the_file_s_blocks(tiny) -> None:
 def test_dequantize_env_loads_dense_weights_and_drops_quant_linear(tiny, monkeypatch) -> None:
     path = tiny(Q.Q8_0)
     assert "quant_linear" in worker_contract_ops(path)
-    monkeypatch.delenv(PACKED_ENV)
+    monkeypatch.setenv(PACKED_ENV, "0")
     assert "quant_linear" not in worker_contract_ops(path)
     model = load_model(path, OpDispatcher(get_backend("cpu")), dtype="float32").model
     assert not any(isinstance(linear, QuantLinear) for linear in projections(model))
@@ -119,7 +119,7 @@ def greedy(path: Path) -> tuple[list[int], list[float], list[float]]:
 def test_packed_greedy_tokens_equal_the_dequantised_path(tensor_type: Q, mixed: bool, tiny, monkeypatch) -> None:
     path = tiny(tensor_type, mixed)
     tokens, logprobs, _ = greedy(path)
-    monkeypatch.delenv(PACKED_ENV)
+    monkeypatch.setenv(PACKED_ENV, "0")
     want_tokens, want_logprobs, margins = greedy(path)
     # Up to and including the first near tie: its token may differ, its logprob may not.
     compared = next((i + 1 for i, margin in enumerate(margins) if margin < TIE_MARGIN), NEW_TOKENS)

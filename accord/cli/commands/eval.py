@@ -1,7 +1,7 @@
 """`accord eval`: model quality through the engine's own forward. `accord eval
 perplexity` scores a text as llama.cpp's `llama-perplexity` does (accord/eval/perplexity.py),
 with every engine flag `accord serve` takes (--dtype, --kv-cache-dtype, --quantization,
---backend, ...); a GGUF file is computed packed with ACCORD_GGUF_PACKED=1, as served."""
+--backend, ...); a GGUF file is computed packed, as served (ACCORD_GGUF_PACKED=0: dequantised)."""
 
 from __future__ import annotations
 

@@ -12,12 +12,13 @@ from .checkpoint import GgufCheckpoint
 from .config import hf_config
 from .reader import open_gguf
 
-#: Set to 1 to keep GGUF linear weights packed and compute them with quant_linear. Off
-#: by default: packed holds about a third less memory, and its token-tile GEMM is 2.6-3.6x
-#: faster on batched steps than the dequantised tiles it ran before, but the dequantised
-#: weights' bf16 GEMM (oneDNN, AMX on the host measured) is still 2.3-2.9x faster from 9
-#: rows up (docs/quantization.md, benchmarks/quant_gguf_cpu.py), and batching is where
-#: accord serves.
+#: Set to 0 to dequantise GGUF linear weights at load into the compute dtype, rather than
+#: keep them packed and compute them with quant_linear (the default). Packed holds about
+#: the file's bytes instead of fp32's 7-8x; its row dot streams them at batch 1, and its
+#: token-tile GEMM beats the fp32 GEMM of the dequantised weights 2.0-2.3x from 16 to
+#: 2048 rows (docs/quantization.md, benchmarks/quant_gguf_cpu.py). It computes with int8
+#: activations per 32, as llama.cpp does, where the dequantised path computes what
+#: transformers does on the same file.
 PACKED_ENV = "ACCORD_GGUF_PACKED"
 #: The first part of the names of the tensors that load packed: the decoder layers'
 #: matrices, the LM head's (`output`), and the token embedding's (`token_embd`, which a
@@ -26,9 +27,9 @@ PACKED_TABLES = frozenset({"blk", "output", "token_embd"})
 
 
 def keeps_packed() -> bool:
-    """Whether GGUF linear weights load packed (ACCORD_GGUF_PACKED=1) rather than
-    dequantised (the default)."""
-    return os.environ.get(PACKED_ENV, "0") == "1"
+    """Whether GGUF linear weights load packed (the default) rather than dequantised
+    (ACCORD_GGUF_PACKED=0)."""
+    return os.environ.get(PACKED_ENV, "1") != "0"
 
 
 @dataclass(frozen=True)
